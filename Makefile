@@ -1,0 +1,39 @@
+# "Attention, step by step" — everything runs inside .venv/ (created on first use).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+STAMP := $(VENV)/.installed
+
+.PHONY: grade test build lab check clean venv
+
+## make grade: set up, regenerate the student notebooks, grade the demo class, print the table
+grade: $(STAMP)
+	attn-course build
+	attn-course demo --out build/demo
+
+## make test: the whole test suite (CI runs this)
+test: $(STAMP)
+	python -m pytest
+
+## make build: regenerate notebooks/ and the library code extracted from solutions/
+build: $(STAMP)
+	attn-course build
+
+## make lab: JupyterLab on the student notebooks
+lab: $(STAMP)
+	attn-course lab
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is needed: '$(PYTHON)' was not found. Install Python 3.11, or run 'make PYTHON=/path/to/python3.11'."; exit 1; }
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -r requirements.txt
+	$(VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,312 @@
+"""The comparison engine behind every hidden test: run the student's implementation and the
+reference on the same inputs, compare, and when they differ say *which* known mistake the
+student's output matches.
+
+An exercise is a reference implementation, a list of cases and a catalogue of plausible
+mistakes. A case is a function that takes an implementation (a function or a class) and
+returns its output, so the same case runs the reference, the student's code and every
+catalogued mistake. Outputs are compared as nested tuples/lists of numpy arrays, torch
+tensors and numbers.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import sys
+import textwrap
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+
+class CheckFailed(AssertionError):
+    """A hidden test failed; the message is written for the student."""
+
+
+class ForbiddenCall(Exception):
+    """The student's code called something the exercise asks them to write themselves."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A plausible wrong implementation, written out as code that defines the graded name."""
+
+    name: str  # what went wrong, e.g. "softmax without subtracting the max"
+    hint: str  # where to look
+    code: str  # source defining the graded function/class (with the graded name)
+
+    def build(self, graded_name: str, namespace: dict | None = None):
+        """Execute `code` and return the object it defines under `graded_name`."""
+        env = _default_namespace()
+        env.update(namespace or {})
+        exec(textwrap.dedent(self.code), env)  # noqa: S102 - our own catalogue
+        return env[graded_name]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input on which the implementation must agree with the reference."""
+
+    description: str
+    run: Callable[[Any], Any]
+
+
+@dataclass
+class Exercise:
+    name: str
+    reference: Any
+    cases: Callable[[np.random.Generator], Sequence[Case]]
+    mistakes: Sequence[Mistake] = ()
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    # Callables the student may not use for this exercise (built-ins it re-implements, the
+    # course's own reference). Python functions are matched by code object, C functions by identity.
+    forbidden: Sequence[tuple[Any, str]] = field(default_factory=tuple)
+    namespace: dict = field(default_factory=dict)  # extra globals for the mistakes' code
+    graded: str = ""  # the graded function/class this checks (defaults to `name`)
+
+    def __post_init__(self):
+        self.graded = self.graded or self.name
+
+
+def _default_namespace() -> dict:
+    env: dict[str, Any] = {"np": np, "math": math}
+    try:
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        env.update(torch=torch, nn=nn, F=F)
+    except ImportError:  # pragma: no cover - torch is a course dependency
+        pass
+    return env
+
+
+def seed_for(name: str) -> int:
+    """A stable seed per exercise (override with ATTN_CHECK_SEED to re-randomize)."""
+    salt = os.environ.get("ATTN_CHECK_SEED", "attention-step-by-step")
+    return int.from_bytes(hashlib.sha256(f"{salt}:{name}".encode()).digest()[:4], "little")
+
+
+# --------------------------------------------------------------------------- comparison
+def _to_numpy(value):
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def _short(array, limit: int = 6) -> str:
+    a = np.asarray(array)
+    with np.printoptions(precision=4, suppress=True, threshold=limit, edgeitems=2, linewidth=100):
+        return np.array2string(a) if a.ndim else repr(a.item() if a.size == 1 else a)
+
+
+def compare(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str = "output") -> str | None:
+    """None when `got` matches `expected`, else a sentence saying how it differs."""
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(got, (tuple, list)):
+            return f"{where}: expected a tuple of {len(expected)} values, got {type(got).__name__}"
+        if len(got) != len(expected):
+            return f"{where}: expected {len(expected)} values, got {len(got)}"
+        for i, (e, g) in enumerate(zip(expected, got)):
+            problem = compare(e, g, rtol, atol, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if expected is None:
+        return None if got is None else f"{where}: expected None, got {type(got).__name__}"
+    is_tensor = type(expected).__module__.startswith("torch")
+    if is_tensor and not type(got).__module__.startswith("torch"):
+        return f"{where}: expected a torch.Tensor, got {type(got).__name__}"
+    e, g = _to_numpy(expected), _to_numpy(got)
+    if isinstance(e, (bool, np.bool_)) or (isinstance(e, np.ndarray) and e.dtype == bool):
+        try:
+            g_arr = np.asarray(g)
+        except Exception:  # noqa: BLE001
+            return f"{where}: expected booleans, got {type(got).__name__}"
+        if g_arr.dtype != bool:
+            return f"{where}: expected a boolean mask, got dtype {g_arr.dtype}"
+    try:
+        g = np.asarray(g, dtype=np.float64) if not (isinstance(g, np.ndarray) and g.dtype == bool) else g
+    except (TypeError, ValueError):
+        return f"{where}: expected numbers of shape {np.shape(e)}, got {type(got).__name__}"
+    e = np.asarray(e)
+    if e.shape != g.shape:
+        return f"{where}: expected shape {tuple(e.shape)}, got shape {tuple(g.shape)}"
+    if is_tensor and str(expected.dtype) != str(got.dtype):
+        return f"{where}: expected dtype {expected.dtype}, got {got.dtype}"
+    if e.dtype == bool:
+        wrong = np.argwhere(e != g)
+        if wrong.size:
+            idx = tuple(int(i) for i in wrong[0])
+            return f"{where}: {len(wrong)} entries differ, first at index {idx}: expected {e[idx]}, got {g[idx]}"
+        return None
+    e = e.astype(np.float64)
+    if np.isnan(g).any() and not np.isnan(e).any():
+        return f"{where}: contains NaN where the expected values are finite"
+    if np.isinf(g).any() and not np.isinf(e).any():
+        return f"{where}: contains inf where the expected values are finite"
+    if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
+        diff = np.abs(np.nan_to_num(g - e, nan=np.inf))
+        idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
+        at = f" at index {tuple(int(i) for i in idx)}" if idx else ""
+        return (f"{where}: values differ (largest difference {float(diff.max()):.3g}{at}: "
+                f"expected {float(e[idx]):.6g}, got {float(g[idx]):.6g})\n"
+                f"    expected: {_short(e)}\n    received: {_short(g)}")
+    return None
+
+
+# --------------------------------------------------------------------------- forbidden calls
+class _CallGuard:
+    """Raise ForbiddenCall when a forbidden function is entered (profile hook, this thread)."""
+
+    def __init__(self, forbidden: Iterable[tuple[Any, str]]):
+        # Keyed by identity: code objects compare *equal* when their source is the same, and a
+        # student who writes exactly the reference's one-liner has done nothing wrong.
+        self.codes: dict[int, tuple[Any, str]] = {}
+        self.builtins: dict[int, tuple[Any, str]] = {}
+        for func, why in forbidden:
+            code = getattr(func, "__code__", None)
+            if code is not None:
+                self.codes[id(code)] = (code, why)
+            else:
+                self.builtins[id(func)] = (func, why)
+        self.hit: str | None = None
+
+    def __enter__(self):
+        self._previous = sys.getprofile()
+        sys.setprofile(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(self._previous)
+        return False
+
+    def _hook(self, frame, event, arg):
+        if event == "call":
+            found = self.codes.get(id(frame.f_code))
+            if found and found[0] is frame.f_code:
+                self.hit = found[1]
+        elif event == "c_call":
+            found = self.builtins.get(id(arg))
+            if found and found[0] is arg:
+                self.hit = found[1]
+        if self.hit:
+            sys.setprofile(None)
+            raise ForbiddenCall(self.hit)
+
+
+def reference_guard(module) -> list[tuple[Any, str]]:
+    """Every function and method in the course's reference `module`: not to be called by students."""
+    why = (f"it calls the course's reference implementation ({module.__name__}); "
+           "write the exercise yourself")
+    found = []
+    for value in vars(module).values():
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        if hasattr(value, "__code__"):
+            found.append((value, why))
+        for attr in vars(value).values() if isinstance(value, type) else ():
+            if hasattr(attr, "__code__"):
+                found.append((attr, why))
+    return found
+
+
+def _run_student(exercise: Exercise, case: Case, impl):
+    if not exercise.forbidden:
+        return case.run(impl)
+    guard = _CallGuard(exercise.forbidden)
+    with guard:
+        try:
+            out = case.run(impl)
+        except ForbiddenCall:
+            raise
+        except Exception:
+            if guard.hit:  # the student swallowed our exception
+                raise ForbiddenCall(guard.hit) from None
+            raise
+    if guard.hit:
+        raise ForbiddenCall(guard.hit)
+    return out
+
+
+# --------------------------------------------------------------------------- the check
+def _run_mistake(exercise: Exercise, case: Case, mistake: Mistake):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return case.run(mistake.build(exercise.graded, exercise.namespace))
+
+
+def diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
+    """The first catalogued mistake whose output on `case` matches the student's."""
+    for mistake in exercise.mistakes:
+        try:
+            wrong = _run_mistake(exercise, case, mistake)
+        except Exception:  # noqa: BLE001 - a mistake may well crash on this input
+            continue
+        if compare(wrong, got, exercise.rtol, exercise.atol) is None:
+            return mistake
+    return None
+
+
+def diagnose_crash(exercise: Exercise, case: Case, error: Exception) -> Mistake | None:
+    """The first catalogued mistake that crashes on `case` with the same error as the student's."""
+    for mistake in exercise.mistakes:
+        try:
+            _run_mistake(exercise, case, mistake)
+        except Exception as err:  # noqa: BLE001
+            if type(err) is type(error) and str(err) == str(error):
+                return mistake
+    return None
+
+
+def _explain(mistake: Mistake | None) -> str:
+    if not mistake:
+        return ""
+    return f"\n  This matches a known mistake: {mistake.name}.\n  Where to look: {mistake.hint}"
+
+
+def check_exercise(exercise: Exercise, impl) -> None:
+    """Run every case; raise CheckFailed with a student-facing message on the first mismatch.
+
+    Returns None on purpose: a number left as a test cell's last value would be read by
+    nbgrader as a partial-credit score.
+    """
+    name = exercise.graded
+    if impl is None:
+        raise CheckFailed(f"{name}: nothing named `{name}` is defined. Run the cell that defines it.")
+    cases = exercise.cases(np.random.default_rng(seed_for(exercise.name)))
+    for case in cases:
+        expected = case.run(exercise.reference)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                got = _run_student(exercise, case, impl)
+        except NotImplementedError:
+            raise CheckFailed(f"{name}: not attempted yet (it still raises NotImplementedError). "
+                              f"Replace `raise NotImplementedError` with your code.") from None
+        except ForbiddenCall as err:
+            raise CheckFailed(f"{name}: not accepted, because {err}.") from None
+        except Exception as err:  # noqa: BLE001 - report any crash to the student
+            raise CheckFailed(f"{name} raised {type(err).__name__}: {err}\n  on: {case.description}"
+                              + _explain(diagnose_crash(exercise, case, err))) from None
+        problem = compare(expected, got, exercise.rtol, exercise.atol)
+        if problem:
+            raise CheckFailed(f"{name} gave a wrong result on: {case.description}"
+                              + _explain(diagnose(exercise, case, got)) + f"\n  {problem}")
+
+
+def make_checker(exercises: Sequence[Exercise]) -> Callable[[str, Any], None]:
+    """`check(name, impl)` for a notebook's hidden tests."""
+    by_name = {ex.name: ex for ex in exercises}
+
+    def check(name: str, impl) -> None:
+        if name not in by_name:
+            raise KeyError(f"no check named {name!r}; known: {sorted(by_name)}")
+        check_exercise(by_name[name], impl)
+
+    check.exercises = by_name  # type: ignore[attr-defined]
+    return check

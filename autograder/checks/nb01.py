@@ -1,0 +1,145 @@
+"""Checks for notebook 01, "Attention from similarity" (numpy)."""
+from __future__ import annotations
+
+import numpy as np
+
+from attention_course import similarity as ref
+
+from .core import Case, Exercise, Mistake, make_checker, reference_guard
+
+HONESTY = tuple(reference_guard(ref))
+
+
+def _square_similarities(rng, n):
+    """A symmetric non-negative similarity matrix with 1 on the diagonal, rows of unequal sums."""
+    S = rng.uniform(0, 1, size=(n, n)) * (rng.uniform(size=(n, n)) < 0.6)
+    S = (S + S.T) / 2
+    np.fill_diagonal(S, 1.0)
+    return S
+
+
+def _normalize_cases(rng):
+    cases = []
+    for n, m in [(4, 4), (6, 6), (3, 5)]:
+        S = rng.uniform(0.05, 2.0, size=(n, m)) if n != m else _square_similarities(rng, n)
+        cases.append(Case(f"S of shape {S.shape} with rows of different sums", lambda f, S=S: f(S.copy())))
+    return cases
+
+
+def _contextualize_cases(rng):
+    cases = []
+    for n, d in [(4, 3), (5, 5), (2, 7)]:
+        W = ref.normalize_rows(rng.uniform(0, 1, size=(n, n)))
+        E = rng.normal(size=(n, d))
+        cases.append(Case(f"W of shape {W.shape} (not symmetric), E of shape {E.shape}",
+                          lambda f, W=W, E=E: f(W.copy(), E.copy())))
+    return cases
+
+
+def _softmax_cases(rng):
+    shapes_axes = [((7,), -1), ((4, 7), -1), ((2, 3, 5), 1), ((3, 4), 0), ((2, 2, 3), -1)]
+    cases = []
+    for shape, axis in shapes_axes:
+        x = rng.normal(scale=3.0, size=shape)
+        cases.append(Case(f"x of shape {shape}, axis={axis}", lambda f, x=x, axis=axis: f(x.copy(), axis=axis)))
+    x = rng.normal(size=(3, 6))
+    cases.append(Case("x of shape (3, 6), default axis", lambda f, x=x: f(x.copy())))
+    return cases
+
+
+def _softmax_stability_cases(rng):
+    big = rng.normal(scale=50.0, size=(3, 5)) + 1000.0
+    mixed = rng.normal(size=(2, 4)) + np.array([[800.0], [-800.0]])
+    masked = rng.normal(size=(3, 6))
+    masked[rng.uniform(size=masked.shape) < 0.4] = -np.inf
+    masked[:, 0] = rng.normal(size=3)  # every row keeps one finite entry
+    return [
+        Case("large entries (around 1000)", lambda f: f(big.copy(), axis=-1)),
+        Case("rows at very different scales (+800 and -800)", lambda f: f(mixed.copy(), axis=-1)),
+        Case("-inf entries (they must get weight 0)", lambda f: f(masked.copy(), axis=-1)),
+        Case("large entries along axis 0", lambda f: f(big.T.copy(), axis=0)),
+    ]
+
+
+def _embedding_cases(rng):
+    cases = []
+    for n, d in [(5, 3), (4, 8), (6, 6)]:
+        E = rng.normal(size=(n, d)) * rng.uniform(0.5, 3.0, size=(n, 1))  # rows of different lengths
+        cases.append(Case(f"E of shape {E.shape} with rows of different lengths", lambda f, E=E: f(E.copy())))
+    return cases
+
+
+def _attention_cases(rng):
+    cases = []
+    for n, d in [(5, 3), (4, 6), (6, 6)]:
+        X = rng.normal(size=(n, d))
+        cases.append(Case(f"X of shape {X.shape}", lambda f, X=X: f(X.copy())))
+    return cases
+
+
+SOFTMAX_MISTAKES = (
+    Mistake("softmax without subtracting the max",
+            "exp of a large number overflows to inf and inf/inf is NaN: subtract x.max(axis, keepdims=True) first",
+            "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)"),
+    Mistake("softmax over the whole array instead of along `axis`",
+            "sum with axis=axis and keepdims=True so each slice sums to 1",
+            "def softmax(x, axis=-1):\n    e = np.exp(x - np.max(x))\n    return e / e.sum()"),
+    Mistake("softmax along axis 0 whatever `axis` says",
+            "use the `axis` argument in both max and sum",
+            "def softmax(x, axis=-1):\n    e = np.exp(x - x.max(axis=0, keepdims=True))\n    return e / e.sum(axis=0, keepdims=True)"),
+    Mistake("subtracting the global max instead of the max along `axis`",
+            "a row far below the global max underflows to 0/0: take the max along `axis` with keepdims=True",
+            "def softmax(x, axis=-1):\n    e = np.exp(x - np.max(x))\n    return e / e.sum(axis=axis, keepdims=True)"),
+    Mistake("the sum rule (x / x.sum) instead of softmax",
+            "softmax exponentiates first: exp(x - max) / sum(exp(x - max))",
+            "def softmax(x, axis=-1):\n    return x / x.sum(axis=axis, keepdims=True)"),
+)
+
+EXERCISES = [
+    Exercise("normalize_rows", ref.normalize_rows, _normalize_cases, mistakes=(
+        Mistake("normalized columns instead of rows", "sum along axis=1 (each row), not axis=0",
+                "def normalize_rows(S):\n    return S / S.sum(axis=0, keepdims=True)"),
+        Mistake("divided each row by its maximum", "divide by the row's *sum* so it adds up to 1",
+                "def normalize_rows(S):\n    return S / S.max(axis=1, keepdims=True)"),
+        Mistake("divided by the sum of the whole matrix", "divide each row by its own sum: S.sum(axis=1, keepdims=True)",
+                "def normalize_rows(S):\n    return S / S.sum()"),
+        Mistake("softmax instead of dividing by the sum", "the lecture's normalization is S / row sum, no exponential",
+                "def normalize_rows(S):\n    e = np.exp(S - S.max(axis=1, keepdims=True))\n    return e / e.sum(axis=1, keepdims=True)"),
+        Mistake("row sums broadcast along the wrong axis", "S.sum(axis=1) has shape [n]; keep it as [n, 1] with keepdims=True",
+                "def normalize_rows(S):\n    return S / S.sum(axis=1)"),
+    ), forbidden=HONESTY),
+    Exercise("contextualize", ref.contextualize, _contextualize_cases, mistakes=(
+        Mistake("used the columns of W (W.T @ E) instead of its rows", "row i of the result is sum_j W[i, j] * E[j]: that is W @ E",
+                "def contextualize(W, E):\n    return W.T @ E"),
+        Mistake("multiplied element-wise instead of a matrix product", "use the matrix product W @ E",
+                "def contextualize(W, E):\n    return W * E"),
+    ), forbidden=HONESTY),
+    Exercise("softmax", ref.softmax, _softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=HONESTY),
+    Exercise("softmax_stability", ref.softmax, _softmax_stability_cases, mistakes=SOFTMAX_MISTAKES,
+             forbidden=HONESTY, graded="softmax"),
+    Exercise("dot_similarity", ref.dot_similarity, _embedding_cases, mistakes=(
+        Mistake("E.T @ E (a [d, d] matrix) instead of E @ E.T", "similarities are between rows (words): E @ E.T is [n, n]",
+                "def dot_similarity(E):\n    return E.T @ E"),
+        Mistake("cosine similarity instead of the dot product", "the dot product keeps the vectors' lengths: no normalization",
+                "def dot_similarity(E):\n    U = E / np.linalg.norm(E, axis=1, keepdims=True)\n    return U @ U.T"),
+    ), forbidden=HONESTY),
+    Exercise("cosine_similarity", ref.cosine_similarity, _embedding_cases, mistakes=(
+        Mistake("cosine similarity that forgets to normalize (a plain dot product)",
+                "divide each row by its length: E / np.linalg.norm(E, axis=1, keepdims=True)",
+                "def cosine_similarity(E):\n    return E @ E.T"),
+        Mistake("normalized the columns of E instead of its rows", "take the norm along axis=1 (each word's vector)",
+                "def cosine_similarity(E):\n    U = E / np.linalg.norm(E, axis=0, keepdims=True)\n    return U @ U.T"),
+        Mistake("divided by only one of the two lengths", "cos = e_i·e_j / (|e_i| |e_j|): normalize both sides",
+                "def cosine_similarity(E):\n    n = np.linalg.norm(E, axis=1, keepdims=True)\n    return (E @ E.T) / n"),
+    ), forbidden=HONESTY),
+    Exercise("basic_self_attention", ref.basic_self_attention, _attention_cases, mistakes=(
+        Mistake("no softmax: (X X^T) X", "turn the scores X @ X.T into weights with softmax along the last axis",
+                "def basic_self_attention(X):\n    return (X @ X.T) @ X"),
+        Mistake("softmax over the wrong axis (columns sum to 1, not rows)", "use softmax(..., axis=-1): each query's row of weights sums to 1",
+                "def basic_self_attention(X):\n    s = X @ X.T\n    e = np.exp(s - s.max(axis=0, keepdims=True))\n    return (e / e.sum(axis=0, keepdims=True)) @ X"),
+        Mistake("returned the attention weights instead of the weighted sum", "multiply the weights by X: softmax(X @ X.T) @ X",
+                "def basic_self_attention(X):\n    s = X @ X.T\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)"),
+    ), forbidden=HONESTY),
+]
+
+check = make_checker(EXERCISES)

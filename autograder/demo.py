@@ -1,0 +1,110 @@
+"""The demo class for `make grade`, generated from the solutions (never hand-edited):
+
+* ``full-marks``: every solution cell filled in with the reference solution;
+* ``blank``: the student notebooks exactly as released;
+* ``typical-mistake``: full marks except one catalogued mistake per notebook (DEMO_MISTAKES),
+  which must cost exactly the points of the test cells listed beside it.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import nbformat
+
+from attention_course.build import SOLUTIONS, notebook_path
+
+from .grade import Course, NotebookResult, format_table, grade
+
+# assignment -> (checks module, graded name, mistake name, test cells it must fail)
+DEMO_MISTAKES = {
+    "01_similarity_attention": ("nb01", "softmax", "softmax without subtracting the max",
+                                {"test_softmax_stability"}),
+}
+
+
+def strip_solution_delimiters(source: str) -> str:
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def solved(release, source) -> nbformat.NotebookNode:
+    """The release notebook with each solution cell filled from the source notebook."""
+    answers = {c.metadata["nbgrader"]["grade_id"]: strip_solution_delimiters(c.source)
+               for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = nbformat.from_dict(release)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution") and gid in answers:
+            cell.source = answers[gid]
+    return nb
+
+
+def with_mistake(nb, graded: str, code: str) -> nbformat.NotebookNode:
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == graded:
+            cell.source = "#| export\n# (demo: a typical mistake)\n" + code.strip() + "\n"
+    return nb
+
+
+def find_mistake(module: str, graded: str, name: str) -> str:
+    checks = importlib.import_module(f"autograder.checks.{module}")
+    for exercise in checks.EXERCISES:
+        for mistake in exercise.mistakes:
+            if exercise.graded == graded and mistake.name == name:
+                return mistake.code
+    raise KeyError(f"no mistake {name!r} for {graded} in autograder.checks.{module}")
+
+
+def make_demo_submissions(out: Path, course: Course, solutions: Path = SOLUTIONS) -> Path:
+    folder = out / "submissions"
+    for assignment in course.assignments:
+        release = course.release(assignment)
+        full = solved(release, nbformat.read(notebook_path(assignment, solutions), as_version=4))
+        notebooks = {"full-marks": full, "blank": release}
+        if assignment in DEMO_MISTAKES:
+            module, graded, name, _ = DEMO_MISTAKES[assignment]
+            notebooks["typical-mistake"] = with_mistake(full, graded, find_mistake(module, graded, name))
+        for student, nb in notebooks.items():
+            path = folder / student / f"{assignment}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, path)
+    return folder
+
+
+def expectations(results: list[NotebookResult]) -> list[str]:
+    """Problems with the demo's outcome (empty when every demo student scored as designed)."""
+    problems = []
+    for r in results:
+        failed = {c.grade_id for c in r.cells if c.score < c.max_score}
+        if r.student_id == "full-marks" and (r.score != r.max_score or r.status != "ok"):
+            problems.append(f"full-marks lost points in {r.notebook}: {sorted(failed)} {r.status}")
+        if r.student_id == "blank" and r.score != 0:
+            problems.append(f"blank earned {r.score:g} points in {r.notebook}")
+        if r.student_id == "typical-mistake" and r.notebook in DEMO_MISTAKES:
+            expected = DEMO_MISTAKES[r.notebook][3]
+            if failed != expected:
+                problems.append(f"typical-mistake in {r.notebook} failed {sorted(failed)}, expected {sorted(expected)}")
+    return problems
+
+
+def run_demo(out: Path, solutions: Path = SOLUTIONS) -> tuple[list[NotebookResult], list[str]]:
+    out = Path(out).resolve()
+    staging = Course(out / "staging" / "course").setup(solutions)
+    submissions = make_demo_submissions(out, staging, solutions)
+    results = grade(submissions, out / "graded", solutions)
+    return results, expectations(results)
+
+
+def print_demo(results, problems) -> None:
+    print()
+    print(format_table(results))
+    print()
+    for r in results:
+        if r.student_id == "typical-mistake":
+            for c in r.cells:
+                if c.score < c.max_score:
+                    print(f"typical-mistake, {c.grade_id} (-{c.max_score - c.score:g}): {c.message.splitlines()[0] if c.message else ''}")
+    print("demo outcome:", "as designed (full marks / zero / exactly the mistake's points)" if not problems
+          else "UNEXPECTED\n  " + "\n  ".join(problems))

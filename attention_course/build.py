@@ -68,9 +68,11 @@ def extract_module(nb_path: Path) -> tuple[str, str] | None:
     return module, header + "\n\n\n".join(chunks) + "\n"
 
 
-def extract_library(solutions: Path = SOLUTIONS, library: Path = LIBRARY) -> list[Path]:
+def extract_library(solutions: Path = SOLUTIONS, library: Path = LIBRARY, only: list[str] | None = None) -> list[Path]:
     written = []
     for a in assignments(solutions):
+        if only is not None and a not in only:
+            continue
         found = extract_module(notebook_path(a, solutions))
         if found:
             module, source = found
@@ -136,12 +138,12 @@ def prepare_source_course(course: Path, solutions: Path = SOLUTIONS, db_url: str
     return names
 
 
-def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS) -> list[Path]:
+def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS, only: list[str] | None = None) -> list[Path]:
     """Regenerate the student notebooks into `out/<assignment>/` with nbgrader."""
     written = []
     with tempfile.TemporaryDirectory(prefix="attn-build-") as tmp:
         course = Path(tmp) / "course"
-        for a in prepare_source_course(course, solutions):
+        for a in prepare_source_course(course, solutions, only=only):
             release = course / "release" / a / f"{a}.ipynb"
             nb = nbformat.read(release, as_version=4)
             target = out / a / f"{a}.ipynb"
@@ -151,6 +153,7 @@ def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS) -> li
     return written
 
 
-def build(library: Path = LIBRARY, notebooks: Path = NOTEBOOKS, solutions: Path = SOLUTIONS) -> list[Path]:
+def build(library: Path = LIBRARY, notebooks: Path = NOTEBOOKS, solutions: Path = SOLUTIONS,
+          only: list[str] | None = None) -> list[Path]:
     """Extract the library, then generate the student notebooks. Returns the files written."""
-    return extract_library(solutions, library) + generate_notebooks(notebooks, solutions)
+    return extract_library(solutions, library, only) + generate_notebooks(notebooks, solutions, only)

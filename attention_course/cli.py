@@ -12,7 +12,7 @@ from .build import NOTEBOOKS, REPO, bin_dir
 def _build(args) -> int:
     from .build import build
 
-    for path in build():
+    for path in build(only=args.only or None):
         print("wrote", path.relative_to(REPO))
     return 0
 
@@ -51,7 +51,9 @@ def _lab(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attn-course", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="regenerate notebooks/ and the library code from solutions/").set_defaults(func=_build)
+    p = sub.add_parser("build", help="regenerate notebooks/ and the library code from solutions/")
+    p.add_argument("--only", action="append", metavar="ASSIGNMENT", help="rebuild just this assignment (repeatable)")
+    p.set_defaults(func=_build)
     p = sub.add_parser("check", help="self-check one notebook: per exercise pass / fail (why) / not attempted")
     p.add_argument("notebook", help="path of your .ipynb")
     p.set_defaults(func=_check)

@@ -1,0 +1,69 @@
+"""Shared fixtures: a real nbgrader course (gradebook filled by generate_assignment) and helpers
+to autograde a notebook built from the solutions with wrong implementations injected."""
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attention_course.build import REPO, notebook_path
+from autograder.demo import solved, with_mistake
+from autograder.grade import Course, NotebookResult, grade_one
+from autograder.submissions import StudentSubmission
+
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def course(tmp_path_factory) -> Course:
+    """An nbgrader course directory with every assignment generated (one per test session)."""
+    return Course(tmp_path_factory.mktemp("grading") / "course").setup()
+
+
+def solved_notebook(course: Course, assignment: str) -> nbformat.NotebookNode:
+    """The student release with every exercise filled in with the reference solution."""
+    return solved(course.release(assignment), nbformat.read(notebook_path(assignment), as_version=4))
+
+
+def inject(nb: nbformat.NotebookNode, replacements: dict[str, str]) -> nbformat.NotebookNode:
+    """Replace the solution cells named in `replacements` (grade_id -> code)."""
+    for graded, code in replacements.items():
+        if not any(c.metadata.get("nbgrader", {}).get("grade_id") == graded for c in nb.cells):
+            raise KeyError(f"no solution cell {graded!r}")
+        nb = with_mistake(nb, graded, code)
+    return nb
+
+
+def autograde(course: Course, assignment: str, nb: nbformat.NotebookNode | bytes,
+              student: str | None = None) -> NotebookResult:
+    """Grade one notebook for real (nbgrader autograde in its own process)."""
+    student = student or f"s{next(_ids):03d}"
+    data = nb if isinstance(nb, bytes) else nbformat.writes(nb).encode()
+    shutil.rmtree(course.root / "autograded" / student, ignore_errors=True)
+    sub = StudentSubmission(student, {assignment: data})
+    results = grade_one(course, sub)  # other assignments come back "missing" at no cost
+    return next(r for r in results if r.notebook == assignment)
+
+
+def cell_scores(result: NotebookResult) -> dict[str, float]:
+    return {c.grade_id: c.score for c in result.cells}
+
+
+def failed_cells(result: NotebookResult) -> set[str]:
+    return {c.grade_id for c in result.cells if c.score < c.max_score}
+
+
+def fresh_copy(module):
+    """The reference module's functions re-created from source: the same code, but not the
+    reference's own objects (the honesty guard rejects those)."""
+    namespace: dict = {"__name__": "student_copy"}
+    exec(compile(Path(module.__file__).read_text(), "<student copy>", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO

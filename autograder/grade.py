@@ -144,6 +144,11 @@ def grade_one(course: Course, sub: StudentSubmission, timeout: float = STUDENT_T
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           "missing: no notebook for this assignment was submitted"))
             continue
+        problem = _unreadable(sub.notebooks[assignment])
+        if problem:
+            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                                          f"unreadable notebook: {problem}"))
+            continue
         target = course.root / "submitted" / sub.student_id / assignment
         if target.exists():
             shutil.rmtree(target)
@@ -163,6 +168,17 @@ def grade_one(course: Course, sub: StudentSubmission, timeout: float = STUDENT_T
                             timeout=timeout)
         results.append(result)
     return results
+
+
+def _unreadable(data: bytes) -> str | None:
+    """Why a submitted file is not a notebook nbgrader can read, or None."""
+    try:
+        nbformat.reads(data.decode("utf-8"), as_version=4)
+    except UnicodeDecodeError:
+        return "not UTF-8 text (is it really a .ipynb?)"
+    except Exception as err:  # noqa: BLE001 - nbformat raises several kinds
+        return f"not valid notebook JSON ({type(err).__name__}: {str(err)[:120]})"
+    return None
 
 
 def _nbgrader_reason(log: str) -> str:

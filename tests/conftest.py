@@ -67,3 +67,18 @@ def fresh_copy(module):
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Per solution notebook, the time nbval took to execute it (the spec wants < 60 s each)."""
+    totals: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            if ".ipynb::" in nodeid and getattr(report, "when", "") == "call":
+                name = nodeid.split("::")[0]
+                totals[name] = totals.get(name, 0.0) + report.duration
+    if totals:
+        terminalreporter.write_sep("-", "solution notebooks: execution time (nbval)")
+        for name, seconds in sorted(totals.items()):
+            terminalreporter.write_line(f"{seconds:6.1f} s  {name}")

@@ -1,0 +1,120 @@
+"""The grading core end to end, through real nbgrader: the demo class, grades.csv, feedback
+without hidden tests, the submission layouts, and the student self-check."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import zipfile
+
+import nbformat
+import pytest
+
+from autograder.demo import run_demo
+from autograder.grade import CSV_COLUMNS, grade
+from autograder.selfcheck import format_report, self_check
+
+from .conftest import inject, solved_notebook
+
+pytestmark = pytest.mark.slow
+A01 = "01_similarity_attention"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    results, problems = run_demo(out)
+    return out, results, problems
+
+
+def test_demo_class_scores_as_designed(demo):
+    out, results, problems = demo
+    assert problems == []
+    by = {(r.student_id, r.notebook): r for r in results}
+    for (student, notebook), r in by.items():
+        assert r.max_score > 0
+        if student == "full-marks":
+            assert r.score == r.max_score
+        if student == "blank":
+            assert r.score == 0
+    assert by[("typical-mistake", A01)].score == by[("typical-mistake", A01)].max_score - 2
+
+
+def test_grades_csv_has_one_row_per_student_and_notebook(demo):
+    out, results, _ = demo
+    rows = list(csv.DictReader((out / "graded" / "grades.csv").open()))
+    assert list(rows[0]) == CSV_COLUMNS
+    assert len(rows) == len(results) == 3 * len({r.notebook for r in results})
+    assert all(row["status"] == "ok" for row in rows)
+
+
+def test_feedback_never_shows_hidden_tests(demo):
+    out, _, _ = demo
+    pages = list((out / "graded" / "feedback").glob("*/*.html"))
+    assert len(pages) >= 3
+    for page in pages:
+        html = page.read_text()
+        assert "HIDDEN TESTS" not in html and "autograder.checks" not in html, page
+        assert "most recent call last" not in html and "----> " not in html, page
+    mistake = (out / "graded" / "feedback" / "typical-mistake" / f"{A01}.html").read_text()
+    assert "softmax without subtracting the max" in mistake  # the named mistake reaches the student
+
+
+def test_gradebook_is_nbgraders(demo):
+    from nbgrader.api import Gradebook
+
+    out, results, _ = demo
+    with Gradebook(f"sqlite:///{out / 'graded' / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(A01, "full-marks")
+        assert sub.score == sub.max_score == next(r.max_score for r in results if r.notebook == A01)
+
+
+def test_submission_layouts_and_broken_files(course, tmp_path):
+    """Folder with a renamed notebook, a zip, nbgrader's submitted/ tree, corrupt JSON: all graded or
+    reported, and one broken student never stops the others."""
+    good = nbformat.writes(solved_notebook(course, A01)).encode()
+    root = tmp_path / "class"
+    (root / "alice").mkdir(parents=True)
+    (root / "alice" / f"{A01} (1).ipynb").write_bytes(good)
+    with zipfile.ZipFile(root / "bob.zip", "w") as zf:
+        zf.writestr(f"homework/{A01}.ipynb", good)
+    (root / "carol").mkdir()
+    (root / "carol" / f"{A01}.ipynb").write_text('{"cells": [ this is not json')
+    (root / "dave").mkdir()
+    (root / "dave" / "notes.txt").write_text("forgot the notebook")
+    results = grade(root, tmp_path / "out", progress=False)
+    r = {(x.student_id, x.notebook): x for x in results}
+    top = r[("alice", A01)].max_score
+    assert r[("alice", A01)].score == top and r[("alice", A01)].status == "ok"
+    assert r[("bob", A01)].score == top
+    assert r[("carol", A01)].score == 0 and r[("carol", A01)].status.startswith("unreadable notebook")
+    assert r[("dave", A01)].status.startswith("missing")
+    rows = list(csv.DictReader((tmp_path / "out" / "grades.csv").open()))
+    assert {row["student_id"] for row in rows} == {"alice", "bob", "carol", "dave"}
+
+    # nbgrader's own submitted/ tree
+    tree = tmp_path / "nbgrader-course" / "submitted" / "erin" / A01
+    tree.mkdir(parents=True)
+    (tree / f"{A01}.ipynb").write_bytes(good)
+    results = grade(tmp_path / "nbgrader-course", tmp_path / "out2", progress=False)
+    erin = next(x for x in results if x.notebook == A01)
+    assert erin.student_id == "erin" and erin.score == erin.max_score
+
+
+def test_self_check_says_pass_fail_and_not_attempted(course, tmp_path):
+    nb = inject(solved_notebook(course, A01), {
+        "cosine_similarity": "def cosine_similarity(E):\n    return E @ E.T",
+    })
+    for cell in nb.cells:  # leave one exercise untouched: the release stub
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "dot_similarity":
+            cell.source = next(c.source for c in course.release(A01).cells
+                               if c.metadata.get("nbgrader", {}).get("grade_id") == "dot_similarity")
+    path = tmp_path / f"{A01}.ipynb"
+    nbformat.write(nb, path)
+    result, verdicts = self_check(path)
+    assert verdicts["normalize_rows"] == "pass"
+    assert verdicts["cosine_similarity"] == "fail"
+    assert verdicts["dot_similarity"] == "not attempted"
+    report = format_report(result, verdicts)
+    assert "FAIL  cosine_similarity" in report and "forgets to normalize" in report
+    assert "TODO  dot_similarity" in report

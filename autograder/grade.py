@@ -9,25 +9,45 @@ Layout of the output folder DIR:
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from attention_course.build import SOLUTIONS, assignments as list_assignments, prepare_source_course, tool_env
+from attention_course.build import (
+    LIBRARY, REPO, SOLUTIONS, assignments as list_assignments, extract_module, prepare_source_course,
+)
 
+from . import trusted
+from .sandbox import Limits, run_notebook_job
 from .submissions import StudentSubmission, collect
 
-STUDENT_TIMEOUT_S = float(os.environ.get("ATTN_GRADE_TIMEOUT", 600))
+CHECKS = Path(__file__).resolve().parent / "checks"
+
+# Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
+# their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
+# cells are put back so they count as failed, not as missing.
+GRADING_CONFIG = """
+c.Autograde.autograde_preprocessors = [
+    "autograder.plugins.TrustedVerdicts",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.OverwriteCells.add_missing_cells = True
+"""
 CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "status"]
 
 
@@ -61,7 +81,39 @@ class Course:
 
     def setup(self, solutions: Path = SOLUTIONS, only: list[str] | None = None) -> "Course":
         prepare_source_course(self.root, solutions, self.db_url, only)
+        config = self.root / "nbgrader_config.py"
+        config.write_text(config.read_text() + GRADING_CONFIG)
+        self.lock = threading.Lock()  # the gradebook is SQLite: one nbgrader writer at a time
         return self
+
+    @property
+    def api(self):
+        """nbgrader's own Python API, in this process: no second startup per notebook."""
+        if getattr(self, "_api", None) is None:
+            from nbgrader.apps import NbGraderAPI
+            from traitlets.config.loader import PyFileConfigLoader
+
+            config = PyFileConfigLoader("nbgrader_config.py", path=str(self.root)).load_config()
+            self._api = NbGraderAPI(config=config)
+        return self._api
+
+    def autograde_with_verdicts(self, assignment: str, student: str, verdicts: Path) -> str | None:
+        """nbgrader autograde + generate_feedback for one notebook; None or the reason it failed."""
+        with self.lock:
+            os.environ["ATTN_VERDICTS"] = str(verdicts)
+            try:
+                done = self.api.autograde(assignment, student, force=True, create=True)
+                if not done["success"]:
+                    return _nbgrader_reason(done.get("error", "") + done.get("log", ""))
+                done = self.api.generate_feedback(assignment, student, force=True)
+                if not done["success"]:
+                    return "feedback: " + _nbgrader_reason(done.get("error", "") + done.get("log", ""))
+            finally:
+                os.environ.pop("ATTN_VERDICTS", None)
+        return None
+
+    def source(self, assignment: str) -> nbformat.NotebookNode:
+        return nbformat.read(self.root / "source" / assignment / f"{assignment}.ipynb", as_version=4)
 
     @property
     def assignments(self) -> list[str]:
@@ -77,19 +129,6 @@ class Course:
     def max_score(self, assignment: str) -> float:
         return float(sum(c.metadata["nbgrader"].get("points", 0) for c in self.release(assignment).cells
                          if c.metadata.get("nbgrader", {}).get("grade")))
-
-    def nbgrader(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-        """nbgrader in its own process group, killed whole at the wall-clock limit."""
-        proc = subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=self.root,
-                                env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            raise
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def exercise_of(test_id: str, graded: set[str]) -> str:
@@ -136,37 +175,82 @@ def read_result(course: Course, student: str, assignment: str, status: str = "ok
     return result
 
 
-def grade_one(course: Course, sub: StudentSubmission, timeout: float = STUDENT_TIMEOUT_S) -> list[NotebookResult]:
-    """Autograde every notebook of one student; a failure is reported, never raised."""
+def _sandbox_paths(course: Course, assignment: str, job: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """What the sandbox must not see (hidden under empty mounts) and must not import (stubbed)."""
+    hide = [str(REPO / "solutions"), str(REPO / ".git"), str(REPO / "tests"), str(REPO / "build"),
+            str(course.root.parent), str(LIBRARY / "__pycache__"), str(CHECKS / "__pycache__"),
+            "/tmp", "/var/tmp", "/dev/shm"]
+    checks_stub = job / "hidden_tests_stub.py"
+    checks_stub.write_text('raise ImportError("the hidden tests are not available to notebook code")\n')
+    stubs = [(str(checks_stub), str(p)) for p in sorted(CHECKS.glob("nb*.py"))]
+    exported = extract_module(course.root / "source" / assignment / f"{assignment}.ipynb")
+    if exported:
+        ref_stub = job / "reference_stub.py"
+        ref_stub.write_text(f'raise ImportError("attention_course.{exported[0]} is the reference for this '
+                            f'notebook: it is not available while your own code is graded")\n')
+        stubs.append((str(ref_stub), str(LIBRARY / f"{exported[0]}.py")))
+    needed = [REPO.resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent]
+    hide = [p for p in hide if not any(n == Path(p) or n.is_relative_to(p) for n in needed)]
+    return hide, stubs
+
+
+def _load_submission(data: bytes) -> tuple[dict | None, str | None]:
+    problem = _unreadable(data)
+    if problem:
+        return None, problem
+    nb = json.loads(data.decode("utf-8"))
+    return nb, None
+
+
+def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
+                   limits: Limits | None = None) -> NotebookResult:
+    """Run one notebook in the sandbox, judge it outside, record it in nbgrader's gradebook."""
+    limits = limits or Limits()
+    student_nb, problem = _load_submission(data)
+    if problem:
+        return NotebookResult(student, assignment, 0.0, course.max_score(assignment), f"unreadable notebook: {problem}")
+    source = course.source(assignment)
+    tests = trusted.test_cells(source)
+    normalized = trusted.normalize_submission(student_nb, source)
+    job = trusted.build_job(normalized, tests)
+    folder = course.root.parent / "jobs" / f"{student}--{assignment}"
+    shutil.rmtree(folder, ignore_errors=True)
+    trusted.write_job(job, tests, folder, limits.cell_seconds)
+    hide, stubs = _sandbox_paths(course, assignment, folder)
+    run = run_notebook_job(folder, hide, stubs, limits)
+    verdicts = trusted.judge_job(job, tests, folder, run)
+    verdict_file = folder / "verdicts.json"
+    verdict_file.write_text(json.dumps({k: v.__dict__ for k, v in verdicts.items()}))
+    status = trusted.incidents_status(run, job)
+
+    target = course.root / "submitted" / student / assignment
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    nbformat.write(normalized, target / f"{assignment}.ipynb")
+    failure = course.autograde_with_verdicts(assignment, student, verdict_file)
+    if failure:
+        status = "error: nbgrader: " + failure
+    result = read_result(course, student, assignment, status)
+    for cell in result.cells:  # the trusted message, whatever nbgrader kept of it
+        v = verdicts.get(cell.grade_id)
+        if v and not v.passed:
+            cell.message = v.message
+    return result
+
+
+def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = None) -> list[NotebookResult]:
+    """Grade every notebook of one student; a failure is reported in `status`, never raised."""
     results = []
     for assignment in course.assignments:
         if assignment not in sub.notebooks:
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           "missing: no notebook for this assignment was submitted"))
             continue
-        problem = _unreadable(sub.notebooks[assignment])
-        if problem:
-            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                          f"unreadable notebook: {problem}"))
-            continue
-        target = course.root / "submitted" / sub.student_id / assignment
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        (target / f"{assignment}.ipynb").write_bytes(sub.notebooks[assignment])
-        status = "ok"
         try:
-            run = course.nbgrader("autograde", assignment, "--student", sub.student_id, "--force",
-                                  timeout=timeout)
-            if run.returncode != 0:
-                status = "error: " + _nbgrader_reason(run.stdout + run.stderr)
-        except subprocess.TimeoutExpired:
-            status = f"timeout: grading took longer than {timeout:.0f} s"
-        result = read_result(course, sub.student_id, assignment, status)
-        if status == "ok":
-            course.nbgrader("generate_feedback", assignment, "--student", sub.student_id, "--force",
-                            timeout=timeout)
-        results.append(result)
+            results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits))
+        except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
+            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                                          f"error: the grader failed on this notebook ({type(err).__name__}: {err})"[:400]))
     return results
 
 
@@ -222,27 +306,80 @@ def format_table(results: list[NotebookResult]) -> str:
     return "\n".join(lines)
 
 
-def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: bool = True) -> list[NotebookResult]:
-    """Grade every student in SUBMISSIONS into OUT; returns one result per student and notebook."""
+def _fingerprint(sub: StudentSubmission, solutions: Path) -> str:
+    h = hashlib.sha256()
+    for a in sorted(sub.notebooks):
+        h.update(a.encode() + b"\0" + hashlib.sha256(sub.notebooks[a]).digest())
+    for nb in sorted(solutions.glob("*/*.ipynb")):
+        h.update(nb.name.encode() + hashlib.sha256(nb.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _save_student(path: Path, fingerprint: str, results: list[NotebookResult]) -> None:
+    payload = {"fingerprint": fingerprint,
+               "results": [r.__dict__ | {"cells": [c.__dict__ for c in r.cells]} for r in results]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def _load_student(path: Path, fingerprint: str) -> list[NotebookResult] | None:
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if payload.get("fingerprint") != fingerprint:
+        return None
+    return [NotebookResult(**{**r, "cells": [CellResult(**c) for c in r["cells"]]}) for r in payload["results"]]
+
+
+def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: bool = True,
+          workers: int | None = None, limits: Limits | None = None) -> list[NotebookResult]:
+    """Grade every student in SUBMISSIONS into OUT, in parallel; one result per student and notebook.
+
+    Resumable: each finished student is saved (atomically) with a fingerprint of their files and
+    of the solutions; running the same command again after an interruption grades only the rest.
+    """
     from tqdm import tqdm
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    course = Course(out / "course").setup(solutions)
+    course = Course(out / "course")
+    if not (course.root / "source").is_dir() or not course.db_path.exists():
+        course.setup(solutions)
+    else:
+        course.lock = threading.Lock()
     students = collect(Path(submissions), course.grade_ids())
-    results: list[NotebookResult] = []
+    workers = workers or int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1)
+    done: dict[str, list[NotebookResult]] = {}
+    csv_lock = threading.Lock()
     started = time.time()
-    for sub in tqdm(students, desc="grading", unit="student", disable=not progress):
-        student_results = grade_one(course, sub)
-        for r in student_results:
+
+    def one(sub: StudentSubmission) -> None:
+        fingerprint = _fingerprint(sub, solutions)
+        saved = out / "students" / f"{sub.student_id}.json"
+        results = _load_student(saved, fingerprint)
+        if results is None:
+            results = grade_one(course, sub, limits)
             problems = [f"{k}: {v}" for k, v in sub.problems.items()]
-            if problems and r.status == "ok":
-                r.status = "ok (" + "; ".join(problems) + ")"
-        results.extend(student_results)
-        write_csv(results, out / "grades.csv")  # after every student: nothing is lost on interrupt
+            for r in results:
+                if problems:
+                    r.status = r.status + " (" + "; ".join(problems) + ")"
+            _save_student(saved, fingerprint, results)
+        with csv_lock:
+            done[sub.student_id] = results
+            write_csv([r for rs in done.values() for r in rs], out / "grades.csv")
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(tqdm(pool.map(one, students), total=len(students), desc="grading", unit="student",
+                  disable=not progress))
+    results = [r for s in students for r in done[s.student_id]]
+    write_csv(results, out / "grades.csv")
     collect_feedback(course, out)
     (out / "results.json").write_text(json.dumps(
         [r.__dict__ | {"cells": [c.__dict__ for c in r.cells]} for r in results], indent=1))
     if progress:
-        print(f"graded {len(students)} students in {time.time() - started:.0f} s -> {out / 'grades.csv'}")
+        print(f"graded {len(students)} students in {time.time() - started:.0f} s "
+              f"({workers} in parallel) -> {out / 'grades.csv'}")
     return results

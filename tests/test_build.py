@@ -2,13 +2,11 @@
 solutions/ must equal what `attn-course build` produces right now."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
 import pytest
 
 from attention_course.build import (
-    LIBRARY, NOTEBOOKS, SOLUTIONS, assignments, extract_library, extract_module, generate_notebooks,
+    LIBRARY, NOTEBOOKS, assignments, extract_library, extract_module, generate_notebooks,
     notebook_path,
 )
 

@@ -3,8 +3,6 @@ without hidden tests, the submission layouts, and the student self-check."""
 from __future__ import annotations
 
 import csv
-import io
-import json
 import zipfile
 
 import nbformat

@@ -252,13 +252,13 @@ def diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
     return None
 
 
-def diagnose_crash(exercise: Exercise, case: Case, error: Exception) -> Mistake | None:
+def diagnose_crash(exercise: Exercise, case: Case, error_type: str, error_message: str) -> Mistake | None:
     """The first catalogued mistake that crashes on `case` with the same error as the student's."""
     for mistake in exercise.mistakes:
         try:
             _run_mistake(exercise, case, mistake)
         except Exception as err:  # noqa: BLE001
-            if type(err) is type(error) and str(err) == str(error):
+            if type(err).__name__ == error_type and str(err) == error_message:
                 return mistake
     return None
 
@@ -269,34 +269,62 @@ def _explain(mistake: Mistake | None) -> str:
     return f"\n  This matches a known mistake: {mistake.name}.\n  Where to look: {mistake.hint}"
 
 
+def cases_of(exercise: Exercise) -> Sequence[Case]:
+    """The exercise's cases, drawn from its own stable seed (the same list every call)."""
+    return exercise.cases(np.random.default_rng(seed_for(exercise.name)))
+
+
+def run_case(exercise: Exercise, case: Case, impl) -> tuple:
+    """Run one case on the student's implementation -> an outcome the judge can read:
+    ("value", output) | ("missing",) | ("notimpl",) | ("forbidden", why) | ("error", type, message).
+    This is the only part that runs student code; in the grader it runs inside the sandbox."""
+    if impl is None:
+        return ("missing",)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return ("value", _run_student(exercise, case, impl))
+    except NotImplementedError:
+        return ("notimpl",)
+    except ForbiddenCall as err:
+        return ("forbidden", str(err))
+    except Exception as err:  # noqa: BLE001 - any crash is reported to the student
+        return ("error", type(err).__name__, str(err)[:2000])
+
+
+def judge(exercise: Exercise, case: Case, outcome: tuple, expected=None) -> str | None:
+    """None when the outcome is right, else the student-facing message. Runs in the trusted process."""
+    name = exercise.graded
+    kind = outcome[0]
+    if kind == "missing":
+        return f"{name}: nothing named `{name}` is defined. Run the cell that defines it (and keep its name)."
+    if kind == "notimpl":
+        return (f"{name}: not attempted yet (it still raises NotImplementedError). "
+                f"Replace `raise NotImplementedError()` with your code.")
+    if kind == "forbidden":
+        return f"{name}: not accepted, because {outcome[1]}."
+    if kind == "error":
+        return (f"{name} raised {outcome[1]}: {outcome[2]}\n  on: {case.description}"
+                + _explain(diagnose_crash(exercise, case, outcome[1], outcome[2])))
+    if expected is None:
+        expected = case.run(exercise.reference)
+    problem = compare(expected, outcome[1], exercise.rtol, exercise.atol)
+    if problem:
+        return (f"{name} gave a wrong result on: {case.description}"
+                + _explain(diagnose(exercise, case, outcome[1])) + f"\n  {problem}")
+    return None
+
+
 def check_exercise(exercise: Exercise, impl) -> None:
     """Run every case; raise CheckFailed with a student-facing message on the first mismatch.
 
     Returns None on purpose: a number left as a test cell's last value would be read by
     nbgrader as a partial-credit score.
     """
-    name = exercise.graded
-    if impl is None:
-        raise CheckFailed(f"{name}: nothing named `{name}` is defined. Run the cell that defines it.")
-    cases = exercise.cases(np.random.default_rng(seed_for(exercise.name)))
-    for case in cases:
-        expected = case.run(exercise.reference)
-        try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                got = _run_student(exercise, case, impl)
-        except NotImplementedError:
-            raise CheckFailed(f"{name}: not attempted yet (it still raises NotImplementedError). "
-                              f"Replace `raise NotImplementedError` with your code.") from None
-        except ForbiddenCall as err:
-            raise CheckFailed(f"{name}: not accepted, because {err}.") from None
-        except Exception as err:  # noqa: BLE001 - report any crash to the student
-            raise CheckFailed(f"{name} raised {type(err).__name__}: {err}\n  on: {case.description}"
-                              + _explain(diagnose_crash(exercise, case, err))) from None
-        problem = compare(expected, got, exercise.rtol, exercise.atol)
-        if problem:
-            raise CheckFailed(f"{name} gave a wrong result on: {case.description}"
-                              + _explain(diagnose(exercise, case, got)) + f"\n  {problem}")
+    for case in cases_of(exercise):
+        message = judge(exercise, case, run_case(exercise, case, impl))
+        if message:
+            raise CheckFailed(message)
 
 
 def make_checker(exercises: Sequence[Exercise]) -> Callable[[str, Any], None]:

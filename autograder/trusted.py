@@ -1,0 +1,271 @@
+"""The trusted half of grading: turn a submission into a sandbox job, then judge what comes
+back against the reference. Nothing here executes student code.
+
+A test cell's verdict is decided here, from the hidden checks written in the *source*
+notebook's test cell (`nbXX.check("name", variable)`): the cell passes when every one of
+them agrees with the reference on every case.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import cloudpickle
+import nbformat
+
+from .checks.core import Exercise, cases_of, judge
+from .sandbox import JobResult
+
+CHECK_CALL = re.compile(r"\b(nb\d+)\.check\(\s*[\"'](\w+)[\"']\s*,\s*(\w+)\s*\)")
+
+
+@dataclass(frozen=True)
+class CheckRef:
+    module: str  # autograder.checks.<module>
+    name: str  # the check's name in that module
+    variable: str  # the notebook variable it is applied to
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+@dataclass
+class TestCell:
+    grade_id: str
+    points: float
+    checks: list[CheckRef]
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str = ""
+
+
+@dataclass
+class Job:
+    cells: list[dict]
+    test_cell_index: dict[str, int]  # test grade_id -> index in cells
+    solution_sources: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- source side
+def test_cells(source_nb) -> list[TestCell]:
+    """The graded test cells of a source notebook, with the hidden checks each one runs."""
+    found = []
+    for cell in source_nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            checks = [CheckRef(m, n, v) for m, n, v in CHECK_CALL.findall(cell.source)]
+            found.append(TestCell(meta["grade_id"], float(meta.get("points", 0)), checks))
+    return found
+
+
+@lru_cache(maxsize=None)
+def exercise(ref: CheckRef) -> Exercise:
+    module = importlib.import_module(f"autograder.checks.{ref.module}")
+    return module.check.exercises[ref.name]
+
+
+@lru_cache(maxsize=None)
+def cases(ref: CheckRef):
+    return tuple(cases_of(exercise(ref)))
+
+
+@lru_cache(maxsize=None)
+def expected(ref: CheckRef):
+    return tuple(case.run(exercise(ref).reference) for case in cases(ref))
+
+
+def _sandbox_exercise(ex: Exercise) -> Exercise:
+    """What the sandbox may know of an exercise: its name and the built-ins it forbids.
+    No reference, no mistakes, no case generator."""
+    builtins = tuple((f, why) for f, why in ex.forbidden
+                     if not str(getattr(f, "__module__", "")).startswith("attention_course"))
+    return dataclasses.replace(ex, reference=None, cases=None, mistakes=(), namespace={}, forbidden=builtins)
+
+
+def write_cases(refs: list[CheckRef], path: Path) -> None:
+    payload = {}
+    for ref in refs:
+        cloudpickle.register_pickle_by_value(importlib.import_module(f"autograder.checks.{ref.module}"))
+        payload[ref.key] = {"exercise": _sandbox_exercise(exercise(ref)), "cases": list(cases(ref))}
+    path.write_bytes(cloudpickle.dumps(payload))
+
+
+# --------------------------------------------------------------------------- the submission
+def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
+    """The student's notebook as nbgrader should see it: grade metadata restored from the source
+    for the first cell of each known grade_id, dropped from duplicates and unknown ids (so an
+    edited `points`, a renamed grade_id or a duplicated cell can neither earn nor crash), and the
+    course's kernelspec."""
+    source_meta = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]
+                   for c in source_nb.cells if "nbgrader" in c.metadata}
+    source_type = {c.metadata["nbgrader"]["grade_id"]: c.cell_type
+                   for c in source_nb.cells if "nbgrader" in c.metadata}
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": source_nb.metadata.get("kernelspec", {}),
+                                            "language_info": {"name": "python"}})
+    seen = set()
+    for cell in student_nb.get("cells", []):
+        ctype = cell.get("cell_type")
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else str(src)
+        if ctype == "code":
+            new = nbformat.v4.new_code_cell(src)
+        elif ctype in ("markdown", "raw"):
+            new = (nbformat.v4.new_markdown_cell if ctype == "markdown" else nbformat.v4.new_raw_cell)(src)
+        else:
+            continue
+        gid = (cell.get("metadata") or {}).get("nbgrader", {}).get("grade_id") if isinstance(cell.get("metadata"), dict) else None
+        if isinstance(gid, str) and gid in source_meta and gid not in seen and source_type[gid] == ctype:
+            seen.add(gid)
+            new.metadata["nbgrader"] = dict(source_meta[gid])
+            new.metadata["nbgrader"].pop("checksum", None)
+        nb.cells.append(new)
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell-{i:04d}"
+    return nb
+
+
+def build_job(student_nb, tests: list[TestCell]) -> Job:
+    """Cells to run, in the student's order; each known test cell becomes a 'record' step
+    (its source is never run); test cells the student deleted are recorded at the end."""
+    by_id = {t.grade_id: t for t in tests}
+    cells, index, solutions = [], {}, {}
+    for cell in student_nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if cell.cell_type != "code":
+            continue
+        if gid in by_id and gid not in index:
+            index[gid] = len(cells)
+            cells.append({"kind": "record", "test": gid,
+                          "checks": [{"name": c.key, "variable": c.variable} for c in by_id[gid].checks]})
+            continue
+        if meta.get("solution") and gid:
+            solutions[gid] = cell.source
+        cells.append({"kind": "code", "source": cell.source})
+    for t in tests:
+        if t.grade_id not in index:
+            index[t.grade_id] = len(cells)
+            cells.append({"kind": "record", "test": t.grade_id,
+                          "checks": [{"name": c.key, "variable": c.variable} for c in t.checks]})
+    return Job(cells, index, solutions)
+
+
+def write_job(job: Job, tests: list[TestCell], folder: Path, cell_timeout: float) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(json.dumps({"cells": job.cells, "skip": [], "cell_timeout": cell_timeout}))
+    refs = sorted({c for t in tests for c in t.checks}, key=lambda c: c.key)
+    write_cases(refs, folder / "cases.pkl")
+
+
+# --------------------------------------------------------------------------- honesty, statically
+_TORCH_ROOTS = ("torch", "F", "nn", "functional")
+
+
+def static_violation(ex: Exercise, source: str, reference_module: str) -> str | None:
+    """A forbidden built-in or the course reference named in the student's own cell."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    banned = {}
+    for func, why in ex.forbidden:
+        module = str(getattr(func, "__module__", ""))
+        if module.startswith("attention_course"):
+            continue
+        qual = getattr(func, "__qualname__", getattr(func, "__name__", ""))
+        banned[qual.split(".")[0] if "." in qual else qual] = why
+    own = reference_module.rsplit(".", 1)[-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in banned:
+            return banned[node.attr]
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            names = {a.name for a in node.names}
+            if mod == reference_module or (mod == "attention_course" and own in names):
+                return f"it imports the course's reference implementation ({reference_module}); write the exercise yourself"
+            if mod.startswith("torch") and names & set(banned):
+                return banned[sorted(names & set(banned))[0]]
+        if isinstance(node, ast.Import) and any(a.name == reference_module for a in node.names):
+            return f"it imports the course's reference implementation ({reference_module}); write the exercise yourself"
+    return None
+
+
+# --------------------------------------------------------------------------- judging
+def judge_job(job: Job, tests: list[TestCell], folder: Path, run: JobResult) -> dict[str, Verdict]:
+    from .serialize import loads
+
+    verdicts = {}
+    for t in tests:
+        i = job.test_cell_index[t.grade_id]
+        blob = folder / "out" / f"{i}.npz"
+        if not t.checks:
+            verdicts[t.grade_id] = Verdict(False, "this test cell has no hidden check (a course bug: tell your instructor)")
+            continue
+        if not blob.exists():
+            verdicts[t.grade_id] = Verdict(False, _why_not_reached(i, run))
+            continue
+        try:
+            outcomes = loads(blob.read_bytes())
+        except Exception as err:  # noqa: BLE001 - anything the sandbox wrote is untrusted
+            verdicts[t.grade_id] = Verdict(False, f"the grader could not read this cell's results ({type(err).__name__})")
+            continue
+        verdicts[t.grade_id] = _judge_cell(t, outcomes, job)
+    return verdicts
+
+
+def _judge_cell(t: TestCell, outcomes, job: Job) -> Verdict:
+    for ref in t.checks:
+        ex = exercise(ref)
+        violation = static_violation(ex, job.solution_sources.get(ex.graded, ""), ex.reference.__module__)
+        if violation:
+            return Verdict(False, f"{ex.graded}: not accepted, because {violation}.")
+        got = outcomes.get(ref.key) if isinstance(outcomes, dict) else None
+        if not isinstance(got, list) or len(got) != len(cases(ref)):
+            return Verdict(False, f"{ex.graded}: the checks did not complete")
+        for case, outcome, want in zip(cases(ref), got, expected(ref)):
+            if not isinstance(outcome, tuple) or not outcome or not isinstance(outcome[0], str):
+                return Verdict(False, f"{ex.graded}: unreadable result")
+            message = judge(ex, case, outcome, want)
+            if message:
+                return Verdict(False, message)
+    return Verdict(True)
+
+
+def _why_not_reached(i: int, run: JobResult) -> str:
+    for incident in run.incidents:
+        if incident.cell == i:
+            return f"not graded: checking this cell {incident.detail}"
+    before = [x for x in run.incidents if x.cell < i]
+    if before:
+        x = before[-1]
+        return f"not graded: the notebook stopped before this test ({x.kind}: {x.detail})"
+    return "not graded: the notebook stopped before this test"
+
+
+def incidents_status(run: JobResult, job: Job) -> str:
+    """The explicit reason that goes in grades.csv's status ('ok' when nothing went wrong)."""
+    parts = []
+    for x in run.incidents:
+        if 0 <= x.cell < len(job.cells):
+            cell = job.cells[x.cell]
+            if cell["kind"] == "code":
+                first = next((line.strip() for line in cell["source"].splitlines() if line.strip()), "")[:60]
+                where = f"the code cell starting {first!r}"
+            else:
+                where = f"the checks of {cell['test']}"
+            parts.append(f"{x.kind}: {where}: {x.detail} (skipped; the rest was graded)")
+        else:
+            parts.append(f"{x.kind}: {x.detail}")
+    if run.isolation not in ("root", "user"):
+        parts.append(f"sandbox: {run.isolation}")
+    return "; ".join(parts) or "ok"

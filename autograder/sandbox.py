@@ -67,7 +67,7 @@ def isolation_mode() -> str:
     unshare = shutil.which("unshare")
     if not sys.platform.startswith("linux") or not unshare:
         return "none: needs Linux with util-linux's unshare"
-    base = [unshare, "--mount", "--net", "--pid", "--fork"]
+    base = [unshare, "--mount", "--net", "--pid", "--fork", "--mount-proc"]
     mode = "root" if os.geteuid() == 0 else "user"
     cmd = base + ([] if mode == "root" else ["--map-root-user"]) + ["true"]
     try:
@@ -179,7 +179,7 @@ def _launch(job: Path, hide_dirs: list[str], stub_files: list[tuple[str, str]],
                            "file_bytes": limits.file_bytes}}
         spec_path = job / "sandbox.json"
         spec_path.write_text(json.dumps(spec))
-        cmd = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child"]
+        cmd = ["unshare", "--mount", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
         if mode == "user":
             cmd.append("--map-root-user")
         cmd += [sys.executable, "-m", "autograder.sandbox", "init", str(spec_path)]

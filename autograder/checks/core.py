@@ -139,6 +139,7 @@ def compare(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str = 
     if is_tensor and str(expected.dtype) != str(got.dtype):
         return f"{where}: expected dtype {expected.dtype}, got {got.dtype}"
     if e.dtype == bool:
+        e, g = np.atleast_1d(e), np.atleast_1d(g)
         wrong = np.argwhere(e != g)
         if wrong.size:
             idx = tuple(int(i) for i in wrong[0])

@@ -1,0 +1,94 @@
+"""The grader against 35 hostile, broken and bizarre submissions, graded for real in one
+parallel batch: none earns a point it did not earn, none stops the batch, each gets its reason,
+and the sandbox keeps every secret (solutions, gradebook, other students, hidden tests, network)."""
+from __future__ import annotations
+
+import csv
+import socket
+
+import pytest
+
+from attention_course.build import REPO
+from autograder import adversarial
+from autograder.adversarial import ASSIGNMENT, CATALOGUE, expected_score
+from autograder.grade import grade
+from autograder.sandbox import Limits, isolation_mode
+
+from .conftest import solved_notebook
+
+pytestmark = pytest.mark.slow
+
+# Small limits, safe on a 2-core 24 GiB machine even if a limit failed: the memory hog grows in
+# 256 MiB steps (to 2 GiB), the process burst is bounded at 400, loops end at the cell timeout.
+LIMITS = Limits(cell_seconds=5, notebook_seconds=150, memory_bytes=2 * 2**30, processes=64)
+
+
+@pytest.fixture(scope="module")
+def graded(course, tmp_path_factory):
+    if isolation_mode() not in ("root", "user"):
+        pytest.skip(f"no namespace sandbox here ({isolation_mode()})")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    root = tmp_path_factory.mktemp("adversarial")
+    out = root / "out"
+    paths = adversarial.probe_paths(REPO, out, listener.getsockname()[1])
+    chosen = adversarial.write_class(root / "class", solved_notebook(course, ASSIGNMENT), course.release(ASSIGNMENT), paths)
+    try:
+        results = grade(root / "class", out, progress=False, workers=2, limits=LIMITS)
+    finally:
+        listener.close()
+    return {r.student_id: r for r in results if r.notebook == ASSIGNMENT}, chosen, out, paths
+
+
+@pytest.mark.parametrize("adversary", CATALOGUE, ids=lambda a: a.name)
+def test_adversary_scores_exactly_what_it_earned(graded, adversary):
+    results, _, _, _ = graded
+    r = results[adversary.name]
+    assert r.score == expected_score(adversary, r.max_score), (r.status, [(c.grade_id, c.message[:120]) for c in r.cells if c.score < c.max_score])
+    if adversary.status == "ok":
+        assert r.status == "ok", r.status
+    elif adversary.status:
+        assert r.status.startswith(adversary.status), r.status
+
+
+def test_catalogue_is_large_and_complete():
+    names = {a.name for a in CATALOGUE}
+    assert len(CATALOGUE) >= 30
+    for required in ("tamper-allclose", "tamper-transformers", "os-exit", "segfault", "hang", "sys-exit",
+                     "memory", "processes", "flood", "duplicated-cells", "edited-points", "renamed-grade-ids",
+                     "retyped-tests", "corrupt-json", "changed-kernelspec", "warnings", "imports-reference"):
+        assert required in names
+
+
+def test_honesty_violations_are_named(graded):
+    results, _, _, _ = graded
+    for name in ("imports-reference", "wraps-reference"):
+        text = " ".join(c.message for c in results[name].cells)
+        assert "reference" in text, text
+
+
+def test_crashes_say_what_happened(graded):
+    results, _, _, _ = graded
+    assert "os._exit" in results["os-exit"].status
+    assert "segmentation fault" in results["segfault"].status
+    assert "ignored the interrupt" in results["hang"].status
+
+
+def test_nothing_was_written_outside_the_sandbox(graded):
+    _, _, out, paths = graded
+    assert not (REPO / "pwned.txt").exists()
+    assert not (out / "pwned.txt").exists()
+
+
+def test_batch_table_and_feedback_are_complete(graded):
+    results, chosen, out, _ = graded
+    rows = [row for row in csv.DictReader((out / "grades.csv").open()) if row["notebook"] == ASSIGNMENT]
+    assert {row["student_id"] for row in rows} == set(chosen)
+    pages = list((out / "feedback").glob("*/*.html"))
+    assert len(pages) >= len(chosen) - 4  # all but the unreadable ones (and crashes of nbgrader: none)
+    for page in pages:
+        html = page.read_text()
+        for secret in ("HIDDEN TESTS", "nb01.check", "most recent call last"):
+            at = html.find(secret)
+            assert at < 0, (page.parent.name, secret, html[max(0, at - 300): at + 100])

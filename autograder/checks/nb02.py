@@ -1,0 +1,386 @@
+"""Checks for notebook 02, "Queries, keys and values" (PyTorch).
+
+Cases are pickled by value into the grading sandbox, where neither this module nor the
+reference module can be imported: they may use torch, numpy and what is defined here, nothing
+from attention_course. Every case runs on float32 tensors built from the exercise's own random generator, so the
+student's code sees exactly the inputs the reference sees. Modules are compared by loading one
+random state_dict (the spec's attribute names) into the student's module: no case depends on how
+the student's code draws its initial weights.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attention_course import attention as ref
+
+from .core import Case, Exercise, Mistake, make_checker, reference_guard
+
+HONESTY = tuple(reference_guard(ref))
+NO_BUILTIN = ((F.scaled_dot_product_attention,
+               "it calls torch.nn.functional.scaled_dot_product_attention, the built-in this exercise "
+               "asks you to write yourself"),)
+FORBIDDEN = HONESTY + NO_BUILTIN
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class Builtin:
+    """Stands for PyTorch's own implementation where an exercise is compared with it (the case
+    runs PyTorch when it is handed this marker). `__module__` names the notebook's reference
+    module, which is what the grader's static honesty check looks for."""
+
+    def __init__(self, name: str, module: str):
+        self.name = name
+        self.__module__ = module
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+TORCH_SDPA = Builtin("torch.nn.functional.scaled_dot_product_attention", ref.__name__)
+
+
+def tensor(rng: np.random.Generator, *shape, scale: float = 1.0) -> torch.Tensor:
+    return torch.from_numpy(rng.normal(scale=scale, size=shape).astype(np.float32))
+
+
+def random_mask(rng, *shape, p_keep: float = 0.6, keep_column: int | None = 0) -> torch.Tensor:
+    """A boolean mask (True = may attend); keep_column stays True so no row is empty."""
+    m = torch.from_numpy(rng.uniform(size=shape) < p_keep)
+    if keep_column is not None:
+        m[..., keep_column] = True
+    return m
+
+
+def causal(T: int) -> torch.Tensor:
+    return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def _shape(t) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def _backward(out, weights) -> None:
+    """Backpropagate a fixed random linear function of the output and the weights."""
+    g = torch.Generator().manual_seed(0)
+    loss = (out * torch.randn(out.shape, generator=g)).sum() + (weights * torch.randn(weights.shape, generator=g)).sum()
+    if loss.requires_grad:
+        loss.backward()
+
+
+# --------------------------------------------------------------------------- scaled_dot_product_attention
+def _sdpa_case(description, q, k, v, mask=None, grads=False):
+    def run(f):
+        if f is TORCH_SDPA:
+            return F.scaled_dot_product_attention(q.clone(), k.clone(), v.clone(),
+                                                  attn_mask=None if mask is None else mask.clone())
+        if grads:
+            qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+            out, w = f(qq, kk, vv, None if mask is None else mask.clone())
+            _backward(out, w)
+            return out, w, qq.grad, kk.grad, vv.grad
+        return f(q.clone(), k.clone(), v.clone(), None if mask is None else mask.clone())
+    return Case(description, run)
+
+
+def _output_only(case: Case) -> Case:
+    """For the comparison with PyTorch's built-in, which returns no weights."""
+    def run(f):
+        result = case.run(f)
+        return result if f is TORCH_SDPA else (result[0] if isinstance(result, (tuple, list)) else result)
+    return Case(case.description, run)
+
+
+def _sdpa_cases(rng):
+    cases = []
+    for q_shape, T_k, d_v in [((4, 8), 6, 5), ((2, 5, 4), 5, 4), ((3, 4, 16), 7, 3),
+                              ((2, 3, 4, 5), 6, 7), ((2, 2, 3, 6, 32), 5, 8)]:
+        *lead, T_q, d_k = q_shape
+        q = tensor(rng, *q_shape, scale=1.5)
+        k = tensor(rng, *lead, T_k, d_k, scale=1.5)
+        v = tensor(rng, *lead, T_k, d_v)
+        cases.append(_sdpa_case(f"q {_shape(q)}, k {_shape(k)}, v {_shape(v)} (no mask)", q, k, v))
+    return cases
+
+
+def _sdpa_mask_cases(rng):
+    q, k, v = tensor(rng, 2, 5, 8), tensor(rng, 2, 5, 8), tensor(rng, 2, 5, 3)
+    cases = [_sdpa_case("a [5, 5] causal mask on q, k [2, 5, 8] (broadcast over the batch)", q, k, v, causal(5))]
+    q, k, v = tensor(rng, 3, 4, 6), tensor(rng, 3, 7, 6), tensor(rng, 3, 7, 5)
+    pad = torch.ones(3, 1, 7, dtype=torch.bool)
+    pad[1, :, 5:] = False
+    pad[2, :, 3:] = False
+    cases.append(_sdpa_case("a [3, 1, 7] padding mask, 4 queries over 7 keys", q, k, v, pad))
+    q, k, v = tensor(rng, 2, 3, 4, 8), tensor(rng, 2, 3, 6, 8), tensor(rng, 2, 3, 6, 4)
+    cases.append(_sdpa_case("a random [2, 3, 4, 6] mask (every row keeps a key)", q, k, v,
+                            random_mask(rng, 2, 3, 4, 6, keep_column=int(rng.integers(6)))))
+    q, k, v = tensor(rng, 2, 4, 8), tensor(rng, 2, 5, 8), tensor(rng, 2, 5, 3)
+    full = random_mask(rng, 2, 4, 5)
+    full[0, 2] = False
+    full[1, 0] = False
+    cases.append(_sdpa_case("a mask with fully masked rows (batch 0 query 2, batch 1 query 0): "
+                            "zero weights, zero output, no NaN", q, k, v, full))
+    q, k, v = tensor(rng, 2, 4, 8), tensor(rng, 2, 4, 8), tensor(rng, 2, 4, 3)
+    empty = causal(4).clone()
+    empty[3] = False
+    cases.append(_sdpa_case("gradients through a causal mask whose last row is fully masked "
+                            "(returns output, weights, q.grad, k.grad, v.grad)", q, k, v, empty, grads=True))
+    q, k, v = tensor(rng, 2, 3, 6), tensor(rng, 2, 5, 6), tensor(rng, 2, 5, 4)
+    cases.append(_sdpa_case("gradients without a mask (returns output, weights, q.grad, k.grad, v.grad)",
+                            q, k, v, grads=True))
+    return cases
+
+
+def _sdpa_torch_cases(rng):
+    cases = [_output_only(c) for c in _sdpa_cases(rng)[:4]]
+    q, k, v = tensor(rng, 2, 3, 5, 8), tensor(rng, 2, 3, 7, 8), tensor(rng, 2, 3, 7, 4)
+    cases.append(_output_only(_sdpa_case("a random [2, 1, 5, 7] mask (every row keeps a key)", q, k, v,
+                                         random_mask(rng, 2, 1, 5, 7, keep_column=3))))
+    q, k, v = tensor(rng, 6, 8), tensor(rng, 6, 8), tensor(rng, 6, 2)
+    cases.append(_output_only(_sdpa_case("a [6, 6] causal mask", q, k, v, causal(6))))
+    return [Case(f"{c.description}, compared with F.scaled_dot_product_attention", c.run) for c in cases]
+
+
+def _sdpa(body: str, mask_fill: str = "    scores = scores.masked_fill(~mask, float('-inf'))",
+          after: str = "    weights = weights.masked_fill(~mask, 0.0)") -> str:
+    """A scaled_dot_product_attention whose pieces can be swapped for a mistake."""
+    return (
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        f"{body}\n"
+        "    if mask is not None:\n"
+        f"    {mask_fill}\n"
+        "    weights = torch.softmax(scores, dim=-1)\n"
+        "    if mask is not None:\n"
+        f"    {after}\n"
+        "    return weights @ v, weights\n")
+
+
+GOOD_SCORES = "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])"
+
+SDPA_MISTAKES = (
+    Mistake("no 1/sqrt(d_k) scaling",
+            "divide the scores q @ k^T by math.sqrt(d_k), where d_k = q.shape[-1]",
+            _sdpa("    scores = q @ k.transpose(-2, -1)")),
+    Mistake("scaled by d_k instead of sqrt(d_k)",
+            "the scale is 1 / sqrt(d_k): math.sqrt(q.shape[-1]), not q.shape[-1]",
+            _sdpa("    scores = q @ k.transpose(-2, -1) / q.shape[-1]")),
+    Mistake("scaled by the number of keys instead of d_k",
+            "d_k is the width of the queries and keys, q.shape[-1], not the number of keys k.shape[-2]",
+            _sdpa("    scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2])")),
+    Mistake("softmax over the query axis (columns sum to 1, not rows)",
+            "each query's row of weights must sum to 1: softmax over the keys, dim=-1",
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            f"{GOOD_SCORES}\n"
+            "    if mask is not None:\n"
+            "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+            "    weights = torch.softmax(scores, dim=-2)\n"
+            "    if mask is not None:\n"
+            "        weights = weights.masked_fill(~mask, 0.0)\n"
+            "    return weights @ v, weights\n"),
+    Mistake("k.T instead of k.transpose(-2, -1)",
+            "for batched tensors k.T reverses *every* axis; swap only the last two: k.transpose(-2, -1)",
+            _sdpa("    scores = q @ k.T / math.sqrt(q.shape[-1])")),
+    Mistake("returned (weights, output) instead of (output, weights)",
+            "return the output first, then the weights",
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            f"{GOOD_SCORES}\n"
+            "    if mask is not None:\n"
+            "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+            "    weights = torch.softmax(scores, dim=-1)\n"
+            "    if mask is not None:\n"
+            "        weights = weights.masked_fill(~mask, 0.0)\n"
+            "    return weights, weights @ v\n"),
+    Mistake("mask applied after the softmax (the allowed weights no longer sum to 1)",
+            "mask the *scores* (masked_fill(~mask, -inf)) before softmax, so the allowed weights are renormalized",
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            f"{GOOD_SCORES}\n"
+            "    weights = torch.softmax(scores, dim=-1)\n"
+            "    if mask is not None:\n"
+            "        weights = weights.masked_fill(~mask, 0.0)\n"
+            "    return weights @ v, weights\n"),
+    Mistake("inverted mask (True treated as 'blocked')",
+            "True means *may attend*: fill the scores where the mask is False, masked_fill(~mask, -inf)",
+            _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(mask, float('-inf'))",
+                  after="    weights = weights.masked_fill(mask, 0.0)")),
+    Mistake("masked scores set to 0 instead of -inf",
+            "a score of 0 still gets weight exp(0) = 1: fill forbidden scores with float('-inf')",
+            _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(~mask, 0.0)", after="    pass")),
+    Mistake("mask ignored",
+            "use the mask: scores.masked_fill(~mask, float('-inf')) before the softmax",
+            _sdpa(GOOD_SCORES, mask_fill="    pass", after="    pass")),
+    Mistake("a fully masked row gives NaN",
+            "softmax of a row that is all -inf is 0/0 = NaN: set the weights of masked positions to 0 "
+            "after the softmax (weights.masked_fill(~mask, 0.0))",
+            _sdpa(GOOD_SCORES, after="    pass")),
+    Mistake("a fully masked row gives uniform weights instead of zeros",
+            "filling with a large negative number makes an all-masked row uniform; such a row must get "
+            "zero weights: weights.masked_fill(~mask, 0.0) after the softmax",
+            _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(~mask, -1e9)", after="    pass")),
+)
+
+
+# --------------------------------------------------------------------------- SelfAttention
+def _self_attention_state(rng, d_model, d_k, d_v, bias):
+    sd = {}
+    for name, d_out in (("q_proj", d_k), ("k_proj", d_k), ("v_proj", d_v)):
+        sd[f"{name}.weight"] = tensor(rng, d_out, d_model, scale=1.0 / np.sqrt(d_model))
+        if bias:
+            sd[f"{name}.bias"] = tensor(rng, d_out, scale=0.3)
+    return sd
+
+
+def _build(cls, args: dict, state: dict):
+    module = cls(**args)
+    module.load_state_dict({k: v.clone() for k, v in state.items()})
+    return module.eval()
+
+
+def _self_attention_case(rng, description, args, x_shape, mask=None, grads=False):
+    d_v = args.get("d_v") or args["d_k"]
+    state = _self_attention_state(rng, args["d_model"], args["d_k"], d_v, args.get("bias", True))
+    x = tensor(rng, *x_shape)
+
+    def run(cls):
+        layer = _build(cls, args, state)
+        m = None if mask is None else mask.clone()
+        if not grads:
+            with torch.no_grad():
+                return layer(x.clone(), mask=m) if m is not None else layer(x.clone())
+        xx = x.clone().requires_grad_()
+        out, w = layer(xx, mask=m) if m is not None else layer(xx)
+        _backward(out, w)
+        params = dict(layer.named_parameters())
+        return (out, w, xx.grad) + tuple(params[name].grad if name in params else None for name in state)
+
+    args_text = ", ".join(f"{k}={v}" for k, v in args.items())
+    return Case(f"SelfAttention({args_text}) on x {list(x_shape)}{description}", run)
+
+
+def _self_attention_cases(rng):
+    return [
+        _self_attention_case(rng, "", dict(d_model=8, d_k=4), (2, 5, 8)),
+        _self_attention_case(rng, "", dict(d_model=6, d_k=5, d_v=3), (3, 4, 6)),
+        _self_attention_case(rng, " (no batch axis)", dict(d_model=16, d_k=8, d_v=12), (7, 16)),
+        _self_attention_case(rng, " (two batch axes)", dict(d_model=8, d_k=6, bias=False), (2, 3, 4, 8)),
+    ]
+
+
+def _self_attention_mask_cases(rng):
+    pad = torch.ones(3, 1, 6, dtype=torch.bool)
+    pad[0, :, 4:] = False
+    pad[2, :, 1:] = False
+    empty = causal(5).clone()
+    empty[2] = False
+    return [
+        _self_attention_case(rng, ", a [5, 5] causal mask", dict(d_model=8, d_k=4), (2, 5, 8), causal(5)),
+        _self_attention_case(rng, ", a [3, 1, 6] padding mask", dict(d_model=6, d_k=5, d_v=3), (3, 6, 6), pad),
+        _self_attention_case(rng, ", a mask with a fully masked row (query 2)", dict(d_model=8, d_k=4),
+                             (2, 5, 8), empty),
+    ]
+
+
+def _self_attention_gradient_cases(rng):
+    return [
+        _self_attention_case(rng, " (returns output, weights, x.grad and every projection's grads)",
+                             dict(d_model=8, d_k=4, d_v=6), (2, 5, 8), grads=True),
+        _self_attention_case(rng, ", causal mask (returns output, weights, x.grad and every projection's grads)",
+                             dict(d_model=6, d_k=3, bias=False), (3, 4, 6), causal(4), grads=True),
+    ]
+
+
+_ATTEND = (
+    "def _attend(q, k, v, mask=None, scale=None, dim=-1):\n"
+    "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1] if scale is None else scale)\n"
+    "    if mask is not None:\n"
+    "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+    "    weights = torch.softmax(scores, dim=dim)\n"
+    "    if mask is not None:\n"
+    "        weights = weights.masked_fill(~mask, 0.0)\n"
+    "    return weights @ v, weights\n\n")
+
+
+def _self_attention(init: str, forward: str) -> str:
+    """A SelfAttention with a self-contained attention helper (`_attend`), so it can be dropped
+    into a notebook in place of the student's cell."""
+    return (_ATTEND +
+            "class SelfAttention(nn.Module):\n"
+            "    def __init__(self, d_model, d_k, d_v=None, bias=True):\n"
+            "        super().__init__()\n"
+            "        self.d_model = d_model\n"
+            f"{init}\n"
+            "    def forward(self, x, mask=None):\n"
+            f"{forward}\n")
+
+
+GOOD_INIT = ("        d_v = d_k if d_v is None else d_v\n"
+             "        self.q_proj = nn.Linear(d_model, d_k, bias=bias)\n"
+             "        self.k_proj = nn.Linear(d_model, d_k, bias=bias)\n"
+             "        self.v_proj = nn.Linear(d_model, d_v, bias=bias)\n")
+
+SELF_ATTENTION_MISTAKES = (
+    Mistake("scaled by sqrt(d_model) instead of sqrt(d_k)",
+            "the scores compare d_k-wide queries and keys: divide by sqrt(d_k), the width after the projection",
+            _self_attention(GOOD_INIT, "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask, scale=self.d_model)")),
+    Mistake("no 1/sqrt(d_k) scaling",
+            "divide the scores by sqrt(d_k) (use your scaled_dot_product_attention)",
+            _self_attention(GOOD_INIT, "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask, scale=1)")),
+    Mistake("softmax over the query axis (columns sum to 1, not rows)",
+            "each query's row of weights must sum to 1: softmax over the keys, dim=-1",
+            _self_attention(GOOD_INIT, "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask, dim=-2)")),
+    Mistake("queries and keys swapped (k q^T instead of q k^T)",
+            "row i of the weights belongs to query i: scores = q @ k^T with q = q_proj(x), k = k_proj(x)",
+            _self_attention(GOOD_INIT, "        return _attend(self.k_proj(x), self.q_proj(x), self.v_proj(x), mask)")),
+    Mistake("the values are the input x (v_proj unused)",
+            "the weights average the *projected* values: v = v_proj(x)",
+            _self_attention(GOOD_INIT, "        return _attend(self.q_proj(x), self.k_proj(x), x, mask)")),
+    Mistake("the queries are used as keys (k_proj unused)",
+            "keys come from their own projection: k = k_proj(x)",
+            _self_attention(GOOD_INIT, "        q = self.q_proj(x)\n        return _attend(q, q, self.v_proj(x), mask)")),
+    Mistake("d_v ignored (v_proj maps to d_k)",
+            "v_proj is nn.Linear(d_model, d_v), with d_v defaulting to d_k only when it is None",
+            _self_attention("        self.q_proj = nn.Linear(d_model, d_k, bias=bias)\n"
+                            "        self.k_proj = nn.Linear(d_model, d_k, bias=bias)\n"
+                            "        self.v_proj = nn.Linear(d_model, d_k, bias=bias)\n",
+                            "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)")),
+    Mistake("bias argument ignored (always bias=True)",
+            "pass bias=bias to every nn.Linear",
+            _self_attention("        d_v = d_k if d_v is None else d_v\n"
+                            "        self.q_proj = nn.Linear(d_model, d_k)\n"
+                            "        self.k_proj = nn.Linear(d_model, d_k)\n"
+                            "        self.v_proj = nn.Linear(d_model, d_v)\n",
+                            "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)")),
+    Mistake("mask ignored",
+            "pass the mask on to the attention: scaled_dot_product_attention(q, k, v, mask)",
+            _self_attention(GOOD_INIT, "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x))")),
+    Mistake("inverted mask (True treated as 'blocked')",
+            "True means *may attend*: pass the mask as it is",
+            _self_attention(GOOD_INIT, "        m = None if mask is None else ~mask\n"
+                                       "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), m)")),
+    Mistake("the weights computed without gradient (detached)",
+            "don't detach or wrap the attention in torch.no_grad(): the projections learn through the weights",
+            _self_attention(GOOD_INIT,
+                            "        out, w = _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)\n"
+                            "        w = w.detach()\n"
+                            "        return w @ self.v_proj(x), w")),
+)
+
+
+EXERCISES = [
+    Exercise("scaled_dot_product_attention", ref.scaled_dot_product_attention, _sdpa_cases,
+             mistakes=SDPA_MISTAKES, forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL),
+    Exercise("scaled_dot_product_attention_mask", ref.scaled_dot_product_attention, _sdpa_mask_cases,
+             mistakes=SDPA_MISTAKES, forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL,
+             graded="scaled_dot_product_attention"),
+    Exercise("scaled_dot_product_attention_torch", TORCH_SDPA, _sdpa_torch_cases,
+             mistakes=SDPA_MISTAKES, forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL,
+             graded="scaled_dot_product_attention"),
+    Exercise("SelfAttention", ref.SelfAttention, _self_attention_cases,
+             mistakes=SELF_ATTENTION_MISTAKES, forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL),
+    Exercise("SelfAttention_mask", ref.SelfAttention, _self_attention_mask_cases,
+             mistakes=SELF_ATTENTION_MISTAKES, forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL, graded="SelfAttention"),
+    Exercise("SelfAttention_gradients", ref.SelfAttention, _self_attention_gradient_cases,
+             mistakes=SELF_ATTENTION_MISTAKES, forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL, graded="SelfAttention"),
+]
+
+check = make_checker(EXERCISES)

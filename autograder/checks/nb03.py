@@ -1,0 +1,604 @@
+"""Checks for notebook 03, "Multi-head attention" (PyTorch).
+
+Modules are compared by loading one random state_dict (the spec's attribute names q_proj,
+k_proj, v_proj, out_proj) into the student's module, so no case depends on how the student's
+code draws its initial weights; outputs *and* attention weights are compared, and gradient cases
+compare the gradient of every projection. The comparison with torch.nn.MultiheadAttention uses
+PyTorch's own layer as the reference, with its weights copied in.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention_course import multihead as ref
+
+from .core import Case, Exercise, Mistake, make_checker, reference_guard
+
+# Cases are pickled by value into the grading sandbox, where neither the other checks modules
+# nor this notebook's reference module can be imported: the small helpers below are repeated
+# here rather than imported from nb02, and no case holds an object of attention_course.multihead.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class Builtin:
+    """Stands for PyTorch's own implementation where an exercise is compared with it."""
+
+    def __init__(self, name: str, module: str):
+        self.name = name
+        self.__module__ = module
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def tensor(rng: np.random.Generator, *shape, scale: float = 1.0) -> torch.Tensor:
+    return torch.from_numpy(rng.normal(scale=scale, size=shape).astype(np.float32))
+
+
+def random_mask(rng, *shape, p_keep: float = 0.6, keep_column: int | None = 0) -> torch.Tensor:
+    """A boolean mask (True = may attend); keep_column stays True so no row is empty."""
+    m = torch.from_numpy(rng.uniform(size=shape) < p_keep)
+    if keep_column is not None:
+        m[..., keep_column] = True
+    return m
+
+
+def causal(T: int) -> torch.Tensor:
+    return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def _backward(out, weights) -> None:
+    """Backpropagate a fixed random linear function of the output and the weights."""
+    g = torch.Generator().manual_seed(0)
+    loss = (out * torch.randn(out.shape, generator=g)).sum() + (weights * torch.randn(weights.shape, generator=g)).sum()
+    if loss.requires_grad:
+        loss.backward()
+
+HONESTY = tuple(reference_guard(ref))
+NO_BUILTIN = (
+    (nn.MultiheadAttention.forward,
+     "it uses torch.nn.MultiheadAttention, the layer this exercise asks you to write yourself"),
+    (F.multi_head_attention_forward,
+     "it calls torch.nn.functional.multi_head_attention_forward, the built-in this exercise asks you "
+     "to write yourself"),
+)
+TORCH_MHA = Builtin("torch.nn.MultiheadAttention", ref.__name__)
+
+
+def _flag(value: bool) -> np.ndarray:
+    return np.array([bool(value)])
+
+
+def _shape(t) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+# --------------------------------------------------------------------------- split / merge
+def _raises_value_error(f, x, num_heads) -> np.ndarray:
+    try:
+        f(x.clone(), num_heads)
+    except ValueError:
+        return _flag(True)
+    return _flag(False)
+
+
+def _split_cases(rng):
+    cases = []
+    for shape, H in [((2, 5, 12), 3), ((1, 7, 8), 4), ((3, 4, 6), 6), ((2, 3, 10), 1), ((2, 6, 12), 2)]:
+        x = tensor(rng, *shape)
+        cases.append(Case(f"x {list(shape)}, num_heads={H}", lambda f, x=x, H=H: f(x.clone(), H)))
+    for shape, H in [((2, 5, 10), 3), ((1, 2, 7), 2)]:
+        x = tensor(rng, *shape)
+        cases.append(Case(f"x {list(shape)}, num_heads={H}: {shape[-1]} is not divisible by {H}, "
+                          f"so split_heads must raise ValueError (returns whether it did)",
+                          lambda f, x=x, H=H: _raises_value_error(f, x, H)))
+    return cases
+
+
+def _merge_cases(rng):
+    cases = []
+    for shape in [(2, 3, 5, 4), (1, 4, 7, 2), (3, 1, 4, 6), (2, 6, 3, 1)]:
+        x = tensor(rng, *shape)
+        cases.append(Case(f"x [B, H, T, Dh] = {list(shape)}", lambda f, x=x: f(x.clone())))
+    B, T, H, Dh = 2, 5, 3, 4
+    x = tensor(rng, B, T, H, Dh)
+    cases.append(Case(f"a non-contiguous x [B, H, T, Dh] = {[B, H, T, Dh]} (a transposed view)",
+                      lambda f, x=x: f(x.clone().transpose(1, 2))))
+    return cases
+
+
+SPLIT_MISTAKES = (
+    Mistake("heads split without the transpose",
+            "reshape to [B, T, H, Dh] first (cut the features), then transpose(1, 2) to [B, H, T, Dh]; "
+            "reshaping straight to [B, H, T, Dh] mixes positions into heads",
+            "def split_heads(x, num_heads):\n"
+            "    B, T, D = x.shape\n"
+            "    if D % num_heads:\n"
+            "        raise ValueError('not divisible')\n"
+            "    return x.reshape(B, num_heads, T, D // num_heads)\n"),
+    Mistake("heads interleaved (feature f goes to head f % H)",
+            "head h owns the consecutive features h*Dh .. (h+1)*Dh - 1: reshape to [B, T, H, Dh], not [B, T, Dh, H]",
+            "def split_heads(x, num_heads):\n"
+            "    B, T, D = x.shape\n"
+            "    if D % num_heads:\n"
+            "        raise ValueError('not divisible')\n"
+            "    return x.reshape(B, T, D // num_heads, num_heads).permute(0, 3, 1, 2)\n"),
+    Mistake("split to [B, T, H, Dh] but not transposed to [B, H, T, Dh]",
+            "after the reshape, move the head axis in front of time: .transpose(1, 2)",
+            "def split_heads(x, num_heads):\n"
+            "    B, T, D = x.shape\n"
+            "    if D % num_heads:\n"
+            "        raise ValueError('not divisible')\n"
+            "    return x.reshape(B, T, num_heads, D // num_heads)\n"),
+    Mistake("no ValueError when the width is not divisible by num_heads",
+            "check D % num_heads before reshaping and raise ValueError with a clear message",
+            "def split_heads(x, num_heads):\n"
+            "    B, T, D = x.shape\n"
+            "    return x.reshape(B, T, num_heads, D // num_heads).transpose(1, 2)\n"),
+    Mistake("the width is split into Dh heads of size H (arguments of the reshape swapped)",
+            "num_heads is the number of heads H; each head gets Dh = D // num_heads features",
+            "def split_heads(x, num_heads):\n"
+            "    B, T, D = x.shape\n"
+            "    if D % num_heads:\n"
+            "        raise ValueError('not divisible')\n"
+            "    return x.reshape(B, T, D // num_heads, num_heads).transpose(1, 2)\n"),
+)
+
+MERGE_MISTAKES = (
+    Mistake("merge that scrambles heads (reshape without the transpose)",
+            "transpose(1, 2) back to [B, T, H, Dh] before reshaping to [B, T, H*Dh]",
+            "def merge_heads(x):\n"
+            "    B, H, T, Dh = x.shape\n"
+            "    return x.reshape(B, T, H * Dh)\n"),
+    Mistake("merge that interleaves heads (features ordered [Dh, H])",
+            "head h's features must land in the consecutive block h*Dh .. (h+1)*Dh - 1: "
+            "x.transpose(1, 2).reshape(B, T, H*Dh)",
+            "def merge_heads(x):\n"
+            "    B, H, T, Dh = x.shape\n"
+            "    return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)\n"),
+    Mistake(".view() on the transposed tensor (it is not contiguous)",
+            "after transpose the memory layout no longer matches: use .reshape(...) or .contiguous().view(...)",
+            "def merge_heads(x):\n"
+            "    B, H, T, Dh = x.shape\n"
+            "    return x.transpose(1, 2).view(B, T, H * Dh)\n"),
+    Mistake("transposed but not reshaped (returns [B, T, H, Dh])",
+            "after transpose(1, 2), reshape to [B, T, H*Dh]",
+            "def merge_heads(x):\n"
+            "    return x.transpose(1, 2)\n"),
+    Mistake("kept only the first head",
+            "every head's output goes into the result, side by side",
+            "def merge_heads(x):\n"
+            "    return x[:, 0]\n"),
+)
+
+
+# --------------------------------------------------------------------------- MultiHeadAttention
+def _mha_state(rng, d_model, H, key_dim, value_dim, bias):
+    shapes = {"q_proj": (H * key_dim, d_model), "k_proj": (H * key_dim, d_model),
+              "v_proj": (H * value_dim, d_model), "out_proj": (d_model, H * value_dim)}
+    sd = {}
+    for name, (d_out, d_in) in shapes.items():
+        sd[f"{name}.weight"] = tensor(rng, d_out, d_in, scale=1.2 / np.sqrt(d_in))
+        if bias:
+            sd[f"{name}.bias"] = tensor(rng, d_out, scale=0.3)
+    return sd
+
+
+def _args_text(args: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in args.items())
+
+
+def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mask_text="",
+              grads=False, dropout_check=False):
+    """call: 'self' -> m(x); 'key' -> m(x, memory); 'key_value' -> m(x, memory, value)."""
+    d_model, H = args["d_model"], args["num_heads"]
+    key_dim = args.get("key_dim") or d_model // H
+    value_dim = args.get("value_dim") or key_dim
+    state = _mha_state(rng, d_model, H, key_dim, value_dim, args.get("bias", True))
+    T_k = T_q if T_k is None else T_k
+    query = tensor(rng, B, T_q, d_model)
+    memory = tensor(rng, B, T_k, d_model)
+    value = tensor(rng, B, T_k, d_model)
+
+    def forward(layer, inputs):
+        m = None if mask is None else mask.clone()
+        positional = {"self": inputs[:1], "key": inputs[:2], "key_value": inputs}[call]
+        return layer(*positional, mask=m) if m is not None else layer(*positional)
+
+    def run(cls):
+        layer = cls(**args)
+        layer.load_state_dict({k: v.clone() for k, v in state.items()})
+        layer.eval()
+        inputs = [query.clone(), memory.clone(), value.clone()]
+        if dropout_check:
+            with torch.no_grad(), torch.random.fork_rng():
+                torch.manual_seed(0)   # a mistake that drops out in eval mode then draws as the student's code does
+                out, w = forward(layer, inputs)
+                layer.train()
+                out_train, _ = forward(layer, inputs)
+            return out, w, _flag(not torch.allclose(out_train, out))
+        if not grads:
+            with torch.no_grad():
+                return forward(layer, inputs)
+        inputs = [t.requires_grad_() for t in inputs]
+        out, w = forward(layer, inputs)
+        _backward(out, w)
+        params = dict(layer.named_parameters())
+        used = {"self": 1, "key": 2, "key_value": 3}[call]
+        return ((out, w) + tuple(t.grad for t in inputs[:used])
+                + tuple(params[name].grad if name in params else None for name in state))
+
+    inputs_text = {"self": f"x [{B}, {T_q}, {d_model}] (self-attention: mha(x))",
+                   "key": f"query [{B}, {T_q}, {d_model}], key [{B}, {T_k}, {d_model}] (mha(query, key): value defaults to key)",
+                   "key_value": f"query [{B}, {T_q}, {d_model}], key and value [{B}, {T_k}, {d_model}] (three different tensors)"}[call]
+    what = (" (returns output, weights, the inputs' grads and every projection's grads)" if grads else
+            " (returns output and weights in eval mode, and whether training mode changes the output)"
+            if dropout_check else "")
+    return Case(f"MultiHeadAttention({_args_text(args)}) on {inputs_text}{mask_text}{what}", run)
+
+
+def _mha_cases(rng):
+    return [
+        _mha_case(rng, dict(d_model=16, num_heads=4)),
+        _mha_case(rng, dict(d_model=12, num_heads=3), T_q=6, B=3),
+        _mha_case(rng, dict(d_model=16, num_heads=3, key_dim=2), T_q=6, B=1),     # the lecture's Keras layer
+        _mha_case(rng, dict(d_model=8, num_heads=2, key_dim=5, value_dim=3), T_q=4),
+        _mha_case(rng, dict(d_model=12, num_heads=4, bias=False), T_q=3),
+        _mha_case(rng, dict(d_model=8, num_heads=1), T_q=4),
+        _mha_case(rng, dict(d_model=12, num_heads=3, dropout=0.5), T_q=5, dropout_check=True),
+    ]
+
+
+def _mha_mask_cases(rng):
+    pad = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    pad[0, ..., 4:] = False
+    pad[1, ..., 1:] = False
+    per_head = random_mask(rng, 2, 3, 4, 4, keep_column=None)
+    per_head[..., 0] = True
+    per_head[1, 2, 3] = False                       # batch 1, head 2, query 3: no key at all
+    empty = causal(5).clone()
+    empty[1] = False
+    return [
+        _mha_case(rng, dict(d_model=12, num_heads=3), T_q=5, mask=causal(5), mask_text=", a [5, 5] causal mask"),
+        _mha_case(rng, dict(d_model=16, num_heads=4), T_q=6, mask=pad, mask_text=", a [2, 1, 1, 6] padding mask"),
+        _mha_case(rng, dict(d_model=12, num_heads=3, key_dim=3, value_dim=2), T_q=4, mask=per_head,
+                  mask_text=", a [2, 3, 4, 4] mask, different per head (one row fully masked)"),
+        _mha_case(rng, dict(d_model=8, num_heads=2), T_q=5, mask=empty,
+                  mask_text=", a causal mask with a fully masked row (query 1): zero weights, no NaN"),
+    ]
+
+
+def _mha_cross_cases(rng):
+    pad = torch.ones(3, 1, 1, 7, dtype=torch.bool)
+    pad[1, ..., 5:] = False
+    return [
+        _mha_case(rng, dict(d_model=16, num_heads=4), T_q=3, T_k=7, call="key"),
+        _mha_case(rng, dict(d_model=12, num_heads=2, key_dim=4, value_dim=5), T_q=6, T_k=4, call="key_value"),
+        _mha_case(rng, dict(d_model=8, num_heads=2), T_q=4, T_k=7, B=3, call="key_value", mask=pad,
+                  mask_text=", a [3, 1, 1, 7] padding mask"),
+    ]
+
+
+def _mha_gradient_cases(rng):
+    return [
+        _mha_case(rng, dict(d_model=12, num_heads=3), T_q=4, grads=True),
+        _mha_case(rng, dict(d_model=8, num_heads=2, key_dim=3, value_dim=5), T_q=3, T_k=5, call="key_value",
+                  mask=causal(5)[:3], mask_text=", a [3, 5] mask", grads=True),
+    ]
+
+
+# --------------------------------------------------------------------------- torch.nn.MultiheadAttention
+def _torch_mha_case(rng, d_model, H, T_q=5, T_k=None, B=2, call="self", mask=None, mask_text="", bias=True):
+    T_k = T_q if T_k is None else T_k
+    with torch.random.fork_rng():
+        theirs = nn.MultiheadAttention(d_model, H, bias=bias, batch_first=True)
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(tensor(rng, 3 * d_model, d_model, scale=1.2 / np.sqrt(d_model)))
+        theirs.out_proj.weight.copy_(tensor(rng, d_model, d_model, scale=1.2 / np.sqrt(d_model)))
+        if bias:
+            theirs.in_proj_bias.copy_(tensor(rng, 3 * d_model, scale=0.3))
+            theirs.out_proj.bias.copy_(tensor(rng, d_model, scale=0.3))
+    theirs.eval()
+    wq, wk, wv = theirs.in_proj_weight.detach().clone().chunk(3)
+    state = {"q_proj.weight": wq, "k_proj.weight": wk, "v_proj.weight": wv,
+             "out_proj.weight": theirs.out_proj.weight.detach().clone()}
+    if bias:
+        bq, bk, bv = theirs.in_proj_bias.detach().clone().chunk(3)
+        state.update({"q_proj.bias": bq, "k_proj.bias": bk, "v_proj.bias": bv,
+                      "out_proj.bias": theirs.out_proj.bias.detach().clone()})
+    query, memory, value = tensor(rng, B, T_q, d_model), tensor(rng, B, T_k, d_model), tensor(rng, B, T_k, d_model)
+    args = dict(d_model=d_model, num_heads=H) if bias else dict(d_model=d_model, num_heads=H, bias=False)
+
+    def run(cls):
+        q = query.clone()
+        k = q if call == "self" else memory.clone()
+        v = k if call != "key_value" else value.clone()
+        with torch.no_grad():
+            if cls is TORCH_MHA:
+                kwargs = {}
+                if mask is not None and mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1:
+                    kwargs["key_padding_mask"] = ~mask[:, 0, 0, :]         # torch: True = ignore
+                elif mask is not None and mask.dim() == 4:
+                    kwargs["attn_mask"] = ~mask.reshape(B * H, T_q, T_k)   # torch: True = not allowed
+                elif mask is not None:
+                    kwargs["attn_mask"] = ~mask
+                return theirs(q, k, v, need_weights=True, average_attn_weights=False, **kwargs)
+            layer = cls(**args)
+            layer.load_state_dict({name: t.clone() for name, t in state.items()})
+            layer.eval()
+            positional = {"self": (q,), "key": (q, k), "key_value": (q, k, v)}[call]
+            return layer(*positional, mask=mask.clone()) if mask is not None else layer(*positional)
+
+    inputs_text = {"self": f"self-attention on x [{B}, {T_q}, {d_model}]",
+                   "key": f"query [{B}, {T_q}, {d_model}] over key = value [{B}, {T_k}, {d_model}]",
+                   "key_value": f"query [{B}, {T_q}, {d_model}], key and value [{B}, {T_k}, {d_model}]"}[call]
+    return Case(f"torch.nn.MultiheadAttention({d_model}, {H}{'' if bias else ', bias=False'}) with its weights "
+                f"copied into MultiHeadAttention({_args_text(args)}): {inputs_text}{mask_text}", run)
+
+
+def _mha_torch_cases(rng):
+    pad = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    pad[1, ..., 4:] = False
+    return [
+        _torch_mha_case(rng, 12, 3),
+        _torch_mha_case(rng, 16, 4, T_q=3, T_k=6, call="key_value"),
+        _torch_mha_case(rng, 8, 2, T_q=5, mask=causal(5), mask_text=", a [5, 5] causal mask"),
+        _torch_mha_case(rng, 16, 2, T_q=4, T_k=6, call="key", mask=pad, mask_text=", a [2, 1, 1, 6] padding mask"),
+        _torch_mha_case(rng, 8, 4, T_q=4, bias=False),
+        _torch_mha_case(rng, 12, 3, T_q=4, mask=random_mask(rng, 2, 3, 4, 4, keep_column=2),
+                        mask_text=", a [2, 3, 4, 4] mask, different per head"),
+    ]
+
+
+_ATTEND = (
+    "def _attend(q, k, v, mask=None, scale=None, dim=-1):\n"
+    "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1] if scale is None else scale)\n"
+    "    if mask is not None:\n"
+    "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+    "    weights = torch.softmax(scores, dim=dim)\n"
+    "    if mask is not None:\n"
+    "        weights = weights.masked_fill(~mask, 0.0)\n"
+    "    return weights @ v, weights\n\n")
+
+_INIT = """\
+        key_dim = d_model // num_heads if key_dim is None else key_dim
+        value_dim = key_dim if value_dim is None else value_dim
+"""
+_PROJECTIONS = """\
+        self.h, self.dk, self.dv, self.d_model = num_heads, key_dim, value_dim, d_model
+        self.q_proj = nn.Linear(d_model, num_heads * key_dim, bias=bias)
+        self.k_proj = nn.Linear(d_model, num_heads * key_dim, bias=bias)
+        self.v_proj = nn.Linear(d_model, num_heads * value_dim, bias=bias)
+        self.out_proj = nn.Linear(num_heads * value_dim, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+"""
+_DEFAULTS = """\
+        key = query if key is None else key
+        value = key if value is None else value
+"""
+_SPLIT = """\
+        B, Tq, Tk = query.shape[0], query.shape[1], key.shape[1]
+        q = self.q_proj(query).reshape(B, Tq, self.h, self.dk).transpose(1, 2)
+        k = self.k_proj(key).reshape(B, Tk, self.h, self.dk).transpose(1, 2)
+        v = self.v_proj(value).reshape(B, Tk, self.h, self.dv).transpose(1, 2)
+"""
+_ATTENTION = """\
+        _, w = _attend(q, k, v, mask)
+        out = self.dropout(w) @ v
+"""
+_MERGE = """\
+        out = out.transpose(1, 2).reshape(B, Tq, self.h * self.dv)
+"""
+_RETURN = """\
+        return self.out_proj(out), w
+"""
+
+
+def _mha(init: str = _INIT + _PROJECTIONS, defaults: str = _DEFAULTS, split: str = _SPLIT,
+         attention: str = _ATTENTION, merge: str = _MERGE, ret: str = _RETURN) -> str:
+    """A self-contained MultiHeadAttention (it can replace the student's cell) with one piece swapped."""
+    return (_ATTEND +
+            "class MultiHeadAttention(nn.Module):\n"
+            "    def __init__(self, d_model, num_heads, key_dim=None, value_dim=None, dropout=0.0, bias=True):\n"
+            "        super().__init__()\n"
+            f"{init}\n"
+            "    def forward(self, query, key=None, value=None, mask=None):\n"
+            f"{defaults}{split}{attention}{merge}{ret}")
+
+
+MHA_MISTAKES = (
+    Mistake("heads split without the transpose",
+            "reshape the projections to [B, T, H, Dh] and then transpose(1, 2) to [B, H, T, Dh] "
+            "(split_heads); reshaping straight to [B, H, T, Dh] mixes positions into heads",
+            _mha(split="""\
+        B, Tq, Tk = query.shape[0], query.shape[1], key.shape[1]
+        q = self.q_proj(query).reshape(B, self.h, Tq, self.dk)
+        k = self.k_proj(key).reshape(B, self.h, Tk, self.dk)
+        v = self.v_proj(value).reshape(B, self.h, Tk, self.dv)
+""", merge="""\
+        out = out.reshape(B, Tq, self.h * self.dv)
+""")),
+    Mistake("merge that scrambles heads (reshape without the transpose)",
+            "transpose the heads' outputs back to [B, T, H, Dh] before reshaping to [B, T, H*Dh] (merge_heads)",
+            _mha(merge="""\
+        out = out.reshape(B, Tq, self.h * self.dv)
+""")),
+    Mistake("out_proj missing (the merged heads are returned without the output projection)",
+            "finish with self.out_proj(merged heads): it mixes the heads and maps H*value_dim back to d_model",
+            _mha(ret="""\
+        return out, w
+""")),
+    Mistake("key_dim ignored (the projections are always d_model // num_heads per head)",
+            "q_proj and k_proj map d_model -> num_heads * key_dim; key_dim defaults to d_model // num_heads "
+            "only when it is None",
+            _mha(init="""\
+        key_dim = d_model // num_heads
+        value_dim = key_dim if value_dim is None else value_dim
+""" + _PROJECTIONS)),
+    Mistake("value_dim ignored (the values use key_dim)",
+            "v_proj maps d_model -> num_heads * value_dim and out_proj maps num_heads * value_dim -> d_model",
+            _mha(init="""\
+        key_dim = d_model // num_heads if key_dim is None else key_dim
+        value_dim = key_dim
+""" + _PROJECTIONS)),
+    Mistake("scaled by sqrt(d_model) instead of sqrt(key_dim)",
+            "each head compares key_dim-wide queries and keys: the scale is 1/sqrt(key_dim)",
+            _mha(attention="""\
+        _, w = _attend(q, k, v, mask, scale=self.d_model)
+        out = self.dropout(w) @ v
+""")),
+    Mistake("no 1/sqrt(key_dim) scaling",
+            "divide the scores by sqrt(key_dim) (scaled_dot_product_attention does it for you)",
+            _mha(attention="""\
+        _, w = _attend(q, k, v, mask, scale=1)
+        out = self.dropout(w) @ v
+""")),
+    Mistake("softmax over the query axis (columns sum to 1, not rows)",
+            "each query's row of weights must sum to 1: softmax over the keys, dim=-1",
+            _mha(attention="""\
+        _, w = _attend(q, k, v, mask, dim=-2)
+        out = self.dropout(w) @ v
+""")),
+    Mistake("weights averaged over the heads",
+            "return one weight matrix per head, [B, H, T_q, T_k] (torch's layer averages them unless "
+            "average_attn_weights=False)",
+            _mha(ret="""\
+        return self.out_proj(out), w.mean(dim=1)
+""")),
+    Mistake("mask ignored",
+            "pass the mask on to the attention of every head",
+            _mha(attention="""\
+        _, w = _attend(q, k, v)
+        out = self.dropout(w) @ v
+""")),
+    Mistake("inverted mask (True treated as 'blocked')",
+            "True means *may attend*: pass the mask as it is (torch.nn.MultiheadAttention's attn_mask is the opposite)",
+            _mha(attention="""\
+        _, w = _attend(q, k, v, None if mask is None else ~mask)
+        out = self.dropout(w) @ v
+""")),
+    Mistake("value defaults to the query instead of the key",
+            "value defaults to *key* (which itself defaults to query): mha(x, memory) attends over memory's values",
+            _mha(defaults="""\
+        value = query if value is None else value
+        key = query if key is None else key
+""")),
+    Mistake("dropout never applied",
+            "apply self.dropout to the attention weights before they multiply the values",
+            _mha(attention="""\
+        out, w = _attend(q, k, v, mask)
+""")),
+    Mistake("dropout applied in eval mode too",
+            "use nn.Dropout (a module: it is switched off by .eval()) rather than F.dropout(..., training=True)",
+            _mha(attention="""\
+        _, w = _attend(q, k, v, mask)
+        out = F.dropout(w, self.dropout.p, training=True) @ v
+""")),
+)
+
+
+# --------------------------------------------------------------------------- the Keras example
+def _keras_case(rng, key_dim):
+    d_model, H, T = 16, 3, 6
+    state = _mha_state(rng, d_model, H, key_dim, key_dim, True)
+    x = tensor(rng, 1, T, d_model)
+    names = ["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+             "v_proj.weight", "v_proj.bias", "out_proj.weight", "out_proj.bias"]
+
+    def run(cls):
+        layer = cls(d_model=d_model, num_heads=H, key_dim=key_dim)
+        params = dict(layer.named_parameters())
+        shapes = tuple(np.array(params[n].shape) if n in params else np.array([-1]) for n in names)
+        total = np.array([sum(p.numel() for p in layer.parameters())])
+        layer.load_state_dict({k: v.clone() for k, v in state.items()})
+        layer.eval()
+        with torch.no_grad():
+            out, w = layer(x.clone())
+        return shapes + (total, out, w)
+
+    return Case(f"the lecture's Keras layer: MultiHeadAttention(d_model=16, num_heads=3, key_dim={key_dim}) on "
+                f"x [1, 6, 16] (returns the shapes of {', '.join(names)}, the number of parameters "
+                f"({4 * d_model * H * key_dim + 3 * H * key_dim + d_model}), output and weights)", run)
+
+
+def _keras_cases(rng):
+    return [_keras_case(rng, 2), _keras_case(rng, 5)]
+
+
+# --------------------------------------------------------------------------- count_parameters
+class _KerasLayout(nn.Module):
+    """The Keras layer's four weight groups as plain Linear layers (not the reference class:
+    cases must unpickle where attention_course.multihead is not available)."""
+
+    def __init__(self, d_model, num_heads, key_dim, bias=True):
+        super().__init__()
+        self.query = nn.Linear(d_model, num_heads * key_dim, bias=bias)
+        self.key = nn.Linear(d_model, num_heads * key_dim, bias=bias)
+        self.value = nn.Linear(d_model, num_heads * key_dim, bias=bias)
+        self.output = nn.Linear(num_heads * key_dim, d_model, bias=bias)
+
+
+def _count_cases(rng):
+    with torch.random.fork_rng():
+        torch.manual_seed(int(rng.integers(2**31)))
+        shared = nn.Linear(4, 4)
+        modules = [
+            ("the lecture's Keras layer (d_model=16, num_heads=3, key_dim=2) as four Linear layers",
+             _KerasLayout(16, 3, 2)),
+            ("the same with key_dim=5", _KerasLayout(16, 3, 5)),
+            ("the same without biases (d_model=12, num_heads=4, key_dim=3, bias=False)", _KerasLayout(12, 4, 3, bias=False)),
+            ("nn.Sequential(nn.Embedding(10, 4), nn.LayerNorm(4), nn.Linear(4, 3, bias=False))",
+             nn.Sequential(nn.Embedding(10, 4), nn.LayerNorm(4), nn.Linear(4, 3, bias=False))),
+            ("nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6)) (BatchNorm also has buffers, which are not parameters)",
+             nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6))),
+            ("nn.Sequential(lin, nn.ReLU(), lin): one Linear(4, 4) used twice (shared parameters count once)",
+             nn.Sequential(shared, nn.ReLU(), shared)),
+            ("torch.nn.MultiheadAttention(8, 2)", nn.MultiheadAttention(8, 2)),
+        ]
+    return [Case(text, lambda f, m=m: f(m)) for text, m in modules]
+
+
+COUNT_MISTAKES = (
+    Mistake("counted parameter tensors instead of numbers",
+            "add up p.numel() for every parameter p, not the number of tensors",
+            "def count_parameters(module):\n    return len(list(module.parameters()))\n"),
+    Mistake("biases not counted",
+            "every parameter counts: weights *and* biases (and LayerNorm's scale and shift)",
+            "def count_parameters(module):\n"
+            "    return sum(p.numel() for name, p in module.named_parameters() if not name.endswith('bias'))\n"),
+    Mistake("counted the state_dict (buffers and shared parameters too)",
+            "module.state_dict() also holds buffers (BatchNorm's running statistics) and repeats shared "
+            "weights; count module.parameters()",
+            "def count_parameters(module):\n    return sum(t.numel() for t in module.state_dict().values())\n"),
+    Mistake("added up the shapes instead of multiplying them",
+            "a [6, 16] weight holds 6 * 16 = 96 numbers: p.numel()",
+            "def count_parameters(module):\n    return sum(sum(p.shape) for p in module.parameters())\n"),
+    Mistake("counted only the module's own parameters, not its submodules'",
+            "module.parameters() recurses into submodules by default; don't pass recurse=False",
+            "def count_parameters(module):\n    return sum(p.numel() for p in module.parameters(recurse=False))\n"),
+)
+
+
+FORBIDDEN = HONESTY + NO_BUILTIN
+_COMMON = dict(forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL)
+EXERCISES = [
+    Exercise("split_heads", ref.split_heads, _split_cases, mistakes=SPLIT_MISTAKES, **_COMMON),
+    Exercise("merge_heads", ref.merge_heads, _merge_cases, mistakes=MERGE_MISTAKES, **_COMMON),
+    Exercise("MultiHeadAttention", ref.MultiHeadAttention, _mha_cases, mistakes=MHA_MISTAKES, **_COMMON),
+    Exercise("MultiHeadAttention_mask", ref.MultiHeadAttention, _mha_mask_cases, mistakes=MHA_MISTAKES,
+             graded="MultiHeadAttention", **_COMMON),
+    Exercise("MultiHeadAttention_cross", ref.MultiHeadAttention, _mha_cross_cases, mistakes=MHA_MISTAKES,
+             graded="MultiHeadAttention", **_COMMON),
+    Exercise("MultiHeadAttention_gradients", ref.MultiHeadAttention, _mha_gradient_cases, mistakes=MHA_MISTAKES,
+             graded="MultiHeadAttention", **_COMMON),
+    Exercise("MultiHeadAttention_torch", TORCH_MHA, _mha_torch_cases, mistakes=MHA_MISTAKES,
+             graded="MultiHeadAttention", **_COMMON),
+    Exercise("MultiHeadAttention_keras", ref.MultiHeadAttention, _keras_cases, mistakes=MHA_MISTAKES,
+             graded="MultiHeadAttention", **_COMMON),
+    Exercise("count_parameters", ref.count_parameters, _count_cases, mistakes=COUNT_MISTAKES, **_COMMON),
+]
+
+check = make_checker(EXERCISES)

@@ -1,0 +1,182 @@
+"""Notebook 02 checks: the reference passes, other correct implementations pass, every catalogued
+mistake fails (and is named), the built-in and the reference are refused, and real nbgrader
+takes points off wrong implementations in the right cells."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention_course import attention as ref
+from autograder.checks import nb02
+from autograder.checks.core import CheckFailed, check_exercise
+
+from .conftest import autograde, failed_cells, fresh_copy, inject, solved_notebook
+
+ASSIGNMENT = "02_queries_keys_values"
+STUDENT = fresh_copy(ref)
+MISTAKES = [(m, g) for g in sorted({e.graded for e in nb02.EXERCISES})
+            for m in {m for e in nb02.EXERCISES if e.graded == g for m in e.mistakes}]
+
+
+@pytest.mark.parametrize("exercise", nb02.EXERCISES, ids=lambda e: e.name)
+def test_reference_copy_passes(exercise):
+    check_exercise(exercise, STUDENT[exercise.graded])
+
+
+@pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
+def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
+    impl = mistake.build(graded)
+    messages = []
+    for exercise in (e for e in nb02.EXERCISES if e.graded == graded):
+        try:
+            check_exercise(exercise, impl)
+        except CheckFailed as err:
+            messages.append(str(err))
+    assert messages, f"{mistake.name!r} passed every check of {graded}"
+    assert any(f"This matches a known mistake: {mistake.name}." in m for m in messages), messages
+
+
+# --------------------------------------------------------------------------- other correct answers pass
+def sdpa_einsum(q, k, v, mask=None):
+    """Scale q first, einsum, a large negative fill and a multiplicative mask."""
+    scores = torch.einsum("...qd,...kd->...qk", q / math.sqrt(q.size(-1)), k)
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), -1e9)
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        weights = weights * mask
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+
+
+def sdpa_where_nan_to_num(q, k, v, mask=None):
+    """torch.where with -inf, then NaN -> 0, computed in float64 and cast back."""
+    q, k, v = q.double(), k.double(), v.double()
+    scores = torch.matmul(q, k.mT) * q.shape[-1] ** -0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+    weights = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0)
+    return (weights @ v).float(), weights.float()
+
+
+class SelfAttentionAlt(nn.Module):
+    def __init__(self, d_model, d_k, d_v=None, bias=True):
+        super().__init__()
+        self.v_proj = nn.Linear(d_model, d_v or d_k, bias=bias)    # created in another order
+        self.k_proj = nn.Linear(d_model, d_k, bias=bias)
+        self.q_proj = nn.Linear(d_model, d_k, bias=bias)
+
+    def forward(self, x, mask=None):
+        return sdpa_einsum(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
+
+
+@pytest.mark.parametrize("impl", [sdpa_einsum, sdpa_where_nan_to_num], ids=lambda f: f.__name__)
+def test_other_correct_attention_passes(impl):
+    for exercise in (e for e in nb02.EXERCISES if e.graded == "scaled_dot_product_attention"):
+        check_exercise(exercise, impl)
+
+
+def test_other_correct_self_attention_passes():
+    for exercise in (e for e in nb02.EXERCISES if e.graded == "SelfAttention"):
+        check_exercise(exercise, SelfAttentionAlt)
+
+
+# --------------------------------------------------------------------------- honesty and stubs
+def test_calling_the_builtin_is_not_accepted():
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        _, weights = sdpa_einsum(q, k, v, mask)
+        return out, weights
+
+    with pytest.raises(CheckFailed, match="scaled_dot_product_attention, the built-in"):
+        nb02.check("scaled_dot_product_attention", scaled_dot_product_attention)
+
+
+def test_calling_the_reference_is_not_accepted():
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        return ref.scaled_dot_product_attention(q, k, v, mask)
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb02.check("scaled_dot_product_attention", scaled_dot_product_attention)
+
+    class SelfAttention(ref.SelfAttention):
+        pass
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb02.check("SelfAttention", SelfAttention)
+
+
+def test_stub_is_reported_as_not_attempted():
+    class SelfAttention(nn.Module):
+        def __init__(self, d_model, d_k, d_v=None, bias=True):
+            super().__init__()
+            raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="not attempted"):
+        nb02.check("SelfAttention", SelfAttention)
+
+
+# --------------------------------------------------------------------------- the reference itself
+def test_reference_fully_masked_row_is_zero_with_finite_gradients():
+    q, k, v = (torch.randn(2, 4, 8, requires_grad=True) for _ in range(3))
+    mask = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    mask[2] = False
+    out, w = ref.scaled_dot_product_attention(q, k, v, mask)
+    assert (w[:, 2] == 0).all() and (out[:, 2] == 0).all()
+    (out.sum() + w.sum()).backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_reference_matches_torch_builtin():
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+    mask = torch.rand(2, 1, 5, 7) > 0.3
+    mask[..., 0] = True
+    for m in (None, mask):
+        torch.testing.assert_close(ref.scaled_dot_product_attention(q, k, v, m)[0],
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=m), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- real nbgrader
+def _code(graded, name):
+    for e in nb02.EXERCISES:
+        for m in e.mistakes:
+            if e.graded == graded and m.name == name:
+                return m.code
+    raise KeyError(name)
+
+
+ALL_CELLS = {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask",
+             "test_scaled_dot_product_attention_matches_torch", "test_SelfAttention",
+             "test_SelfAttention_mask", "test_SelfAttention_gradients"}
+
+
+@pytest.mark.slow
+def test_nbgrader_solution_full_marks_and_blank_zero(course):
+    full = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
+    assert full.status == "ok" and full.score == full.max_score == 11, (full.status, failed_cells(full))
+    assert {c.grade_id for c in full.cells} == ALL_CELLS
+    blank = autograde(course, ASSIGNMENT, course.release(ASSIGNMENT))
+    assert blank.status == "ok" and blank.score == 0 and failed_cells(blank) == ALL_CELLS
+
+
+@pytest.mark.slow
+def test_nbgrader_takes_points_for_wrong_implementations(course):
+    """A mask applied after the softmax, and a SelfAttention without the scale (written without
+    the student's attention function, so the two don't feed each other)."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {
+        "scaled_dot_product_attention": _code("scaled_dot_product_attention",
+                                              "mask applied after the softmax (the allowed weights no longer sum to 1)"),
+        "SelfAttention": _code("SelfAttention", "no 1/sqrt(d_k) scaling"),
+    })
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok"
+    assert failed_cells(result) == {
+        "test_scaled_dot_product_attention_mask", "test_scaled_dot_product_attention_matches_torch",
+        "test_SelfAttention", "test_SelfAttention_mask", "test_SelfAttention_gradients",
+    }
+    assert result.score == 3  # the unmasked attention is still right
+    messages = " ".join(c.message for c in result.cells)
+    assert "no 1/sqrt(d_k) scaling" in messages

@@ -1,0 +1,219 @@
+"""Notebook 03 checks: the reference passes, other correct implementations pass, every catalogued
+mistake fails (and is named), torch.nn.MultiheadAttention and the reference are refused, the
+layer keeps the API notebook 05 builds on, and real nbgrader takes points off wrong
+implementations in the right cells."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention_course import multihead as ref
+from autograder.checks import nb03
+from autograder.checks.core import CheckFailed, check_exercise
+
+from .conftest import autograde, failed_cells, fresh_copy, inject, solved_notebook
+
+ASSIGNMENT = "03_multi_head_attention"
+STUDENT = fresh_copy(ref)
+MISTAKES = [(m, g) for g in sorted({e.graded for e in nb03.EXERCISES})
+            for m in {m for e in nb03.EXERCISES if e.graded == g for m in e.mistakes}]
+
+
+@pytest.mark.parametrize("exercise", nb03.EXERCISES, ids=lambda e: e.name)
+def test_reference_copy_passes(exercise):
+    check_exercise(exercise, STUDENT[exercise.graded])
+
+
+@pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
+def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
+    impl = mistake.build(graded)
+    messages = []
+    for exercise in (e for e in nb03.EXERCISES if e.graded == graded):
+        try:
+            check_exercise(exercise, impl)
+        except CheckFailed as err:
+            messages.append(str(err))
+    assert messages, f"{mistake.name!r} passed every check of {graded}"
+    assert any(f"This matches a known mistake: {mistake.name}." in m for m in messages), messages
+
+
+# --------------------------------------------------------------------------- other correct answers pass
+class MultiHeadAttentionAlt(nn.Module):
+    """einsum over [B, T, H, Dh] (no explicit split/merge), F.dropout, a large negative fill."""
+
+    def __init__(self, d_model, num_heads, key_dim=None, value_dim=None, dropout=0.0, bias=True):
+        super().__init__()
+        self.h = num_heads
+        self.kd = key_dim or d_model // num_heads
+        self.vd = value_dim or self.kd
+        self.p = dropout
+        self.out_proj = nn.Linear(self.h * self.vd, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, self.h * self.vd, bias=bias)
+        self.k_proj = nn.Linear(d_model, self.h * self.kd, bias=bias)
+        self.q_proj = nn.Linear(d_model, self.h * self.kd, bias=bias)
+
+    def forward(self, query, key=None, value=None, mask=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        q = self.q_proj(query).unflatten(-1, (self.h, self.kd))
+        k = self.k_proj(key).unflatten(-1, (self.h, self.kd))
+        v = self.v_proj(value).unflatten(-1, (self.h, self.vd))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q * self.kd ** -0.5, k)
+        if mask is not None:
+            scores = scores.masked_fill(mask.logical_not(), -1e30)
+        weights = scores.softmax(-1)
+        if mask is not None:
+            weights = weights * mask
+        heads = torch.einsum("bhqk,bkhd->bqhd", F.dropout(weights, self.p, self.training), v)
+        return self.out_proj(heads.flatten(2)), weights
+
+
+def split_heads_chunks(x, num_heads):
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"{x.shape[-1]} features do not split into {num_heads} heads")
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+
+def merge_heads_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def count_parameters_trainable(module):
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("graded,impl", [("MultiHeadAttention", MultiHeadAttentionAlt),
+                                         ("split_heads", split_heads_chunks),
+                                         ("merge_heads", merge_heads_cat),
+                                         ("count_parameters", count_parameters_trainable)],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_other_correct_implementations_pass(graded, impl):
+    for exercise in (e for e in nb03.EXERCISES if e.graded == graded):
+        check_exercise(exercise, impl)
+
+
+# --------------------------------------------------------------------------- honesty and stubs
+def test_using_torch_multihead_attention_is_not_accepted():
+    class MultiHeadAttention(MultiHeadAttentionAlt):
+        def __init__(self, d_model, num_heads, **kwargs):
+            super().__init__(d_model, num_heads, **kwargs)
+            self._torch = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+
+        def load_state_dict(self, state, strict=True):
+            state = dict(state, **{f"_torch.{k}": v for k, v in self._torch.state_dict().items()})
+            return super().load_state_dict(state, strict)
+
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            return self._torch(query, key, value, attn_mask=None if mask is None else ~mask,
+                               average_attn_weights=False)
+
+    with pytest.raises(CheckFailed, match="torch.nn.MultiheadAttention, the layer"):
+        nb03.check("MultiHeadAttention", MultiHeadAttention)
+
+
+def test_calling_the_reference_is_not_accepted():
+    def split_heads(x, num_heads):
+        return ref.split_heads(x, num_heads)
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb03.check("split_heads", split_heads)
+
+
+def test_stub_is_reported_as_not_attempted():
+    def merge_heads(x):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="not attempted"):
+        nb03.check("merge_heads", merge_heads)
+
+
+# --------------------------------------------------------------------------- the API notebook 05 builds on
+def test_multihead_attention_api():
+    init = inspect.signature(ref.MultiHeadAttention.__init__)
+    assert list(init.parameters) == ["self", "d_model", "num_heads", "key_dim", "value_dim", "dropout", "bias"]
+    assert [init.parameters[p].default for p in ("key_dim", "value_dim", "dropout", "bias")] == [None, None, 0.0, True]
+    forward = inspect.signature(ref.MultiHeadAttention.forward)
+    assert list(forward.parameters) == ["self", "query", "key", "value", "mask"]
+    mha = ref.MultiHeadAttention(16, 4).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    padding = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    padding[1, ..., 5:] = False
+    out, w = mha(x, memory, mask=padding)
+    assert out.shape == (2, 5, 16) and w.shape == (2, 4, 5, 7)
+    assert (w[1, ..., 5:] == 0).all()
+    causal = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    out, w = mha(x, mask=causal)
+    assert (w[..., ~causal] == 0).all()
+    assert ref.count_parameters(ref.MultiHeadAttention(16, 3, key_dim=2)) == 418
+    assert ref.count_parameters(ref.MultiHeadAttention(16, 3, key_dim=5)) == 1021
+
+
+# --------------------------------------------------------------------------- real nbgrader
+def _code(graded, name):
+    for e in nb03.EXERCISES:
+        for m in e.mistakes:
+            if e.graded == graded and m.name == name:
+                return m.code
+    raise KeyError(name)
+
+
+ALL_CELLS = {"test_split_heads", "test_merge_heads", "test_MultiHeadAttention", "test_MultiHeadAttention_mask",
+             "test_MultiHeadAttention_cross", "test_MultiHeadAttention_gradients", "test_count_parameters",
+             "test_MultiHeadAttention_keras_example", "test_MultiHeadAttention_matches_torch"}
+MHA_CELLS = {"test_MultiHeadAttention", "test_MultiHeadAttention_mask", "test_MultiHeadAttention_cross",
+             "test_MultiHeadAttention_gradients", "test_MultiHeadAttention_matches_torch"}
+
+
+@pytest.mark.slow
+def test_nbgrader_solution_full_marks_and_blank_zero(course):
+    full = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
+    assert full.status == "ok" and full.score == full.max_score == 16, (full.status, failed_cells(full))
+    assert {c.grade_id for c in full.cells} == ALL_CELLS
+    blank = autograde(course, ASSIGNMENT, course.release(ASSIGNMENT))
+    assert blank.status == "ok" and blank.score == 0 and failed_cells(blank) == ALL_CELLS
+
+
+@pytest.mark.slow
+def test_nbgrader_takes_points_for_wrong_implementations(course):
+    """Four exercises wrong at once; the layer's mistake is written without the student's
+    split/merge, so none feeds another."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {
+        "split_heads": _code("split_heads", "heads split without the transpose"),
+        "merge_heads": _code("merge_heads", "merge that scrambles heads (reshape without the transpose)"),
+        "MultiHeadAttention": _code("MultiHeadAttention",
+                                    "out_proj missing (the merged heads are returned without the output projection)"),
+        "count_parameters": _code("count_parameters", "counted the state_dict (buffers and shared parameters too)"),
+    })
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok"
+    assert failed_cells(result) == {"test_split_heads", "test_merge_heads", "test_count_parameters",
+                                    "test_MultiHeadAttention_keras_example"} | MHA_CELLS
+    assert result.score == 0
+    messages = " ".join(c.message for c in result.cells)
+    assert "out_proj missing" in messages and "counted the state_dict" in messages
+
+
+@pytest.mark.slow
+def test_nbgrader_key_dim_ignored_and_other_slips(course):
+    """Ignoring key_dim only shows when key_dim is given: the Keras example and the hidden cases
+    with key_dim lose points, the comparison with torch (key_dim = d_model / H) does not."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {
+        "split_heads": _code("split_heads", "no ValueError when the width is not divisible by num_heads"),
+        "merge_heads": _code("merge_heads", ".view() on the transposed tensor (it is not contiguous)"),
+        "MultiHeadAttention": _code("MultiHeadAttention",
+                                    "key_dim ignored (the projections are always d_model // num_heads per head)"),
+        "count_parameters": _code("count_parameters", "counted parameter tensors instead of numbers"),
+    })
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok"
+    assert failed_cells(result) == {"test_split_heads", "test_merge_heads", "test_count_parameters",
+                                    "test_MultiHeadAttention_keras_example"} | MHA_CELLS - {"test_MultiHeadAttention_matches_torch"}
+    assert result.score == 2
+    messages = " ".join(c.message for c in result.cells)
+    assert "key_dim ignored" in messages

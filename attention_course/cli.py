@@ -37,7 +37,7 @@ def _demo(args) -> int:
     from autograder.demo import print_demo, run_demo
 
     results, problems = run_demo(Path(args.out))
-    print_demo(results, problems)
+    print_demo(results, problems, Path(args.out))
     return 1 if problems else 0
 
 
@@ -46,6 +46,31 @@ def _lab(args) -> int:
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}", *args.extra]
     os.execv(sys.executable, cmd)
     return 0  # pragma: no cover
+
+
+def _train(args) -> int:
+    from .train import evaluate, record, train
+
+    overrides = {"max_seconds": args.max_seconds, "max_steps": args.max_steps}
+    run = train(args.config, args.src, args.tgt, args.out, mirror=args.mirror, device=args.device,
+                progress=not args.no_progress, **overrides)
+    if args.evaluate:
+        entries = evaluate(run.run_dir, mirror=args.mirror, device=args.device, progress=not args.no_progress)
+        if args.record:
+            print("recorded in", record(entries, *([args.record] if args.record else [])))
+    print(run.run_dir)
+    return 0
+
+
+def _evaluate(args) -> int:
+    from .train import evaluate, record
+
+    entries = evaluate(args.run, test_sets=args.test_set or None, beam_size=args.beam,
+                       length_penalty=args.length_penalty, mirror=args.mirror, device=args.device,
+                       progress=not args.no_progress)
+    if args.record:
+        print("recorded in", record(entries, *([args.record] if args.record else [])))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +89,31 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo", help="generate the demo class from the solutions, grade it, print the table")
     p.add_argument("--out", default="build/demo")
     p.set_defaults(func=_demo)
+    p = sub.add_parser("train", help="train the notebook-06 translator (configs: gpu, cpu, quick, toy, auto)")
+    p.add_argument("--config", default="auto", help="gpu | cpu | quick | toy | auto (gpu if CUDA is available, else cpu)")
+    p.add_argument("--src", default="en", help="source language: en, de or fr")
+    p.add_argument("--tgt", default="de", help="target language: en, de or fr")
+    p.add_argument("--out", default=None, help="run directory (default runs/<config>-<src>-<tgt>)")
+    p.add_argument("--mirror", default=None, help="folder with the Multi30k raw files (default: $ATTN_MULTI30K_MIRROR, else download)")
+    p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
+    p.add_argument("--max-seconds", type=float, default=None, help="override the configuration's time budget")
+    p.add_argument("--max-steps", type=int, default=None, help="override the configuration's step budget")
+    p.add_argument("--evaluate", action="store_true", help="evaluate on the test sets afterwards")
+    p.add_argument("--record", nargs="?", const="", default=None,
+                   help="with --evaluate: add the results to this file (default results/translator.json)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_train)
+    p = sub.add_parser("evaluate", help="sacreBLEU of a trained run on the Multi30k test sets (cased and -lc)")
+    p.add_argument("run", help="run directory written by `attn-course train`")
+    p.add_argument("--test-set", action="append", help="test_2016_flickr, test_2017_flickr, test_2017_mscoco (repeatable; default all)")
+    p.add_argument("--beam", type=int, default=None, help="beam size (default: the configuration's; 1 = greedy)")
+    p.add_argument("--length-penalty", type=float, default=None)
+    p.add_argument("--mirror", default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("--record", nargs="?", const="", default=None,
+                   help="add the results to this file (default results/translator.json)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_evaluate)
     p = sub.add_parser("lab", help="open JupyterLab on the student notebooks")
     p.add_argument("extra", nargs=argparse.REMAINDER)
     p.set_defaults(func=_lab)

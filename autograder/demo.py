@@ -14,12 +14,24 @@ import nbformat
 
 from attention_course.build import SOLUTIONS, notebook_path
 
+from . import adversarial
 from .grade import Course, NotebookResult, format_table, grade
+from .sandbox import Limits
+
+# The demo's hang must not hold `make grade` for a minute: a shorter cell limit.
+DEMO_LIMITS = Limits(cell_seconds=10)
 
 # assignment -> (checks module, graded name, mistake name, test cells it must fail)
 DEMO_MISTAKES = {
     "01_similarity_attention": ("nb01", "softmax", "softmax without subtracting the max",
                                 {"test_softmax_stability"}),
+    "02_queries_keys_values": ("nb02", "SelfAttention", "no 1/sqrt(d_k) scaling",
+                               {"test_SelfAttention", "test_SelfAttention_mask", "test_SelfAttention_gradients"}),
+    "03_multi_head_attention": ("nb03", "MultiHeadAttention",
+                                "out_proj missing (the merged heads are returned without the output projection)",
+                                {"test_MultiHeadAttention", "test_MultiHeadAttention_mask", "test_MultiHeadAttention_cross",
+                                 "test_MultiHeadAttention_gradients", "test_MultiHeadAttention_matches_torch",
+                                 "test_MultiHeadAttention_keras_example"}),
 }
 
 
@@ -76,7 +88,12 @@ def make_demo_submissions(out: Path, course: Course, solutions: Path = SOLUTIONS
 def expectations(results: list[NotebookResult]) -> list[str]:
     """Problems with the demo's outcome (empty when every demo student scored as designed)."""
     problems = []
+    hostile = {a.name: a for a in adversarial.CATALOGUE if a.name in adversarial.DEMO}
     for r in results:
+        if r.student_id in hostile and r.notebook == adversarial.ASSIGNMENT:
+            a = hostile[r.student_id]
+            if r.score != adversarial.expected_score(a, r.max_score) or not r.status.startswith(a.status):
+                problems.append(f"{a.name} scored {r.score:g} with status {r.status!r}")
         failed = {c.grade_id for c in r.cells if c.score < c.max_score}
         if r.student_id == "full-marks" and (r.score != r.max_score or r.status != "ok"):
             problems.append(f"full-marks lost points in {r.notebook}: {sorted(failed)} {r.status}")
@@ -90,21 +107,31 @@ def expectations(results: list[NotebookResult]) -> list[str]:
 
 
 def run_demo(out: Path, solutions: Path = SOLUTIONS) -> tuple[list[NotebookResult], list[str]]:
+    """Build the demo class (three honest students, and a few hostile ones on notebook 01), grade it."""
+    from attention_course.build import REPO
+
     out = Path(out).resolve()
     staging = Course(out / "staging" / "course").setup(solutions)
     submissions = make_demo_submissions(out, staging, solutions)
-    results = grade(submissions, out / "graded", solutions)
+    a = adversarial.ASSIGNMENT
+    solved01 = solved(staging.release(a), nbformat.read(notebook_path(a, solutions), as_version=4))
+    adversarial.write_class(submissions, solved01, staging.release(a),
+                            adversarial.probe_paths(REPO, out / "graded"), adversarial.DEMO)
+    results = grade(submissions, out / "graded", solutions, limits=DEMO_LIMITS)
     return results, expectations(results)
 
 
-def print_demo(results, problems) -> None:
+def print_demo(results, problems, out: Path = Path("build/demo")) -> None:
     print()
-    print(format_table(results))
+    print(format_table(results, hide_missing=True))
     print()
     for r in results:
         if r.student_id == "typical-mistake":
             for c in r.cells:
                 if c.score < c.max_score:
                     print(f"typical-mistake, {c.grade_id} (-{c.max_score - c.score:g}): {c.message.splitlines()[0] if c.message else ''}")
-    print("demo outcome:", "as designed (full marks / zero / exactly the mistake's points)" if not problems
+    print(f"grades: {out / 'graded' / 'grades.csv'}   feedback: {out / 'graded' / 'feedback'}   "
+          f"class report: {out / 'graded' / 'report.html'}")
+    print("demo outcome:", "as designed (full marks / zero / exactly the mistake's points; "
+          "hostile notebooks earned nothing extra and did not stop the batch)" if not problems
           else "UNEXPECTED\n  " + "\n  ".join(problems))

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from .sandbox import Limits, run_notebook_job
 from .submissions import StudentSubmission, collect
 
 CHECKS = Path(__file__).resolve().parent / "checks"
+# nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call: noise.
+warnings.filterwarnings("ignore", message=".*not in session.*")
 
 # Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
 # their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
@@ -296,9 +299,11 @@ def collect_feedback(course: Course, out: Path) -> None:
         shutil.copy2(html, target)
 
 
-def format_table(results: list[NotebookResult]) -> str:
+def format_table(results: list[NotebookResult], hide_missing: bool = False) -> str:
     rows = [("student", "notebook", "score", "status")]
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
+        if hide_missing and r.status.startswith("missing"):
+            continue
         rows.append((r.student_id, r.notebook, f"{r.score:g} / {r.max_score:g}", r.status))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = []
@@ -380,6 +385,9 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
     results = [r for s in students for r in done[s.student_id]]
     write_csv(results, out / "grades.csv")
     collect_feedback(course, out)
+    from .report import class_report
+
+    class_report(results, out / "report.html")
     (out / "results.json").write_text(json.dumps(
         [r.__dict__ | {"cells": [c.__dict__ for c in r.cells]} for r in results], indent=1))
     if progress:

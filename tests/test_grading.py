@@ -42,8 +42,18 @@ def test_grades_csv_has_one_row_per_student_and_notebook(demo):
     out, results, _ = demo
     rows = list(csv.DictReader((out / "graded" / "grades.csv").open()))
     assert list(rows[0]) == CSV_COLUMNS
-    assert len(rows) == len(results) == 3 * len({r.notebook for r in results})
-    assert all(row["status"] == "ok" for row in rows)
+    students = {r.student_id for r in results}
+    assert {"full-marks", "blank", "typical-mistake"} <= students and len(students) >= 6
+    assert len(rows) == len(results) == len(students) * len({r.notebook for r in results})
+    honest = [row for row in rows if row["student_id"] in ("full-marks", "blank", "typical-mistake")]
+    assert all(row["status"] == "ok" for row in honest)
+
+
+def test_class_report_has_pictures_and_mistakes(demo):
+    out, _, _ = demo
+    page = (out / "graded" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 3
+    assert "softmax without subtracting the max" in page  # the typical mistake, recognised
 
 
 def test_feedback_never_shows_hidden_tests(demo):

@@ -32,6 +32,12 @@ DEMO_MISTAKES = {
                                 {"test_MultiHeadAttention", "test_MultiHeadAttention_mask", "test_MultiHeadAttention_cross",
                                  "test_MultiHeadAttention_gradients", "test_MultiHeadAttention_matches_torch",
                                  "test_MultiHeadAttention_keras_example"}),
+    "04_positional_encoding": ("nb04", "PositionalEncoding",
+                               "PE indexed by the batch axis, x.size(0) (sequence-first code on batch-first input)",
+                               {"test_PositionalEncoding"}),
+    "05_masked_cross_attention": ("nb05", "causal_mask",
+                                  "off-by-one diagonal: strictly below the diagonal (a token may not attend to itself)",
+                                  {"test_causal_mask"}),
 }
 
 

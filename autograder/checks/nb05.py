@@ -1,0 +1,637 @@
+"""Checks for notebook 05, "Masked and cross attention" (PyTorch).
+
+Modules are compared with the reference by loading one random state dict (the reference's
+parameter names, random values, LayerNorm scales included) into both, in evaluation mode, so no
+result depends on the order of random draws inside the student's code.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from attention_course import layers as ref
+from attention_course.multihead import MultiHeadAttention
+
+from .core import Case, Exercise, Mistake, make_checker, reference_guard
+
+HONESTY = tuple(reference_guard(ref))
+_BUILT_IN = ("it calls PyTorch's built-in Transformer layers; build the layer from MultiHeadAttention, "
+             "FeedForward and LayerNorm yourself")
+TORCH_LAYERS = tuple((f, _BUILT_IN) for f in (
+    nn.TransformerEncoderLayer.forward, nn.TransformerDecoderLayer.forward,
+    nn.TransformerEncoder.forward, nn.TransformerDecoder.forward, nn.Transformer.forward))
+RTOL, ATOL = 1e-4, 1e-5
+
+
+# --------------------------------------------------------------------------- helpers
+def _t(array) -> torch.Tensor:
+    return torch.tensor(np.asarray(array), dtype=torch.float32)
+
+
+def _random_state(template: nn.Module, rng) -> dict:
+    """Random values for every parameter of `template` (LayerNorms near 1 / 0, weights ~ 1/sqrt(fan_in))."""
+    state = {}
+    for key, value in template.state_dict().items():
+        if key.split(".")[0].startswith("norm"):
+            base = 1.0 if key.endswith("weight") else 0.0
+            state[key] = _t(base + 0.2 * rng.normal(size=tuple(value.shape)))
+        elif key.endswith("weight") and value.dim() == 2:
+            state[key] = _t(rng.normal(size=tuple(value.shape)) / np.sqrt(value.shape[1]))
+        else:
+            state[key] = _t(0.1 * rng.normal(size=tuple(value.shape)))
+    return state
+
+
+def _load(module: nn.Module, state: dict) -> nn.Module:
+    """Load `state` into the student's module (strictly, with a message naming the expected attributes)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+    params = {name for name, _ in module.named_parameters()}
+    missing = sorted(set(state) - set(module.state_dict()))
+    unexpected = sorted(params - set(state))  # extra buffers (a cached mask, say) are fine
+    if missing or unexpected:
+        raise AttributeError(
+            "the module's parameters do not have the names this notebook asks for"
+            + (f"; missing: {', '.join(missing[:6])}" if missing else "")
+            + (f"; unexpected: {', '.join(unexpected[:6])}" if unexpected else ""))
+    module.load_state_dict(state, strict=False)
+    return module.eval()
+
+
+def _keep(rng, B, T, min_len=1) -> torch.Tensor:
+    """[B, T] booleans: each row a real prefix of random length >= min_len, then pads."""
+    lengths = rng.integers(min_len, T + 1, size=B)
+    lengths[0] = T                       # one row without padding
+    if B > 1:
+        lengths[-1] = max(min_len, T - 2)  # and one with padding
+    return torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
+
+
+def _fill_torch(layer: nn.Module, rng) -> nn.Module:
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if name.startswith("norm"):
+                base = 1.0 if name.endswith("weight") else 0.0
+                p.copy_(_t(base + 0.2 * rng.normal(size=tuple(p.shape))))
+            elif p.dim() == 2:
+                p.copy_(_t(rng.normal(size=tuple(p.shape)) / np.sqrt(p.shape[1])))
+            else:
+                p.copy_(_t(0.1 * rng.normal(size=tuple(p.shape))))
+    return layer.train()  # training mode with dropout 0: PyTorch's exact (non-fused) path
+
+
+# --------------------------------------------------------------------------- cases: masks and softmax
+LECTURE_SCORES = [[0.7, 0.1, 0.1, 0.1], [0.1, 0.6, 0.2, 0.1], [0.1, 0.3, 0.6, 0.1], [0.1, 0.3, 0.3, 0.3]]
+
+
+def _causal_cases(rng):
+    return [Case(f"causal_mask({n})", lambda f, n=n: f(n)) for n in (4, 7, 1, 2, 10)]
+
+
+def _random_mask(rng, shape, p=0.5) -> torch.Tensor:
+    m = torch.tensor(rng.uniform(size=shape) < p)
+    m[..., rng.integers(shape[-1])] = True     # every row keeps at least one key
+    return m
+
+
+def _softmax_cases(rng):
+    causal5 = torch.ones(5, 5, dtype=torch.bool).tril()
+    keep = _keep(rng, 2, 6)[:, None, None, :]
+    cases = [
+        ("the lecture's 'I am a student' scores [4, 4] with the causal mask",
+         torch.tensor(LECTURE_SCORES), torch.ones(4, 4, dtype=torch.bool).tril()),
+        ("scores [2, 3, 5, 5] with a causal mask [5, 5] (broadcast)", _t(3 * rng.normal(size=(2, 3, 5, 5))), causal5),
+        ("scores [2, 1, 4, 6] with a padding mask [2, 1, 1, 6]", _t(2 * rng.normal(size=(2, 1, 4, 6))), keep),
+        ("scores [3, 4, 7] with a random mask of the same shape", _t(rng.normal(size=(3, 4, 7))),
+         _random_mask(rng, (3, 4, 7))),
+        ("large scores (|x| ~ 50) with a random mask", _t(50 * rng.normal(size=(4, 6))), _random_mask(rng, (4, 6))),
+    ]
+    return [Case(d, lambda f, s=s, m=m: f(s.clone(), m.clone())) for d, s, m in cases]
+
+
+def _fully_masked_cases(rng):
+    mask = _random_mask(rng, (2, 4, 5))
+    mask[0, 1] = False
+    mask[1, 3] = False
+    keep = torch.tensor([[True, True, True, True], [False, True, True, True]])   # a left-padded sentence
+    left = torch.ones(4, 4, dtype=torch.bool).tril() & keep[:, None, None, :]      # its first query sees nothing
+    cases = [
+        ("scores [2, 4, 5] where two rows have no allowed key", _t(rng.normal(size=(2, 4, 5))), mask),
+        ("causal AND padding mask [2, 1, 4, 4] for a left-padded sentence (its first row sees nothing)",
+         _t(rng.normal(size=(2, 2, 4, 4))), left),
+        ("a mask that is False everywhere", _t(rng.normal(size=(3, 3))), torch.zeros(3, 3, dtype=torch.bool)),
+    ]
+    return [Case(d, lambda f, s=s, m=m: f(s.clone(), m.clone())) for d, s, m in cases]
+
+
+def _padding_cases(rng):
+    right = torch.tensor(rng.integers(1, 9, size=(3, 6)))
+    right[1, 4:] = 0
+    right[2, 2:] = 0
+    other = torch.tensor(rng.integers(0, 5, size=(4, 5)))        # pad_id 2; 0 is a real token here
+    other[0, 3:] = 2
+    other[3, :] = 2                                              # a row of nothing but pads
+    no_pads = torch.tensor(rng.integers(1, 9, size=(1, 7)))
+    return [
+        Case("tokens [3, 6] padded with pad_id=0", lambda f: f(right.clone(), 0)),
+        Case("tokens [4, 5] with pad_id=2 (0 is a real token here)", lambda f: f(other.clone(), 2)),
+        Case("tokens [1, 7] without padding, pad_id=0", lambda f: f(no_pads.clone(), 0)),
+    ]
+
+
+# --------------------------------------------------------------------------- cases: modules
+def _ff_cases(rng):
+    cases = []
+    for d, d_ff, p, shape in [(8, 32, 0.0, (2, 5, 8)), (6, 12, 0.2, (3, 4, 6)), (16, 64, 0.0, (1, 1, 16)),
+                              (8, 16, 0.0, (5, 8))]:
+        state = _random_state(ref.FeedForward(d, d_ff), rng)
+        x = _t(rng.normal(size=shape))
+        cases.append(Case(f"FeedForward({d}, {d_ff}, dropout={p}) in evaluation mode on x of shape {list(shape)}",
+                          lambda cls, d=d, d_ff=d_ff, p=p, s=state, x=x: _no_grad(
+                              lambda: _load(cls(d, d_ff, dropout=p), s)(x.clone()))))
+    return cases
+
+
+def _no_grad(fn):
+    with torch.no_grad():
+        return fn()
+
+
+def _encode(cls, cfg, state, x, mask):
+    d, H, d_ff, p, norm_first = cfg
+    layer = _load(cls(d, H, d_ff, dropout=p, norm_first=norm_first), state)
+    with torch.no_grad():
+        return layer(x.clone()) if mask is None else layer(x.clone(), mask=mask.clone())
+
+
+def _cfg_text(name, cfg):
+    d, H, d_ff, p, nf = cfg
+    return f"{name}(d_model={d}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={nf}) in evaluation mode"
+
+
+def _encoder_cases(rng, norm_first):
+    cases = []
+    settings = [((16, 4, 32, 0.0), 2, 5, None), ((16, 4, 32, 0.1), 2, 5, "padding"),
+                ((12, 3, 20, 0.0), 3, 7, "random"), ((8, 2, 16, 0.0), 2, 6, "causal")]
+    for (d, H, d_ff, p), B, T, kind in settings:
+        cfg = (d, H, d_ff, p, norm_first)
+        state = _random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        x = _t(rng.normal(size=(B, T, d)))
+        mask = {None: None, "padding": _keep(rng, B, T)[:, None, None, :],
+                "random": _random_mask(rng, (B, 1, T, T)) | torch.eye(T, dtype=torch.bool),
+                "causal": torch.ones(T, T, dtype=torch.bool).tril()}[kind]
+        what = {None: "no mask", "padding": f"a padding mask [{B}, 1, 1, {T}]",
+                "random": f"a random mask [{B}, 1, {T}, {T}]", "causal": f"a causal mask [{T}, {T}]"}[kind]
+        cases.append(Case(f"{_cfg_text('EncoderLayer', cfg)}, x [{B}, {T}, {d}], {what}",
+                          lambda cls, c=cfg, s=state, x=x, m=mask: _encode(cls, c, s, x, m)))
+    # agreement with PyTorch's layer (weights mapped in, masks converted to its True = blocked)
+    d, H, d_ff, B, T = 16, 2, 24, 3, 6
+    torch_layer = _fill_torch(nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, batch_first=True,
+                                                         norm_first=norm_first), rng)
+    x, keep = _t(rng.normal(size=(B, T, d))), _keep(rng, B, T)
+    with torch.enable_grad():
+        theirs = torch_layer(x.clone(), src_key_padding_mask=~keep).detach()
+    state, cfg = ref.state_dict_from_torch(torch_layer), (d, H, d_ff, 0.0, norm_first)
+    cases.append(Case(f"nn.TransformerEncoderLayer(norm_first={norm_first}) weights loaded into your layer, "
+                      f"x [{B}, {T}, {d}] with padding: your output minus PyTorch's (should be 0)",
+                      lambda cls, c=cfg, s=state, x=x, m=keep[:, None, None, :], t=theirs:
+                      _encode(cls, c, s, x, m) - t))
+    return cases
+
+
+def _encoder_padding_cases(rng):
+    cases = []
+    for norm_first in (False, True):
+        d, H, d_ff, B, T, extra = 16, 4, 32, 2, 5, 3
+        cfg = (d, H, d_ff, 0.0, norm_first)
+        state = _random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        x = _t(rng.normal(size=(B, T, d)))
+        keep = _keep(rng, B, T, min_len=2)
+        padded = torch.cat([x, _t(rng.normal(size=(B, extra, d)))], dim=1)
+        keep_padded = torch.cat([keep, torch.zeros(B, extra, dtype=torch.bool)], dim=1)
+        real = keep[..., None].float()
+
+        def run(cls, c=cfg, s=state, x=x, padded=padded, keep=keep, keep_padded=keep_padded, real=real, T=T):
+            short = _encode(cls, c, s, x, keep[:, None, None, :])
+            long = _encode(cls, c, s, padded, keep_padded[:, None, None, :])
+            return (long[:, :T] - short) * real
+        cases.append(Case(f"{_cfg_text('EncoderLayer', cfg)}: {extra} more masked pads appended to x "
+                          f"[{B}, {T}, {d}]; change of the outputs at the real positions (should be 0)", run))
+    return cases
+
+
+def _decode(cls, cfg, state, x, memory, tgt_mask, memory_mask, weights=False):
+    d, H, d_ff, p, norm_first = cfg
+    layer = _load(cls(d, H, d_ff, dropout=p, norm_first=norm_first), state)
+    kwargs = {"tgt_mask": tgt_mask.clone()}
+    if memory_mask is not None:
+        kwargs["memory_mask"] = memory_mask.clone()
+    with torch.no_grad():
+        out = layer(x.clone(), memory.clone(), **kwargs)
+    if weights:
+        return getattr(layer, "self_attn_weights", None), getattr(layer, "cross_attn_weights", None)
+    return out
+
+
+def _decoder_cases(rng, norm_first):
+    cases = []
+    # The first cases have as many source as target positions, so that a layer which mixes the two
+    # up gives wrong numbers (which name its mistake) rather than a shape error.
+    settings = [((16, 4, 32, 0.0), 2, 5, 5, "full"), ((16, 4, 32, 0.0), 2, 5, 5, "causal"),
+                ((16, 4, 32, 0.1), 2, 4, 6, "causal"), ((12, 3, 24, 0.0), 3, 6, 3, "both")]
+    for (d, H, d_ff, p), B, T, S, kind in settings:
+        cfg = (d, H, d_ff, p, norm_first)
+        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        if kind == "full":
+            tgt_mask, memory_mask, what = torch.ones(T, T, dtype=torch.bool), None, "an all-True tgt_mask, no memory_mask"
+        elif kind == "causal":
+            tgt_mask, memory_mask = causal, _keep(rng, B, S)[:, None, None, :]
+            what = f"a causal tgt_mask [{T}, {T}], a padding memory_mask [{B}, 1, 1, {S}]"
+        else:
+            tgt_mask = causal & _keep(rng, B, T)[:, None, None, :]
+            memory_mask = _keep(rng, B, S)[:, None, None, :]
+            what = f"tgt_mask = causal AND target padding [{B}, 1, {T}, {T}], a padding memory_mask"
+        cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)}, x [{B}, {T}, {d}], memory [{B}, {S}, {d}], {what}",
+                          lambda cls, c=cfg, s=state, x=x, mem=memory, tm=tgt_mask, mm=memory_mask:
+                          _decode(cls, c, s, x, mem, tm, mm)))
+    d, H, d_ff, B, T, S = 16, 2, 24, 2, 5, 7
+    torch_layer = _fill_torch(nn.TransformerDecoderLayer(d, H, d_ff, dropout=0.0, batch_first=True,
+                                                         norm_first=norm_first), rng)
+    x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+    causal, src_keep = torch.ones(T, T, dtype=torch.bool).tril(), _keep(rng, B, S)
+    with torch.enable_grad():
+        theirs = torch_layer(x.clone(), memory.clone(), tgt_mask=~causal, memory_key_padding_mask=~src_keep).detach()
+    state, cfg = ref.state_dict_from_torch(torch_layer), (d, H, d_ff, 0.0, norm_first)
+    cases.append(Case(f"nn.TransformerDecoderLayer(norm_first={norm_first}) weights loaded into your layer, "
+                      f"x [{B}, {T}, {d}], memory [{B}, {S}, {d}], causal and padding masks: your output minus "
+                      "PyTorch's (should be 0)",
+                      lambda cls, c=cfg, s=state, x=x, mem=memory, tm=causal, mm=src_keep[:, None, None, :],
+                      t=theirs: _decode(cls, c, s, x, mem, tm, mm) - t))
+    return cases
+
+
+def _causal_leak_cases(rng):
+    cases = []
+    for norm_first, (B, T, S, t) in [(False, (2, 6, 6, 3)), (True, (2, 5, 5, 2)), (False, (2, 6, 4, 1))]:
+        d, H, d_ff = 16, 4, 32
+        cfg = (d, H, d_ff, 0.0, norm_first)
+        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        changed = x.clone()
+        changed[:, t:] = _t(rng.normal(size=(B, T - t, d)))
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+        def run(cls, c=cfg, s=state, x=x, changed=changed, mem=memory, m=causal, t=t):
+            return (_decode(cls, c, s, changed, mem, m, None) - _decode(cls, c, s, x, mem, m, None))[:, :t]
+        cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)} with a causal tgt_mask: the target tokens at "
+                          f"positions {t}..{T - 1} replaced; change of the outputs at positions 0..{t - 1} "
+                          "(should be 0: the future must not leak)", run))
+    return cases
+
+
+def _decoder_padding_cases(rng):
+    cases = []
+    for norm_first in (False, True):
+        d, H, d_ff, B, T = 16, 4, 32, 2, 6
+        cfg = (d, H, d_ff, 0.0, norm_first)
+        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, T, d)))
+        src_keep = _keep(rng, B, T, min_len=2)
+        other = torch.where(src_keep[..., None], memory, _t(rng.normal(size=(B, T, d))))
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+        def run(cls, c=cfg, s=state, x=x, mem=memory, other=other, k=src_keep[:, None, None, :], m=causal):
+            return _decode(cls, c, s, x, other, m, k) - _decode(cls, c, s, x, mem, m, k)
+        cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)}: memory [{B}, {T}, {d}] with padding (memory_mask), "
+                          "the pad vectors replaced; change of the outputs (should be 0)", run))
+    for norm_first in (False, True):
+        d, H, d_ff, B, T, S, extra = 16, 4, 32, 2, 4, 5, 3
+        cfg = (d, H, d_ff, 0.0, norm_first)
+        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        src_keep = _keep(rng, B, S, min_len=2)
+        padded = torch.cat([memory, _t(rng.normal(size=(B, extra, d)))], dim=1)
+        keep_padded = torch.cat([src_keep, torch.zeros(B, extra, dtype=torch.bool)], dim=1)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+        def run(cls, c=cfg, s=state, x=x, mem=memory, padded=padded, k=src_keep, kp=keep_padded, m=causal):
+            return (_decode(cls, c, s, x, padded, m, kp[:, None, None, :])
+                    - _decode(cls, c, s, x, mem, m, k[:, None, None, :]))
+        cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)}: {extra} more masked pads appended to the memory "
+                          f"[{B}, {S}, {d}]; change of the outputs (should be 0)", run))
+    return cases
+
+
+def _decoder_weight_cases(rng):
+    cases = []
+    for norm_first, (B, H, T, S) in [(False, (2, 4, 4, 4)), (False, (2, 4, 3, 4)), (True, (1, 2, 5, 3))]:
+        d, d_ff = 16, 32
+        cfg = (d, H, d_ff, 0.0, norm_first)
+        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        causal, src_keep = torch.ones(T, T, dtype=torch.bool).tril(), _keep(rng, B, S)[:, None, None, :]
+        cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)}, x [{B}, {T}, {d}], memory [{B}, {S}, {d}]: "
+                          f"(self_attn_weights [B, H, T, T], cross_attn_weights [B, H, T, S]) after forward",
+                          lambda cls, c=cfg, s=state, x=x, mem=memory, tm=causal, mm=src_keep:
+                          _decode(cls, c, s, x, mem, tm, mm, weights=True)))
+    return cases
+
+
+# --------------------------------------------------------------------------- mistakes
+def _variant(source: str, *replacements: tuple[str, str]) -> str:
+    for old, new in replacements:
+        if old not in source:
+            raise ValueError(f"mistake template: {old!r} not found")
+        source = source.replace(old, new)
+    return source
+
+
+CAUSAL_MISTAKES = (
+    Mistake("off-by-one diagonal: strictly below the diagonal (a token may not attend to itself)",
+            "the diagonal is allowed: query i may attend to keys 0..i, so use .tril() (diagonal=0), not .tril(-1)",
+            "def causal_mask(size):\n    return torch.ones(size, size, dtype=torch.bool).tril(-1)"),
+    Mistake("off-by-one diagonal: each token also sees the next one",
+            "query i may attend to keys 0..i only: .tril() (diagonal=0), not .tril(1)",
+            "def causal_mask(size):\n    return torch.ones(size, size, dtype=torch.bool).tril(1)"),
+    Mistake("a mask that keeps the future (the upper triangle)",
+            "True must be on and *below* the diagonal (the past): .tril(), not .triu()",
+            "def causal_mask(size):\n    return torch.ones(size, size, dtype=torch.bool).triu()"),
+    Mistake("PyTorch's nn.Transformer convention: True above the diagonal (True = blocked)",
+            "in this course True means 'may attend': return the lower triangle, .tril()",
+            "def causal_mask(size):\n    return torch.ones(size, size, dtype=torch.bool).triu(1)"),
+    Mistake("a float 0/1 mask instead of booleans",
+            "build it with dtype=torch.bool (or call .bool())",
+            "def causal_mask(size):\n    return torch.ones(size, size).tril()"),
+    Mistake("an additive float mask (0 and -inf) instead of booleans",
+            "return booleans (True = may attend); the -inf goes into the scores inside the softmax",
+            "def causal_mask(size):\n"
+            "    return torch.zeros(size, size).masked_fill(torch.ones(size, size, dtype=torch.bool).triu(1), float('-inf'))"),
+)
+
+SOFTMAX_MISTAKES = (
+    Mistake("mask applied after the softmax (masked weights zeroed, the rest not renormalized)",
+            "fill the masked *scores* with -inf before the softmax, so the allowed weights sum to 1",
+            "def masked_softmax(scores, mask=None):\n    return torch.softmax(scores, dim=-1) * mask"),
+    Mistake("mask convention inverted (True treated as 'blocked', PyTorch's nn convention)",
+            "True means 'may attend': fill where the mask is False, scores.masked_fill(~mask, float('-inf'))",
+            "def masked_softmax(scores, mask=None):\n"
+            "    w = torch.softmax(scores.masked_fill(mask, float('-inf')), dim=-1)\n"
+            "    return w.masked_fill(mask, 0.0)"),
+    Mistake("masked scores set to 0 (or multiplied by the mask) instead of -inf",
+            "exp(0) = 1 is not 'no weight': masked scores must be -inf so that exp gives 0",
+            "def masked_softmax(scores, mask=None):\n    return torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)"),
+    Mistake("softmax over the wrong axis (the queries, dim=-2)",
+            "each query's row of weights sums to 1: softmax over the keys, dim=-1",
+            "def masked_softmax(scores, mask=None):\n"
+            "    w = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-2)\n"
+            "    return torch.nan_to_num(w.masked_fill(~mask, 0.0))"),
+)
+
+FULLY_MASKED_MISTAKES = (
+    Mistake("fully masked rows give NaN (softmax of a row of -inf)",
+            "after the softmax, set the masked entries to 0 (weights.masked_fill(~mask, 0.0)): "
+            "a row with no allowed key then becomes all zeros",
+            "def masked_softmax(scores, mask=None):\n"
+            "    return torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)"),
+    Mistake("a large negative number (-1e9) instead of -inf: fully masked rows become uniform",
+            "-1e9 is fine for rows with an allowed key, but a row with none becomes a uniform average of "
+            "forbidden keys: zero the masked entries after the softmax",
+            "def masked_softmax(scores, mask=None):\n"
+            "    return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)"),
+) + SOFTMAX_MISTAKES
+
+PADDING_MISTAKES = (
+    Mistake("padding mask True on the pads (nn's key_padding_mask convention)",
+            "in this course True means 'may attend': tokens != pad_id",
+            "def padding_mask(tokens, pad_id):\n    return (tokens == pad_id)[:, None, None, :]"),
+    Mistake("shape [B, T]: the head and query axes are missing",
+            "add two axes so it broadcasts over heads and queries: [:, None, None, :] gives [B, 1, 1, T]",
+            "def padding_mask(tokens, pad_id):\n    return tokens != pad_id"),
+    Mistake("mask over the queries, shape [B, 1, T, 1]",
+            "pads are masked as *keys*: the last axis is the key axis, so the shape is [B, 1, 1, T]",
+            "def padding_mask(tokens, pad_id):\n    return (tokens != pad_id)[:, None, :, None]"),
+    Mistake("compared with 0 instead of pad_id",
+            "use the pad_id argument: tokens != pad_id",
+            "def padding_mask(tokens, pad_id):\n    return (tokens != 0)[:, None, None, :]"),
+    Mistake("a float 0/1 mask instead of booleans",
+            "tokens != pad_id is already boolean: don't convert it with .float()",
+            "def padding_mask(tokens, pad_id):\n    return (tokens != pad_id)[:, None, None, :].float()"),
+)
+
+FF_SOURCE = """
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+"""
+_FF_LINE = "return self.linear2(self.dropout(torch.relu(self.linear1(x))))"
+FF_MISTAKES = (
+    Mistake("no ReLU between the two linear layers",
+            "without the non-linearity the two layers collapse into one linear map: relu(linear1(x))",
+            _variant(FF_SOURCE, (_FF_LINE, "return self.linear2(self.dropout(self.linear1(x)))"))),
+    Mistake("a ReLU after the second linear layer too",
+            "the output is linear2(...) as it comes: only the hidden layer has a ReLU",
+            _variant(FF_SOURCE, (_FF_LINE, "return torch.relu(self.linear2(self.dropout(torch.relu(self.linear1(x)))))"))),
+    Mistake("GELU instead of ReLU",
+            "the paper's (and this notebook's) feed-forward uses ReLU: torch.relu",
+            _variant(FF_SOURCE, (_FF_LINE, "return self.linear2(self.dropout(F.gelu(self.linear1(x))))"))),
+    Mistake("a residual connection inside the feed-forward (x + FFN(x))",
+            "FeedForward returns FFN(x) only: the encoder and decoder layers add the residual",
+            _variant(FF_SOURCE, (_FF_LINE, "return x + self.linear2(self.dropout(torch.relu(self.linear1(x))))"))),
+)
+
+ENCODER_SOURCE = """
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])
+            x = x + self.dropout(self.ff(self.norm2(x)))
+        else:
+            x = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)[0]))
+            x = self.norm2(x + self.dropout(self.ff(x)))
+        return x
+"""
+_PRE_SA = "x = x + self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])"
+_PRE_FF = "x = x + self.dropout(self.ff(self.norm2(x)))"
+_POST_SA = "x = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)[0]))"
+_POST_FF = "x = self.norm2(x + self.dropout(self.ff(x)))"
+_IND = "\n            "
+
+ENCODER_MISTAKES = (
+    Mistake("missing residual connection around self-attention",
+            "add the sublayer's input back: norm1(x + self_attn(...)) (post-norm), x + self_attn(norm1(x)) (pre-norm)",
+            _variant(ENCODER_SOURCE, (_PRE_SA, "x = self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])"),
+                     (_POST_SA, "x = self.norm1(self.dropout(self.self_attn(x, mask=mask)[0]))"))),
+    Mistake("missing residual connection around the feed-forward",
+            "add the sublayer's input back: norm2(x + ff(x)) (post-norm), x + ff(norm2(x)) (pre-norm)",
+            _variant(ENCODER_SOURCE, (_PRE_FF, "x = self.dropout(self.ff(self.norm2(x)))"),
+                     (_POST_FF, "x = self.norm2(self.dropout(self.ff(x)))"))),
+    Mistake("the self-attention mask is ignored",
+            "pass the mask on: self.self_attn(x, mask=mask)",
+            _variant(ENCODER_SOURCE, ("mask=mask)[0])", "mask=None)[0])"))),
+    Mistake("the mask is inverted (~mask, PyTorch's True = blocked convention)",
+            "MultiHeadAttention takes this course's convention, True = may attend: pass the mask as it is",
+            _variant(ENCODER_SOURCE, ("mask=mask)[0])", "mask=None if mask is None else ~mask)[0])"))),
+    Mistake("LayerNorm applied to the sublayer's output before the residual add: x + norm(sublayer(x))",
+            "post-norm normalizes the sum: norm1(x + self_attn(x)), norm2(x + ff(x))",
+            _variant(ENCODER_SOURCE, (_POST_SA, "x = x + self.norm1(self.dropout(self.self_attn(x, mask=mask)[0]))"),
+                     (_POST_FF, "x = x + self.norm2(self.dropout(self.ff(x)))"))),
+    Mistake("norm1 used for both sublayers (norm2 never used)",
+            "each sublayer has its own LayerNorm: norm1 around self-attention, norm2 around the feed-forward",
+            _variant(ENCODER_SOURCE, ("self.ff(self.norm2(x))", "self.ff(self.norm1(x))"),
+                     (_POST_FF, "x = self.norm1(x + self.dropout(self.ff(x)))"))),
+    Mistake("the feed-forward applied to the layer's input instead of the attention sublayer's output",
+            "the sublayers are chained: the feed-forward sublayer takes the result of the attention sublayer",
+            _variant(ENCODER_SOURCE,
+                     (_PRE_SA + _IND + _PRE_FF,
+                      "h = x + self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])" + _IND
+                      + "x = h + self.dropout(self.ff(self.norm2(x)))"),
+                     (_POST_SA + _IND + _POST_FF,
+                      "h = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)[0]))" + _IND
+                      + "x = self.norm2(h + self.dropout(self.ff(x)))"))),
+    Mistake("norm_first ignored (always post-norm)",
+            "with norm_first=True: x = x + self_attn(norm1(x)); x = x + ff(norm2(x))",
+            _variant(ENCODER_SOURCE, ("if self.norm_first:", "if False:"))),
+    Mistake("pre-norm that normalizes the residual stream itself (x = norm(x); x = x + sublayer(x))",
+            "in pre-norm the residual path is never normalized: x = x + self_attn(norm1(x)), not x = norm1(x) first",
+            _variant(ENCODER_SOURCE, (_PRE_SA + _IND + _PRE_FF,
+                                      "x = self.norm1(x)" + _IND
+                                      + "x = x + self.dropout(self.self_attn(x, mask=mask)[0])" + _IND
+                                      + "x = self.norm2(x)" + _IND + "x = x + self.dropout(self.ff(x))"))),
+)
+
+DECODER_SOURCE = """
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+        self.self_attn_weights = None
+        self.cross_attn_weights = None
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            sa, self.self_attn_weights = self.self_attn(h, h, h, mask=tgt_mask)
+            x = x + self.dropout(sa)
+            h = self.norm2(x)
+            ca, self.cross_attn_weights = self.cross_attn(h, memory, memory, mask=memory_mask)
+            x = x + self.dropout(ca)
+            x = x + self.dropout(self.ff(self.norm3(x)))
+        else:
+            sa, self.self_attn_weights = self.self_attn(x, x, x, mask=tgt_mask)
+            x = self.norm1(x + self.dropout(sa))
+            ca, self.cross_attn_weights = self.cross_attn(x, memory, memory, mask=memory_mask)
+            x = self.norm2(x + self.dropout(ca))
+            x = self.norm3(x + self.dropout(self.ff(x)))
+        return x
+"""
+
+DECODER_MISTAKES = (
+    Mistake("cross-attention fed the memory as query (and the decoder's states as keys and values)",
+            "queries come from the decoder, keys and values from the encoder: cross_attn(x, memory, memory)",
+            _variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory,", "self.cross_attn(memory, h, h,"),
+                     ("self.cross_attn(x, memory, memory,", "self.cross_attn(memory, x, x,"))),
+    Mistake("a decoder without the causal mask (tgt_mask not given to self-attention)",
+            "the decoder's self-attention must get the target mask: self_attn(x, x, x, mask=tgt_mask)",
+            _variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=None)"))),
+    Mistake("tgt_mask and memory_mask swapped",
+            "self-attention takes tgt_mask (causal, [T, T]); cross-attention takes memory_mask (the source's padding)",
+            _variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=MEMORY)"), ("mask=memory_mask)", "mask=tgt_mask)"),
+                     ("mask=MEMORY)", "mask=memory_mask)"))),
+    Mistake("memory_mask ignored (cross-attention sees the source's pads)",
+            "pass the source's padding mask to cross-attention: cross_attn(x, memory, memory, mask=memory_mask)",
+            _variant(DECODER_SOURCE, ("mask=memory_mask)", "mask=None)"))),
+    Mistake("cross-attention over the decoder's own states (the memory is never used)",
+            "keys and values of cross-attention are the encoder's output: cross_attn(x, memory, memory)",
+            _variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory, mask=memory_mask)", "self.cross_attn(h, h, h)"),
+                     ("self.cross_attn(x, memory, memory, mask=memory_mask)", "self.cross_attn(x, x, x)"))),
+    Mistake("self_attn used for the cross-attention step too (cross_attn never used)",
+            "the cross-attention step has its own module: self.cross_attn(x, memory, memory, ...)",
+            _variant(DECODER_SOURCE, ("= self.cross_attn(", "= self.self_attn("))),
+    Mistake("missing residual connection around cross-attention",
+            "add the sublayer's input back: norm2(x + cross_attn(...)) (post-norm), x + cross_attn(norm2(x), ...) (pre-norm)",
+            _variant(DECODER_SOURCE, ("x = x + self.dropout(ca)", "x = self.dropout(ca)"),
+                     ("x = self.norm2(x + self.dropout(ca))", "x = self.norm2(self.dropout(ca))"))),
+    Mistake("missing residual connection around self-attention",
+            "add the sublayer's input back: norm1(x + self_attn(...)) (post-norm), x + self_attn(norm1(x)) (pre-norm)",
+            _variant(DECODER_SOURCE, ("x = x + self.dropout(sa)", "x = self.dropout(sa)"),
+                     ("x = self.norm1(x + self.dropout(sa))", "x = self.norm1(self.dropout(sa))"))),
+    Mistake("norm_first ignored (always post-norm)",
+            "with norm_first=True each sublayer is x = x + sublayer(norm(x))",
+            _variant(DECODER_SOURCE, ("if self.norm_first:", "if False:"))),
+    Mistake("pre-norm that also normalizes the memory with norm2",
+            "only the queries are normalized: cross_attn(norm2(x), memory, memory) — the memory is used as it comes",
+            _variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory,", "self.cross_attn(h, self.norm2(memory), self.norm2(memory),"))),
+    Mistake("self-attention and cross-attention weights stored in each other's attribute",
+            "self_attn_weights [B, H, T, T] come from self_attn, cross_attn_weights [B, H, T, S] from cross_attn",
+            _variant(DECODER_SOURCE, ("sa, self.self_attn_weights", "sa, self.SWAP"),
+                     ("ca, self.cross_attn_weights", "ca, self.self_attn_weights"),
+                     ("sa, self.SWAP", "sa, self.cross_attn_weights"))),
+    Mistake("the attention weights are not kept (self_attn_weights / cross_attn_weights stay None)",
+            "keep the second value MultiHeadAttention returns: out, self.self_attn_weights = self.self_attn(...)",
+            _variant(DECODER_SOURCE, ("sa, self.self_attn_weights", "sa, _"), ("ca, self.cross_attn_weights", "ca, _"))),
+)
+
+# The mistakes' code runs beside a correct FeedForward (a copy, not the reference: the reference is
+# off limits to the code under test) and the course's MultiHeadAttention.
+_env: dict = {"torch": torch, "nn": nn}
+exec(FF_SOURCE, _env)  # noqa: S102 - our own code
+NAMESPACE = {"MultiHeadAttention": MultiHeadAttention, "FeedForward": _env["FeedForward"]}
+LAYER_FORBIDDEN = HONESTY + TORCH_LAYERS
+
+
+def _exercise(name, reference, cases, mistakes, graded=None, forbidden=HONESTY):
+    return Exercise(name, reference, cases, mistakes=mistakes, rtol=RTOL, atol=ATOL, forbidden=forbidden,
+                    namespace=NAMESPACE, graded=graded or name)
+
+
+EXERCISES = [
+    _exercise("causal_mask", ref.causal_mask, _causal_cases, CAUSAL_MISTAKES),
+    _exercise("masked_softmax", ref.masked_softmax, _softmax_cases, SOFTMAX_MISTAKES),
+    _exercise("masked_softmax_fully_masked", ref.masked_softmax, _fully_masked_cases, FULLY_MASKED_MISTAKES,
+              graded="masked_softmax"),
+    _exercise("padding_mask", ref.padding_mask, _padding_cases, PADDING_MISTAKES),
+    _exercise("FeedForward", ref.FeedForward, _ff_cases, FF_MISTAKES, forbidden=LAYER_FORBIDDEN),
+    _exercise("EncoderLayer", ref.EncoderLayer, lambda rng: _encoder_cases(rng, False), ENCODER_MISTAKES,
+              forbidden=LAYER_FORBIDDEN),
+    _exercise("EncoderLayer_norm_first", ref.EncoderLayer, lambda rng: _encoder_cases(rng, True),
+              ENCODER_MISTAKES, graded="EncoderLayer", forbidden=LAYER_FORBIDDEN),
+    _exercise("EncoderLayer_padding", ref.EncoderLayer, _encoder_padding_cases, ENCODER_MISTAKES,
+              graded="EncoderLayer", forbidden=LAYER_FORBIDDEN),
+    _exercise("DecoderLayer", ref.DecoderLayer, lambda rng: _decoder_cases(rng, False), DECODER_MISTAKES,
+              forbidden=LAYER_FORBIDDEN),
+    _exercise("DecoderLayer_norm_first", ref.DecoderLayer, lambda rng: _decoder_cases(rng, True),
+              DECODER_MISTAKES, graded="DecoderLayer", forbidden=LAYER_FORBIDDEN),
+    _exercise("DecoderLayer_causal", ref.DecoderLayer, _causal_leak_cases, DECODER_MISTAKES,
+              graded="DecoderLayer", forbidden=LAYER_FORBIDDEN),
+    _exercise("DecoderLayer_padding", ref.DecoderLayer, _decoder_padding_cases, DECODER_MISTAKES,
+              graded="DecoderLayer", forbidden=LAYER_FORBIDDEN),
+    _exercise("DecoderLayer_weights", ref.DecoderLayer, _decoder_weight_cases, DECODER_MISTAKES,
+              graded="DecoderLayer", forbidden=LAYER_FORBIDDEN),
+]
+
+check = make_checker(EXERCISES)

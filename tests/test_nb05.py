@@ -1,0 +1,311 @@
+"""Notebook 05 checks: the reference passes, other correct implementations pass, every catalogued
+mistake fails (and is named), PyTorch's Transformer layers and the reference are refused, the
+layers keep the API notebook 06 builds on (and agree with PyTorch's), and real nbgrader takes
+points off wrong implementations in the right cells."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention_course import layers as ref
+from attention_course.multihead import MultiHeadAttention
+from autograder.checks import nb05
+from autograder.checks.core import CheckFailed, check_exercise
+
+from .conftest import autograde, failed_cells, fresh_copy, inject, solved_notebook
+
+ASSIGNMENT = "05_masked_cross_attention"
+STUDENT = fresh_copy(ref)
+MISTAKES = [(m, g) for g in sorted({e.graded for e in nb05.EXERCISES})
+            for m in dict.fromkeys(m for e in nb05.EXERCISES if e.graded == g for m in e.mistakes)]
+
+
+@pytest.mark.parametrize("exercise", nb05.EXERCISES, ids=lambda e: e.name)
+def test_reference_copy_passes(exercise):
+    check_exercise(exercise, STUDENT[exercise.graded])
+
+
+@pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
+def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
+    """Each mistake fails a check of its exercise whose message names it. The checks of an
+    exercise run in order and stop at the first message that names the mistake (the layers'
+    checks are the slow ones; running all of them for every mistake would triple the time)."""
+    messages = []
+    for exercise in (e for e in nb05.EXERCISES if e.graded == graded):
+        try:
+            check_exercise(exercise, mistake.build(graded, exercise.namespace))
+        except CheckFailed as err:
+            messages.append(str(err))
+            if f"This matches a known mistake: {mistake.name}." in messages[-1]:
+                break
+    assert messages, f"{mistake.name!r} passed every check of {graded}"
+    assert any(f"This matches a known mistake: {mistake.name}." in m for m in messages), messages
+
+
+# --------------------------------------------------------------------------- other correct answers pass
+def causal_mask_alt(size):
+    return torch.tril(torch.ones(size, size)).bool()
+
+
+def masked_softmax_alt(scores, mask=None):
+    """A large negative fill, exp by hand, then the mask multiplied in."""
+    if mask is None:
+        mask = torch.ones_like(scores, dtype=torch.bool)
+    scores = torch.where(mask, scores, torch.full_like(scores, -1e30))
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * mask
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def padding_mask_alt(tokens, pad_id):
+    return tokens.ne(pad_id).unsqueeze(1).unsqueeze(2)
+
+
+class FeedForwardAlt(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.p = dropout
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(d_model, d_ff)
+
+    def forward(self, x):
+        return self.linear2(F.dropout(F.relu(self.linear1(x)), self.p, self.training))
+
+
+class EncoderLayerAlt(nn.Module):
+    """A helper for 'sublayer with residual and norm', F.dropout, key/value left to default."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first, self.p = norm_first, dropout
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ff = FeedForwardAlt(d_model, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+
+    def _residual(self, x, norm, sublayer):
+        if self.norm_first:
+            return x + F.dropout(sublayer(norm(x)), self.p, self.training)
+        return norm(x + F.dropout(sublayer(x), self.p, self.training))
+
+    def forward(self, x, mask=None):
+        x = self._residual(x, self.norm1, lambda h: self.self_attn(h, mask=mask)[0])
+        return self._residual(x, self.norm2, self.ff)
+
+
+class DecoderLayerAlt(nn.Module):
+    """The same helper; the weights kept detached."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first, self.p = norm_first, dropout
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ff = FeedForwardAlt(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.self_attn_weights = self.cross_attn_weights = None
+
+    def _residual(self, x, norm, sublayer):
+        if self.norm_first:
+            return x + F.dropout(sublayer(norm(x)), self.p, self.training)
+        return norm(x + F.dropout(sublayer(x), self.p, self.training))
+
+    def _self(self, h, mask):
+        out, w = self.self_attn(h, mask=mask)
+        self.self_attn_weights = w.detach()
+        return out
+
+    def _cross(self, h, memory, mask):
+        out, w = self.cross_attn(h, memory, memory, mask)
+        self.cross_attn_weights = w.detach()
+        return out
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self._residual(x, self.norm1, lambda h: self._self(h, tgt_mask))
+        x = self._residual(x, self.norm2, lambda h: self._cross(h, memory, memory_mask))
+        return self._residual(x, self.norm3, self.ff)
+
+
+@pytest.mark.parametrize("graded,impl", [("causal_mask", causal_mask_alt), ("masked_softmax", masked_softmax_alt),
+                                         ("padding_mask", padding_mask_alt), ("FeedForward", FeedForwardAlt),
+                                         ("EncoderLayer", EncoderLayerAlt), ("DecoderLayer", DecoderLayerAlt)],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_other_correct_implementations_pass(graded, impl):
+    for exercise in (e for e in nb05.EXERCISES if e.graded == graded):
+        check_exercise(exercise, impl)
+
+
+# --------------------------------------------------------------------------- honesty and stubs
+def test_pytorch_transformer_layer_is_not_accepted():
+    class EncoderLayer(EncoderLayerAlt):
+        """Our parameter names, PyTorch's layer doing the work."""
+
+        def forward(self, x, mask=None):
+            d, h = x.shape[-1], self.self_attn.num_heads
+            torch_layer = nn.TransformerEncoderLayer(d, h, self.ff.linear1.out_features, dropout=0.0,
+                                                     batch_first=True, norm_first=self.norm_first)
+            state = {"self_attn.in_proj_weight": torch.cat([self.self_attn.q_proj.weight, self.self_attn.k_proj.weight,
+                                                            self.self_attn.v_proj.weight]),
+                     "self_attn.in_proj_bias": torch.cat([self.self_attn.q_proj.bias, self.self_attn.k_proj.bias,
+                                                          self.self_attn.v_proj.bias]),
+                     "self_attn.out_proj.weight": self.self_attn.out_proj.weight,
+                     "self_attn.out_proj.bias": self.self_attn.out_proj.bias,
+                     **{k: v for k, v in self.state_dict().items() if k.startswith("norm")},
+                     **{k[3:]: v for k, v in self.state_dict().items() if k.startswith("ff.")}}
+            torch_layer.load_state_dict(state)
+            return torch_layer(x, src_mask=None if mask is None else ~mask)
+
+    with pytest.raises(CheckFailed, match="built-in Transformer layers"):
+        nb05.check("EncoderLayer", EncoderLayer)
+
+
+def test_calling_the_reference_is_not_accepted():
+    def causal_mask(size):
+        return ref.causal_mask(size)
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb05.check("causal_mask", causal_mask)
+
+    class DecoderLayer(ref.DecoderLayer):
+        pass
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb05.check("DecoderLayer", DecoderLayer)
+
+
+def test_stub_is_reported_as_not_attempted():
+    class EncoderLayer(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="not attempted"):
+        nb05.check("EncoderLayer", EncoderLayer)
+
+
+def test_wrong_attribute_names_are_reported():
+    class FeedForward(FeedForwardAlt):
+        def __init__(self, d_model, d_ff, dropout=0.0):
+            super().__init__(d_model, d_ff, dropout)
+            self.fc1, self.fc2 = self.linear1, self.linear2
+            del self.linear1, self.linear2
+
+        def forward(self, x):
+            return self.fc2(F.relu(self.fc1(x)))
+
+    with pytest.raises(CheckFailed, match="missing: linear1.bias, linear1.weight"):
+        nb05.check("FeedForward", FeedForward)
+
+
+# --------------------------------------------------------------------------- the API notebook 06 builds on
+def test_layer_api_and_agreement_with_pytorch():
+    init = inspect.signature(ref.EncoderLayer.__init__)
+    assert list(init.parameters) == ["self", "d_model", "num_heads", "d_ff", "dropout", "norm_first"]
+    assert list(inspect.signature(ref.DecoderLayer.__init__).parameters) == list(init.parameters)
+    assert list(inspect.signature(ref.EncoderLayer.forward).parameters) == ["self", "x", "mask"]
+    assert list(inspect.signature(ref.DecoderLayer.forward).parameters) == ["self", "x", "memory", "tgt_mask", "memory_mask"]
+    torch.manual_seed(0)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    src_keep = torch.ones(2, 7, dtype=torch.bool)
+    src_keep[1, 5:] = False
+    tgt = ref.causal_mask(5)
+    for norm_first in (False, True):
+        ours = ref.EncoderLayer(16, 4, 32, norm_first=norm_first).eval()
+        theirs = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+        ours.load_state_dict(ref.state_dict_from_torch(theirs))
+        torch.testing.assert_close(ours(memory, ref.padding_mask(src_keep.long(), 0)),
+                                   theirs(memory, src_key_padding_mask=~src_keep), atol=1e-5, rtol=1e-4)
+        ours = ref.DecoderLayer(16, 4, 32, norm_first=norm_first).eval()
+        theirs = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+        ours.load_state_dict(ref.state_dict_from_torch(theirs))
+        out = ours(x, memory, tgt_mask=tgt, memory_mask=src_keep[:, None, None, :])
+        torch.testing.assert_close(out, theirs(x, memory, tgt_mask=~tgt, memory_key_padding_mask=~src_keep),
+                                   atol=1e-5, rtol=1e-4)
+        assert ours.self_attn_weights.shape == (2, 4, 5, 5) and ours.cross_attn_weights.shape == (2, 4, 5, 7)
+        assert (ours.cross_attn_weights[1, ..., 5:] == 0).all()
+
+
+def test_masked_softmax_reproduces_the_lecture():
+    w = ref.masked_softmax(torch.tensor(nb05.LECTURE_SCORES), ref.causal_mask(4))
+    torch.testing.assert_close(w[1, :2], torch.tensor([0.3775, 0.6225]), atol=1e-4, rtol=0)
+    assert not torch.isnan(ref.masked_softmax(torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.bool))).any()
+
+
+# --------------------------------------------------------------------------- real nbgrader
+def _code(graded, name):
+    for e in nb05.EXERCISES:
+        for m in e.mistakes:
+            if e.graded == graded and m.name == name:
+                return m.code
+    raise KeyError(name)
+
+
+ENCODER_CELLS = {"test_EncoderLayer", "test_EncoderLayer_norm_first", "test_EncoderLayer_padding"}
+DECODER_CELLS = {"test_DecoderLayer", "test_DecoderLayer_norm_first", "test_DecoderLayer_causal",
+                 "test_DecoderLayer_padding", "test_DecoderLayer_weights"}
+ALL_CELLS = {"test_causal_mask", "test_masked_softmax", "test_masked_softmax_fully_masked", "test_padding_mask",
+             "test_FeedForward"} | ENCODER_CELLS | DECODER_CELLS
+OFF_BY_ONE = "off-by-one diagonal: strictly below the diagonal (a token may not attend to itself)"
+KEEPS_FUTURE = "a mask that keeps the future (the upper triangle)"
+PADS_TRUE = "padding mask True on the pads (nn's key_padding_mask convention)"
+NO_RESIDUAL = "missing residual connection around self-attention"
+MEMORY_QUERY = "cross-attention fed the memory as query (and the decoder's states as keys and values)"
+NO_CAUSAL = "a decoder without the causal mask (tgt_mask not given to self-attention)"
+
+
+@pytest.mark.slow
+def test_nbgrader_solution_full_marks_and_blank_zero(course):
+    full = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
+    assert full.status == "ok" and full.score == full.max_score == 26, (full.status, failed_cells(full))
+    assert {c.grade_id for c in full.cells} == ALL_CELLS
+    blank = autograde(course, ASSIGNMENT, course.release(ASSIGNMENT))
+    assert blank.status == "ok" and blank.score == 0 and failed_cells(blank) == ALL_CELLS
+
+
+@pytest.mark.slow
+def test_nbgrader_takes_points_for_wrong_implementations(course):
+    """Five exercises wrong at once (the test cells build their masks themselves, so a wrong mask
+    function costs only its own cell; FeedForward stays right, since both layers are built on it)."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {
+        "causal_mask": _code("causal_mask", OFF_BY_ONE),
+        "masked_softmax": _code("masked_softmax", "fully masked rows give NaN (softmax of a row of -inf)"),
+        "padding_mask": _code("padding_mask", PADS_TRUE),
+        "EncoderLayer": _code("EncoderLayer", NO_RESIDUAL),
+        "DecoderLayer": _code("DecoderLayer", MEMORY_QUERY),
+    })
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok"
+    assert failed_cells(result) == ({"test_causal_mask", "test_masked_softmax_fully_masked", "test_padding_mask",
+                                     "test_EncoderLayer", "test_EncoderLayer_norm_first"} | DECODER_CELLS)
+    assert result.score == 6  # masked_softmax 3 + FeedForward 2 + encoder padding invariance 1
+    by_cell = {c.grade_id: c.message for c in result.cells}
+    assert OFF_BY_ONE in by_cell["test_causal_mask"]
+    assert "fully masked rows give NaN" in by_cell["test_masked_softmax_fully_masked"]
+    assert PADS_TRUE in by_cell["test_padding_mask"]
+    assert NO_RESIDUAL in by_cell["test_EncoderLayer"]
+    assert all(MEMORY_QUERY in by_cell[cell] for cell in DECODER_CELLS)
+
+
+@pytest.mark.slow
+def test_nbgrader_future_leaks(course):
+    """The two ways to let the decoder see the future — a mask keeping the upper triangle, and a
+    decoder layer that drops tgt_mask — plus three more slips on other exercises."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {
+        "causal_mask": _code("causal_mask", KEEPS_FUTURE),
+        "masked_softmax": _code("masked_softmax", "mask applied after the softmax (masked weights zeroed, the rest not renormalized)"),
+        "padding_mask": _code("padding_mask", "shape [B, T]: the head and query axes are missing"),
+        "EncoderLayer": _code("EncoderLayer", "the self-attention mask is ignored"),
+        "DecoderLayer": _code("DecoderLayer", NO_CAUSAL),
+    })
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok"
+    assert failed_cells(result) == ALL_CELLS - {"test_FeedForward", "test_DecoderLayer_padding"}
+    assert result.score == 3  # FeedForward 2 + decoder padding invariance 1
+    by_cell = {c.grade_id: c.message for c in result.cells}
+    assert KEEPS_FUTURE in by_cell["test_causal_mask"]
+    assert "mask applied after the softmax" in by_cell["test_masked_softmax"]
+    assert "the self-attention mask is ignored" in by_cell["test_EncoderLayer_padding"]
+    assert NO_CAUSAL in by_cell["test_DecoderLayer_causal"]

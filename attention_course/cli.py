@@ -41,6 +41,15 @@ def _demo(args) -> int:
     return 1 if problems else 0
 
 
+def _bench(args) -> int:
+    import json
+
+    from autograder.bench import benchmark
+
+    print(json.dumps(benchmark(args.students, Path(args.out)), indent=1))
+    return 0
+
+
 def _lab(args) -> int:
     os.environ["PATH"] = bin_dir() + os.pathsep + os.environ.get("PATH", "")
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}", *args.extra]
@@ -114,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="add the results to this file (default results/translator.json)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_evaluate)
+    p = sub.add_parser("bench", help="time plain serial nbgrader autograde against `grade` on a generated class")
+    p.add_argument("--students", type=int, default=20)
+    p.add_argument("--out", default="build/bench")
+    p.set_defaults(func=_bench)
     p = sub.add_parser("lab", help="open JupyterLab on the student notebooks")
     p.add_argument("extra", nargs=argparse.REMAINDER)
     p.set_defaults(func=_lab)

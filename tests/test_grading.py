@@ -126,3 +126,32 @@ def test_self_check_says_pass_fail_and_not_attempted(course, tmp_path):
     report = format_report(result, verdicts)
     assert "FAIL  cosine_similarity" in report and "forgets to normalize" in report
     assert "TODO  dot_similarity" in report
+
+
+def test_grading_is_resumable_and_idempotent(course, tmp_path):
+    """Interrupt a batch (one student's saved result lost, the CSV half-written), run it again:
+    the same table and gradebook, and only the unfinished student is graded again."""
+    from nbgrader.api import Gradebook
+
+    good = nbformat.writes(solved_notebook(course, A01)).encode()
+    mistake = nbformat.writes(inject(solved_notebook(course, A01), {
+        "dot_similarity": "def dot_similarity(E):\n    return E.T @ E"})).encode()
+    root = tmp_path / "class"
+    for sid, data in (("ann", good), ("ben", mistake)):
+        (root / sid).mkdir(parents=True)
+        (root / sid / f"{A01}.ipynb").write_bytes(data)
+    out = tmp_path / "out"
+    first = grade(root, out, progress=False)
+    table = (out / "grades.csv").read_text()
+
+    (out / "students" / "ben.json").unlink()              # ben was being graded when it stopped
+    (out / "grades.csv").write_text(table[: len(table) // 2])  # and the table is half written
+    ann_job = out / "jobs" / f"ann--{A01}" / "verdicts.json"
+    ann_stamp = ann_job.stat().st_mtime_ns
+    second = grade(root, out, progress=False)
+    assert (out / "grades.csv").read_text() == table
+    assert [(r.student_id, r.notebook, r.score) for r in second] == [(r.student_id, r.notebook, r.score) for r in first]
+    assert ann_job.stat().st_mtime_ns == ann_stamp, "a finished student was graded again"
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        assert gb.find_submission(A01, "ann").score == 17
+        assert gb.find_submission(A01, "ben").score == 16

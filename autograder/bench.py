@@ -1,0 +1,91 @@
+"""`attn-course bench`: the same class graded two ways, timed on this machine.
+
+* baseline: plain nbgrader — `nbgrader autograde <assignment>` over the whole class, serially,
+  executing every notebook in a Jupyter kernel (no sandbox, verdicts taken from the kernel);
+* ours: `attn-course grade` — every protection on (namespace sandbox, trusted verdicts,
+  per-cell and per-notebook limits), students in parallel across the cores.
+
+The class is generated from the solutions: students cycle through full marks, the blank
+release and the typical mistake, so both graders do the same work.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from attention_course.build import SOLUTIONS, notebook_path, prepare_source_course, tool_env
+
+from .demo import DEMO_MISTAKES, find_mistake, solved, with_mistake
+from .grade import Course, grade
+
+
+def make_class(course: Course, folder: Path, students: int) -> list[str]:
+    """`students` folders with every notebook, cycling full marks / blank / typical mistake."""
+    variants = ["full", "blank", "mistake"]
+    ids = []
+    for k in range(students):
+        sid = f"student{k + 1:02d}"
+        ids.append(sid)
+        for a in course.assignments:
+            release = course.release(a)
+            full = solved(release, nbformat.read(notebook_path(a), as_version=4))
+            kind = variants[k % 3]
+            if kind == "blank":
+                nb = release
+            elif kind == "mistake" and a in DEMO_MISTAKES:
+                module, graded, name, _ = DEMO_MISTAKES[a]
+                nb = with_mistake(full, graded, find_mistake(module, graded, name))
+            else:
+                nb = full
+            path = folder / sid / f"{a}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, path)
+    return ids
+
+
+def plain_nbgrader(folder: Path, ids: list[str], work: Path) -> float:
+    """Seconds for stock `nbgrader autograde`, one assignment at a time, over the whole class."""
+    course = work / "plain"
+    assignments = prepare_source_course(course, SOLUTIONS)
+    for sid in ids:
+        for a in assignments:
+            target = course / "submitted" / sid / a
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(folder / sid / f"{a}.ipynb", target / f"{a}.ipynb")
+    started = time.perf_counter()
+    for a in assignments:
+        subprocess.run([sys.executable, "-m", "nbgrader", "autograde", a, "--force"], cwd=course,
+                       env=tool_env(), capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def benchmark(students: int = 20, work: Path = Path("build/bench")) -> dict:
+    work = Path(work).resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    staging = Course(work / "staging" / "course").setup()
+    folder = work / "class"
+    ids = make_class(staging, folder, students)
+    baseline = plain_nbgrader(folder, ids, work)
+    started = time.perf_counter()
+    results = grade(folder, work / "ours", progress=False)
+    ours = time.perf_counter() - started
+    report = {
+        "students": students,
+        "notebooks": len(staging.assignments),
+        "plain_nbgrader_serial_seconds": round(baseline, 1),
+        "attn_course_grade_seconds": round(ours, 1),
+        "speedup": round(baseline / ours, 2),
+        "workers": int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "graded_notebooks": len([r for r in results if not r.status.startswith("missing")]),
+    }
+    (work / "benchmark.json").write_text(json.dumps(report, indent=1))
+    return report

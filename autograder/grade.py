@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ from attention_course.build import (
 )
 
 from . import trusted
-from .sandbox import Limits, run_notebook_job
+from .sandbox import Limits, _contains_needed, run_notebook_job
 from .submissions import StudentSubmission, collect
 
 CHECKS = Path(__file__).resolve().parent / "checks"
@@ -181,8 +180,7 @@ def read_result(course: Course, student: str, assignment: str, status: str = "ok
 def _sandbox_paths(course: Course, assignment: str, job: Path) -> tuple[list[str], list[tuple[str, str]]]:
     """What the sandbox must not see (hidden under empty mounts) and must not import (stubbed)."""
     hide = [str(REPO / "solutions"), str(REPO / ".git"), str(REPO / "tests"), str(REPO / "build"),
-            str(course.root.parent), str(LIBRARY / "__pycache__"), str(CHECKS / "__pycache__"),
-            "/tmp", "/var/tmp", "/dev/shm"]
+            str(course.root.parent), str(LIBRARY / "__pycache__"), str(CHECKS / "__pycache__")]
     checks_stub = job / "hidden_tests_stub.py"
     checks_stub.write_text('raise ImportError("the hidden tests are not available to notebook code")\n')
     stubs = [(str(checks_stub), str(p)) for p in sorted(CHECKS.glob("nb*.py"))]
@@ -192,8 +190,7 @@ def _sandbox_paths(course: Course, assignment: str, job: Path) -> tuple[list[str
         ref_stub.write_text(f'raise ImportError("attention_course.{exported[0]} is the reference for this '
                             f'notebook: it is not available while your own code is graded")\n')
         stubs.append((str(ref_stub), str(LIBRARY / f"{exported[0]}.py")))
-    needed = [REPO.resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent]
-    hide = [p for p in hide if not any(n == Path(p) or n.is_relative_to(p) for n in needed)]
+    hide = [p for p in hide if not _contains_needed(p)]
     return hide, stubs
 
 

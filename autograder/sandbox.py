@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 SCRATCH = "/dev/shm"  # a tmpfs mount point every Linux has: the sandbox's private scratch
+PRIVATE_SCRATCH = (SCRATCH, "/tmp", "/var/tmp")
 
 
 @dataclass
@@ -91,8 +92,12 @@ def _init_inside(spec_path: str) -> None:
         if os.path.exists(target):
             _mount("--bind", stub, target)
     private = set()
-    for path in spec["hide_dirs"] + [SCRATCH]:
-        if os.path.isdir(path) and _mount("-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", path):
+    for path in spec["hide_dirs"]:  # hidden: an empty, read-only folder in its place
+        if os.path.isdir(path) and _mount("-t", "tmpfs", "-o", "ro,size=4k,mode=555", "tmpfs", path):
+            private.add(path)
+    for path in PRIVATE_SCRATCH:  # the sandbox's own throwaway /tmp and friends
+        if path not in spec["keep"] and os.path.isdir(path) and \
+                _mount("-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", path):
             private.add(path)
     workdir = os.path.join(SCRATCH, "job")
     os.mkdir(workdir)
@@ -140,8 +145,16 @@ def _sandbox_env() -> dict:
     keep = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH") if k in os.environ}
     keep.update(HOME=".", MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                 PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", ATTN_IN_SANDBOX="1",
-                IPYTHONDIR=".ipython", MPLCONFIGDIR=".mpl")
+                IPYTHONDIR=".ipython", MPLCONFIGDIR=".mpl", TMPDIR=SCRATCH)
     return keep
+
+
+def _contains_needed(path: str) -> bool:
+    """Whether `path` holds the course or the Python running it (then it must stay visible)."""
+    from attention_course.build import REPO
+
+    needed = [REPO.resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent]
+    return any(n == Path(path) or n.is_relative_to(path) for n in needed)
 
 
 def _pids_cgroup(name: str, limit: int) -> Path | None:
@@ -174,6 +187,7 @@ def _launch(job: Path, hide_dirs: list[str], stub_files: list[tuple[str, str]],
     env = _sandbox_env()
     if mode in ("root", "user"):
         spec = {"job": str(job), "hide_dirs": hide_dirs, "stub_files": stub_files,
+                "keep": [p for p in PRIVATE_SCRATCH if _contains_needed(p)],
                 "mode": mode, "env": env,
                 "limits": {"memory_bytes": limits.memory_bytes, "processes": limits.processes,
                            "file_bytes": limits.file_bytes}}

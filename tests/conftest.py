@@ -82,3 +82,28 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "solution notebooks: execution time (nbval)")
         for name, seconds in sorted(totals.items()):
             terminalreporter.write_line(f"{seconds:6.1f} s  {name}")
+
+
+# --------------------------------------------------------------------------- mistake catalogues
+def catalogued_mistakes(checks) -> list[tuple]:
+    """(mistake, graded name) for every mistake of a checks module, in a stable order."""
+    return [(m, g) for g in sorted({e.graded for e in checks.EXERCISES})
+            for m in dict.fromkeys(m for e in checks.EXERCISES if e.graded == g for m in e.mistakes)]
+
+
+def assert_mistake_fails_and_is_named(checks, mistake, graded: str) -> None:
+    """The mistake fails a check of its exercise, and that check's message names it. Checks run
+    in order and stop at the first message naming it (later ones may be slow)."""
+    from autograder.checks.core import CheckFailed, check_exercise
+
+    named = f"This matches a known mistake: {mistake.name}."
+    messages = []
+    for exercise in (e for e in checks.EXERCISES if e.graded == graded):
+        try:
+            check_exercise(exercise, mistake.build(graded, exercise.namespace))
+        except CheckFailed as err:
+            messages.append(str(err))
+            if named in messages[-1]:
+                return
+    assert messages, f"{mistake.name!r} passed every check of {graded}"
+    raise AssertionError(f"no message names {mistake.name!r}: {messages}")

@@ -8,12 +8,11 @@ from attention_course import similarity as ref
 from autograder.checks import nb01
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
 
 ASSIGNMENT = "01_similarity_attention"
 STUDENT = fresh_copy(ref)
-MISTAKES = [(m, g) for g in sorted({e.graded for e in nb01.EXERCISES})
-            for m in {m for e in nb01.EXERCISES if e.graded == g for m in e.mistakes}]
+MISTAKES = catalogued_mistakes(nb01)
 
 
 @pytest.mark.parametrize("exercise", nb01.EXERCISES, ids=lambda e: e.name)
@@ -23,15 +22,7 @@ def test_reference_copy_passes(exercise):
 
 @pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
 def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
-    impl = mistake.build(graded)
-    messages = []
-    for exercise in (e for e in nb01.EXERCISES if e.graded == graded):
-        try:
-            check_exercise(exercise, impl)
-        except CheckFailed as err:
-            messages.append(str(err))
-    assert messages, f"{mistake.name!r} passed every check of {graded}"
-    assert any("This matches a known mistake" in m for m in messages), messages
+    assert_mistake_fails_and_is_named(nb01, mistake, graded)
 
 
 def test_calling_the_reference_is_not_accepted():

@@ -15,12 +15,11 @@ from attention_course import positional as ref
 from autograder.checks import nb04
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
 
 ASSIGNMENT = "04_positional_encoding"
 STUDENT = fresh_copy(ref)
-MISTAKES = [(m, g) for g in sorted({e.graded for e in nb04.EXERCISES})
-            for m in dict.fromkeys(m for e in nb04.EXERCISES if e.graded == g for m in e.mistakes)]
+MISTAKES = catalogued_mistakes(nb04)
 
 
 @pytest.mark.parametrize("exercise", nb04.EXERCISES, ids=lambda e: e.name)
@@ -30,14 +29,7 @@ def test_reference_copy_passes(exercise):
 
 @pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
 def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
-    messages = []
-    for exercise in (e for e in nb04.EXERCISES if e.graded == graded):
-        try:
-            check_exercise(exercise, mistake.build(graded, exercise.namespace))
-        except CheckFailed as err:
-            messages.append(str(err))
-    assert messages, f"{mistake.name!r} passed every check of {graded}"
-    assert any(f"This matches a known mistake: {mistake.name}." in m for m in messages), messages
+    assert_mistake_fails_and_is_named(nb04, mistake, graded)
 
 
 # --------------------------------------------------------------------------- other correct answers pass

@@ -16,12 +16,11 @@ from attention_course.multihead import MultiHeadAttention
 from autograder.checks import nb05
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
 
 ASSIGNMENT = "05_masked_cross_attention"
 STUDENT = fresh_copy(ref)
-MISTAKES = [(m, g) for g in sorted({e.graded for e in nb05.EXERCISES})
-            for m in dict.fromkeys(m for e in nb05.EXERCISES if e.graded == g for m in e.mistakes)]
+MISTAKES = catalogued_mistakes(nb05)
 
 
 @pytest.mark.parametrize("exercise", nb05.EXERCISES, ids=lambda e: e.name)
@@ -31,19 +30,7 @@ def test_reference_copy_passes(exercise):
 
 @pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
 def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
-    """Each mistake fails a check of its exercise whose message names it. The checks of an
-    exercise run in order and stop at the first message that names the mistake (the layers'
-    checks are the slow ones; running all of them for every mistake would triple the time)."""
-    messages = []
-    for exercise in (e for e in nb05.EXERCISES if e.graded == graded):
-        try:
-            check_exercise(exercise, mistake.build(graded, exercise.namespace))
-        except CheckFailed as err:
-            messages.append(str(err))
-            if f"This matches a known mistake: {mistake.name}." in messages[-1]:
-                break
-    assert messages, f"{mistake.name!r} passed every check of {graded}"
-    assert any(f"This matches a known mistake: {mistake.name}." in m for m in messages), messages
+    assert_mistake_fails_and_is_named(nb05, mistake, graded)
 
 
 # --------------------------------------------------------------------------- other correct answers pass

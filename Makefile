@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test build lab check clean venv
+.PHONY: grade test build lab check clean venv train
 
 ## make grade: set up, regenerate the student notebooks, grade the demo class, print the table
 grade: $(STAMP)
@@ -20,6 +20,14 @@ test: $(STAMP)
 ## make build: regenerate notebooks/ and the library code extracted from solutions/
 build: $(STAMP)
 	attn-course build
+
+## make train: train the notebook-06 translator, evaluate it on the Multi30k test sets, record the
+## results in results/translator.json (CONFIG=auto|gpu|cpu|quick, auto = gpu if CUDA is available; SRC, TGT)
+CONFIG ?= auto
+SRC ?= en
+TGT ?= de
+train: $(STAMP)
+	attn-course train --config $(CONFIG) --src $(SRC) --tgt $(TGT) --evaluate --record
 
 ## make lab: JupyterLab on the student notebooks
 lab: $(STAMP)

@@ -46,7 +46,7 @@ def _bench(args) -> int:
 
     from autograder.bench import benchmark
 
-    print(json.dumps(benchmark(args.students, Path(args.out)), indent=1))
+    print(json.dumps(benchmark(args.students, Path(args.out), args.assignment or None), indent=1))
     return 0
 
 
@@ -58,14 +58,15 @@ def _lab(args) -> int:
 
 
 def _train(args) -> int:
-    from .train import evaluate, record, train
+    from .train import evaluate, parse_overrides, record, train
 
-    overrides = {"max_seconds": args.max_seconds, "max_steps": args.max_steps}
+    overrides = {"max_seconds": args.max_seconds, "max_steps": args.max_steps, "num_threads": args.threads,
+                 **parse_overrides(args.set)}
     run = train(args.config, args.src, args.tgt, args.out, mirror=args.mirror, device=args.device,
                 progress=not args.no_progress, **overrides)
     if args.evaluate:
         entries = evaluate(run.run_dir, mirror=args.mirror, device=args.device, progress=not args.no_progress)
-        if args.record:
+        if args.record is not None:
             print("recorded in", record(entries, *([args.record] if args.record else [])))
     print(run.run_dir)
     return 0
@@ -77,7 +78,7 @@ def _evaluate(args) -> int:
     entries = evaluate(args.run, test_sets=args.test_set or None, beam_size=args.beam,
                        length_penalty=args.length_penalty, mirror=args.mirror, device=args.device,
                        progress=not args.no_progress)
-    if args.record:
+    if args.record is not None:
         print("recorded in", record(entries, *([args.record] if args.record else [])))
     return 0
 
@@ -107,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
     p.add_argument("--max-seconds", type=float, default=None, help="override the configuration's time budget")
     p.add_argument("--max-steps", type=int, default=None, help="override the configuration's step budget")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override one setting of the configuration, e.g. --set dropout=0.2 --set d_model=512 (repeatable)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads (default: all cores, or 1 if the machine is already busy)")
     p.add_argument("--evaluate", action="store_true", help="evaluate on the test sets afterwards")
     p.add_argument("--record", nargs="?", const="", default=None,
                    help="with --evaluate: add the results to this file (default results/translator.json)")
@@ -126,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="time plain serial nbgrader autograde against `grade` on a generated class")
     p.add_argument("--students", type=int, default=20)
     p.add_argument("--out", default="build/bench")
+    p.add_argument("--assignment", action="append", help="only these notebooks (repeatable; default: all)")
     p.set_defaults(func=_bench)
     p = sub.add_parser("lab", help="open JupyterLab on the student notebooks")
     p.add_argument("extra", nargs=argparse.REMAINDER)

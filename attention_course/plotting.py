@@ -31,11 +31,11 @@ def heatmap(
     if col_labels is not None:
         ax.set_xticks(range(m.shape[1]), labels=list(col_labels), rotation=45, ha="right")
     if annotate and m.size <= 144:
-        lo, hi = np.nanmin(m), np.nanmax(m)
-        middle = (lo + hi) / 2
         for (i, j), value in np.ndenumerate(m):
+            r, g, b, _ = image.cmap(image.norm(value))
+            light = 0.299 * r + 0.587 * g + 0.114 * b > 0.5  # text that reads on any colormap
             ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=8,
-                    color="black" if value > middle else "white")
+                    color="black" if light else "white")
     if title:
         ax.set_title(title)
     plt.colorbar(image, ax=ax, fraction=0.046, pad=0.04)

@@ -27,14 +27,14 @@ from .demo import DEMO_MISTAKES, find_mistake, solved, with_mistake
 from .grade import Course, grade
 
 
-def make_class(course: Course, folder: Path, students: int) -> list[str]:
+def make_class(course: Course, folder: Path, students: int, assignments: list[str]) -> list[str]:
     """`students` folders with every notebook, cycling full marks / blank / typical mistake."""
     variants = ["full", "blank", "mistake"]
     ids = []
     for k in range(students):
         sid = f"student{k + 1:02d}"
         ids.append(sid)
-        for a in course.assignments:
+        for a in assignments:
             release = course.release(a)
             full = solved(release, nbformat.read(notebook_path(a), as_version=4))
             kind = variants[k % 3]
@@ -51,10 +51,10 @@ def make_class(course: Course, folder: Path, students: int) -> list[str]:
     return ids
 
 
-def plain_nbgrader(folder: Path, ids: list[str], work: Path) -> float:
+def plain_nbgrader(folder: Path, ids: list[str], work: Path, assignments: list[str]) -> float:
     """Seconds for stock `nbgrader autograde`, one assignment at a time, over the whole class."""
     course = work / "plain"
-    assignments = prepare_source_course(course, SOLUTIONS)
+    assignments = prepare_source_course(course, SOLUTIONS, only=assignments)
     for sid in ids:
         for a in assignments:
             target = course / "submitted" / sid / a
@@ -67,25 +67,27 @@ def plain_nbgrader(folder: Path, ids: list[str], work: Path) -> float:
     return time.perf_counter() - started
 
 
-def benchmark(students: int = 20, work: Path = Path("build/bench")) -> dict:
+def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments: list[str] | None = None) -> dict:
     work = Path(work).resolve()
     shutil.rmtree(work, ignore_errors=True)
-    staging = Course(work / "staging" / "course").setup()
+    staging = Course(work / "staging" / "course").setup(only=assignments)
+    assignments = staging.assignments
     folder = work / "class"
-    ids = make_class(staging, folder, students)
-    baseline = plain_nbgrader(folder, ids, work)
+    ids = make_class(staging, folder, students, assignments)
+    baseline = plain_nbgrader(folder, ids, work, assignments)
     started = time.perf_counter()
     results = grade(folder, work / "ours", progress=False)
     ours = time.perf_counter() - started
     report = {
         "students": students,
-        "notebooks": len(staging.assignments),
+        "notebooks": assignments,
         "plain_nbgrader_serial_seconds": round(baseline, 1),
         "attn_course_grade_seconds": round(ours, 1),
         "speedup": round(baseline / ours, 2),
         "workers": int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "graded_notebooks": len([r for r in results if not r.status.startswith("missing")]),
+        "all_as_designed": all(r.status == "ok" for r in results if r.notebook in assignments),
     }
     (work / "benchmark.json").write_text(json.dumps(report, indent=1))
     return report

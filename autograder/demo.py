@@ -38,6 +38,8 @@ DEMO_MISTAKES = {
     "05_masked_cross_attention": ("nb05", "causal_mask",
                                   "off-by-one diagonal: strictly below the diagonal (a token may not attend to itself)",
                                   {"test_causal_mask"}),
+    "06_transformer_translator": ("nb06", "inverse_sqrt_lr", "decays like 1/step instead of 1/sqrt(step)",
+                                  {"test_inverse_sqrt_lr"}),
 }
 
 

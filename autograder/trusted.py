@@ -22,6 +22,7 @@ import nbformat
 from .checks.core import Exercise, cases_of, judge
 from .sandbox import JobResult
 
+SKIP_TAG = "grader-skip"  # cell tag: the grader does not run this cell (it is long and not graded)
 CHECK_CALL = re.compile(r"\b(nb\d+)\.check\(\s*[\"'](\w+)[\"']\s*,\s*(\w+)\s*\)")
 
 
@@ -123,7 +124,11 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
             new = (nbformat.v4.new_markdown_cell if ctype == "markdown" else nbformat.v4.new_raw_cell)(src)
         else:
             continue
-        gid = (cell.get("metadata") or {}).get("nbgrader", {}).get("grade_id") if isinstance(cell.get("metadata"), dict) else None
+        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        tags = meta.get("tags")
+        if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
+            new.metadata["tags"] = list(tags)
+        gid = meta.get("nbgrader", {}).get("grade_id") if isinstance(meta.get("nbgrader"), dict) else None
         if isinstance(gid, str) and gid in source_meta and gid not in seen and source_type[gid] == ctype:
             seen.add(gid)
             new.metadata["nbgrader"] = dict(source_meta[gid])
@@ -151,6 +156,8 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
             continue
         if meta.get("solution") and gid:
             solutions[gid] = cell.source
+        if SKIP_TAG in cell.metadata.get("tags", []) and not meta.get("solution"):
+            continue  # long, ungraded work (data download, training): not run when grading
         cells.append({"kind": "code", "source": cell.source})
     for t in tests:
         if t.grade_id not in index:

@@ -34,3 +34,11 @@ def test_every_pin_is_exact():
         line = line.strip()
         if line and not line.startswith(("#", "-c")):
             assert "==" in line, f"unpinned requirement: {line}"
+
+
+def test_readme_results_table_is_generated_from_the_results_file():
+    from attention_course.results import RESULTS_FILE, table
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("<!-- results table: generated -->\n", 1)[1].split("<!-- end results table -->", 1)[0]
+    assert block == table(RESULTS_FILE), "README's results table is stale: regenerate it with python -m attention_course.results"

@@ -1,0 +1,201 @@
+"""Multi30k (task 1, raw) and the course's toy corpus: download, verify, cache, read.
+
+Multi30k's raw files come from the dataset's public GitHub repository (multi30k/dataset,
+``data/task1/raw/``), pinned to one commit, and are checked against the SHA256 manifest committed
+in ``data/multi30k/SHA256SUMS``. Where they come from, in order:
+
+1. a verified copy in the cache (``data/cache/multi30k/``, git-ignored);
+2. a local mirror: the ``mirror`` argument, or the ``ATTN_MULTI30K_MIRROR`` environment variable
+   (a folder holding ``train.en.gz`` etc.; CI points it at a shared read-only copy);
+3. a download from GitHub into the cache, with a progress bar.
+
+A file whose checksum does not match is never used; the error names it. Nothing that verified
+is ever deleted. See ``data/multi30k/README.md`` for the citation and the terms of use
+(non-commercial research and educational purposes).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "data"
+MANIFEST = DATA / "multi30k" / "SHA256SUMS"
+TOY = DATA / "toy"
+
+MIRROR_ENV = "ATTN_MULTI30K_MIRROR"
+CACHE_ENV = "ATTN_DATA_CACHE"
+COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
+BASE_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{COMMIT}/data/task1/raw/"
+BROWSE_URL = f"https://github.com/multi30k/dataset/tree/{COMMIT}/data/task1/raw"
+
+SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+LANGUAGES = ("en", "de", "fr")
+TOY_SPLITS = ("train", "val", "test")
+
+
+class DataUnavailable(FileNotFoundError):
+    """The data could be found neither in the cache, nor in a mirror, nor on the internet."""
+
+
+class ChecksumMismatch(ValueError):
+    """A file's SHA256 differs from the committed manifest."""
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DATA / "cache") / "multi30k" / "task1" / "raw"
+
+
+def file_name(split: str, lang: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"unknown Multi30k split {split!r}; choose one of {', '.join(SPLITS)}")
+    if lang not in LANGUAGES:
+        raise ValueError(f"unknown language {lang!r}; choose one of {', '.join(LANGUAGES)}")
+    return f"{split}.{lang}.gz"
+
+
+def read_manifest(path: Path = MANIFEST) -> dict[str, str]:
+    """file name -> expected SHA256, from a `sha256sum`-style file."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"the checksum manifest {path} is missing (it is part of the repository)")
+    sums = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            sums[name.strip().lstrip("*")] = digest.lower()
+    return sums
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _mismatch(path: Path, expected: str, got: str, what_to_do: str) -> ChecksumMismatch:
+    return ChecksumMismatch(f"{path.name}: SHA256 mismatch for {path}\n  expected {expected}\n  got      {got}\n"
+                            f"  {what_to_do}")
+
+
+def _download(url: str, target: Path, expected: str, progress: bool = True, timeout: float = 30) -> None:
+    """Download `url` to `target` through a temporary file; only a verified file is moved into place."""
+    from tqdm.auto import tqdm
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=target.name, disable=not progress,
+                      leave=False) as bar:
+                for block in iter(lambda: response.read(1 << 16), b""):
+                    out.write(block)
+                    bar.update(len(block))
+        got = sha256(tmp)
+        if got != expected:
+            raise _mismatch(target, expected, got, f"the download from {url} is not the pinned file; "
+                            "it was discarded (nothing in the cache was changed). Try again later, or use a mirror.")
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _mirror_dir(mirror) -> Path | None:
+    mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV)
+    return Path(mirror).expanduser() if mirror else None
+
+
+def multi30k_file(split: str, lang: str, mirror: str | os.PathLike | None = None,
+                  cache_dir: str | os.PathLike | None = None, download: bool = True,
+                  progress: bool = True, manifest: Path = MANIFEST, base_url: str = BASE_URL) -> Path:
+    """The verified path of one raw Multi30k file (``<split>.<lang>.gz``)."""
+    name = file_name(split, lang)
+    sums = read_manifest(manifest)
+    if name not in sums:
+        raise ValueError(f"{name} is not listed in the manifest {manifest}")
+    expected = sums[name]
+    cache = Path(cache_dir) if cache_dir is not None else default_cache()
+    cached = cache / name
+    if cached.is_file():
+        got = sha256(cached)
+        if got == expected:
+            return cached
+        raise _mismatch(cached, expected, got, "the cached copy is damaged or not the pinned version. "
+                        "Delete that file and run again to fetch it afresh (it was left in place).")
+    mirror_dir = _mirror_dir(mirror)
+    problems = []
+    if mirror_dir is not None:
+        candidate = mirror_dir / name
+        if candidate.is_file():
+            got = sha256(candidate)
+            if got != expected:
+                raise _mismatch(candidate, expected, got, "the mirror does not hold the pinned file; fix the mirror "
+                                f"or unset {MIRROR_ENV} to download it instead (nothing was changed).")
+            return candidate
+        problems.append(f"the mirror {mirror_dir} has no {name}")
+    if download:
+        url = base_url + name
+        try:
+            _download(url, cached, expected, progress)
+            return cached
+        except ChecksumMismatch:
+            raise
+        except (urllib.error.URLError, OSError, TimeoutError) as err:
+            problems.append(f"downloading {url} failed ({getattr(err, 'reason', err)})")
+    else:
+        problems.append("downloading is switched off")
+    raise DataUnavailable(
+        f"Multi30k file {name} is not available: " + "; ".join(problems) + ".\n"
+        "What to do (any one of these):\n"
+        "  * connect to the internet and run again: the files are downloaded once into " f"{cache};\n"
+        f"  * or download the task-1 raw files yourself from {BROWSE_URL}\n"
+        f"    and put them in {cache};\n"
+        f"  * or set {MIRROR_ENV}=/path/to/folder (or pass mirror=...) to a folder that holds them.\n"
+        f"Their checksums are in {manifest}.")
+
+
+def read_lines(path: Path) -> list[str]:
+    """Sentences of a (possibly gzipped) text file, one per line, trailing whitespace removed."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [line.rstrip("\r\n").strip() for line in fh]
+
+
+def load_multi30k(split: str, src: str, tgt: str, mirror=None, **kwargs) -> list[tuple[str, str]]:
+    """Sentence pairs (source, target) of one Multi30k split, e.g. ``load_multi30k("train", "en", "de")``."""
+    if src == tgt:
+        raise ValueError("source and target languages must differ")
+    a = read_lines(multi30k_file(split, src, mirror, **kwargs))
+    b = read_lines(multi30k_file(split, tgt, mirror, **kwargs))
+    if len(a) != len(b):
+        raise ValueError(f"{split}: {len(a)} {src} lines but {len(b)} {tgt} lines")
+    return list(zip(a, b))
+
+
+def load_toy(split: str, src: str, tgt: str, root: Path = TOY) -> list[tuple[str, str]]:
+    """The team-written toy corpus (data/toy/<split>.<lang>): short parallel en/de/fr sentences."""
+    if split not in TOY_SPLITS:
+        raise ValueError(f"unknown toy split {split!r}; choose one of {', '.join(TOY_SPLITS)}")
+    a, b = read_lines(Path(root) / f"{split}.{src}"), read_lines(Path(root) / f"{split}.{tgt}")
+    if len(a) != len(b):
+        raise ValueError(f"toy {split}: {len(a)} {src} lines but {len(b)} {tgt} lines")
+    return list(zip(a, b))
+
+
+def load_pairs(corpus: str, split: str, src: str, tgt: str, mirror=None) -> list[tuple[str, str]]:
+    """`corpus` is "multi30k" or "toy"; the toy corpus names its test split "test"."""
+    if corpus == "toy":
+        return load_toy("test" if split.startswith("test") else split, src, tgt)
+    if corpus == "multi30k":
+        return load_multi30k(split, src, tgt, mirror)
+    raise ValueError(f"unknown corpus {corpus!r}: 'multi30k' or 'toy'")
+

@@ -1,0 +1,845 @@
+"""Checks for notebook 06, "A Transformer translator" (PyTorch, CPU, tiny and deterministic).
+
+* Masks, the loss and the learning-rate schedule are compared with the reference on random
+  inputs (pad ids other than 0, ignore_index both a pad id and -100, large logits).
+* Decoding runs on `ToyModel`, a tiny deterministic stand-in for a trained translator with the
+  same interface (`encode(src, src_mask)`, `decode(tgt, memory, tgt_mask, memory_mask)`), whose
+  output depends on the source padding mask. Greedy decoding has one right answer. Beam search
+  has several correct implementations that may differ in general, so it is judged only where all
+  of them must agree: against **exhaustive search** on models where a beam as wide as the
+  vocabulary provably keeps the optimum (its every prefix ranks within the beam among *all*
+  prefixes of its length), and with beam_size=1 against greedy decoding.
+* Sampling is judged by its **distribution**: 100,000 draws per row, frequencies compared with
+  the exact probabilities (within 0.01; the noise is < 0.002). Any correct sampler passes,
+  whatever random numbers it uses; it must use the `generator` it is given.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention_course import translate as ref
+
+from .core import Case, Exercise, ForbiddenCall, Mistake, make_checker, reference_guard
+
+HONESTY = tuple(reference_guard(ref))
+RTOL, ATOL = 1e-4, 1e-5
+
+
+# --------------------------------------------------------------------------- helpers
+def ids(rng, B, T, low, high, pad_id, lengths=None) -> torch.Tensor:
+    """Token ids [B, T] drawn from [low, high) without pad_id, each row padded after its length."""
+    choices = np.array([v for v in range(low, high) if v != pad_id])
+    x = rng.choice(choices, size=(B, T))
+    if lengths is not None:
+        for b, n in enumerate(lengths):
+            x[b, n:] = pad_id
+    return torch.from_numpy(x.astype(np.int64))
+
+
+def _flag(value: bool) -> np.ndarray:
+    return np.array([bool(value)])
+
+
+# --------------------------------------------------------------------------- make_masks
+def _mask_cases(rng, with_target_padding: bool):
+    cases = []
+    for B, S, T, pad_id in [(2, 5, 4, 0), (3, 6, 6, 1), (1, 3, 5, 3), (4, 7, 3, 2)]:
+        src_len = [S] + list(rng.integers(1, S + 1, size=B - 1))
+        tgt_len = ([T] + list(rng.integers(1, T + 1, size=B - 1))) if with_target_padding else [T] * B
+        if with_target_padding and B > 1:
+            tgt_len[-1] = max(1, T - 2)  # at least one padded target row
+        src = ids(rng, B, S, 0, 9, pad_id, src_len)
+        tgt = ids(rng, B, T, 0, 9, pad_id, tgt_len)
+        what = "padded targets" if with_target_padding else "targets without padding"
+        cases.append(Case(f"src [{B}, {S}] (padded, pad_id={pad_id}), tgt_in [{B}, {T}] ({what})",
+                          lambda f, s=src, t=tgt, p=pad_id: f(s.clone(), t.clone(), p)))
+    return cases
+
+
+MASK_MISTAKES = (
+    Mistake("causal mask without the diagonal (a position cannot attend to itself)",
+            "position i may attend to keys 0..i *including* i: torch.tril(..) keeps the diagonal (diagonal=0)",
+            """
+def make_masks(src, tgt_in, pad_id):
+    T = tgt_in.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)
+    return (src != pad_id)[:, None, None, :], causal & (tgt_in != pad_id)[:, None, None, :]
+"""),
+    Mistake("the causal mask points the wrong way (upper triangle: attends to the future)",
+            "query i (a row) may see keys j <= i: that is the lower triangle, torch.tril",
+            """
+def make_masks(src, tgt_in, pad_id):
+    T = tgt_in.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).triu()
+    return (src != pad_id)[:, None, None, :], causal & (tgt_in != pad_id)[:, None, None, :]
+"""),
+    Mistake("target padding applied over queries (rows) instead of keys (columns)",
+            "padding hides *keys*: (tgt_in != pad_id)[:, None, None, :] has shape [B, 1, 1, T] and broadcasts over rows",
+            """
+def make_masks(src, tgt_in, pad_id):
+    T = tgt_in.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (src != pad_id)[:, None, None, :], causal & (tgt_in != pad_id)[:, None, :, None]
+"""),
+    Mistake("the target mask is only causal: target padding is not masked",
+            "AND the causal mask with the target padding mask (over keys)",
+            """
+def make_masks(src, tgt_in, pad_id):
+    B, T = tgt_in.shape
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (src != pad_id)[:, None, None, :], causal.expand(B, 1, T, T)
+"""),
+    Mistake("the source mask is True on padding (inverted)",
+            "True means 'may attend': real tokens are True, padding is False (src != pad_id)",
+            """
+def make_masks(src, tgt_in, pad_id):
+    T = tgt_in.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (src == pad_id)[:, None, None, :], causal & (tgt_in != pad_id)[:, None, None, :]
+"""),
+    Mistake("the pad id is hard-coded as 0",
+            "compare with the pad_id argument, not with 0",
+            """
+def make_masks(src, tgt_in, pad_id):
+    T = tgt_in.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (src != 0)[:, None, None, :], causal & (tgt_in != 0)[:, None, None, :]
+"""),
+    Mistake("the source mask has shape [B, S] (no head and query axes)",
+            "src_mask must broadcast against scores [B, H, T, S]: index it as [:, None, None, :]",
+            """
+def make_masks(src, tgt_in, pad_id):
+    T = tgt_in.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return src != pad_id, causal & (tgt_in != pad_id)[:, None, None, :]
+"""),
+)
+
+
+# --------------------------------------------------------------------------- label smoothing
+class _NoBuiltinLabelSmoothing:
+    """Profile hook: F.cross_entropy (or nn.CrossEntropyLoss) called with label_smoothing > 0 is the
+    built-in this exercise re-implements. Chains to any hook already installed (the honesty guard)."""
+
+    why = ("it calls torch.nn.functional.cross_entropy with label_smoothing, the built-in this exercise "
+           "asks you to write yourself (log_softmax, gather and a mean are all you need)")
+
+    def __enter__(self):
+        # looked up here, in the process that runs the student's code (the cases travel pickled by value)
+        self.code = torch.nn.functional.cross_entropy.__code__
+        self.previous = sys.getprofile()
+        sys.setprofile(self.hook)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(self.previous)
+        return False
+
+    def hook(self, frame, event, arg):
+        if event == "call" and frame.f_code is self.code:
+            smoothing = frame.f_locals.get("label_smoothing", 0.0)
+            if smoothing:
+                sys.setprofile(self.previous)
+                raise ForbiddenCall(self.why)
+        if self.previous is not None:
+            self.previous(frame, event, arg)
+
+
+def _guarded(f, *args):
+    """Run the loss under the label-smoothing guard; a scalar travels as (value [1], True)."""
+    with _NoBuiltinLabelSmoothing():
+        out = f(*args)
+    if isinstance(out, torch.Tensor):   # a 0-d array would come back from the sandbox as shape (1,)
+        return out.reshape(-1) if out.dim() == 0 else out, _flag(out.dim() == 0)
+    return out, _flag(False)
+
+
+def _ls_cases(rng):
+    cases = []
+    for shape, V, eps, ignore, p_ignore in [((12,), 7, 0.1, 0, 0.3), ((3, 5), 9, 0.2, 0, 0.3),
+                                            ((2, 6), 11, 0.1, -100, 0.25), ((4, 4), 5, 0.0, 1, 0.2),
+                                            ((2, 3, 4), 6, 0.3, 2, 0.3)]:
+        logits = torch.from_numpy(rng.normal(scale=2.0, size=(*shape, V)).astype(np.float32))
+        target = torch.from_numpy(rng.integers(0, V, size=shape).astype(np.int64))
+        drop = torch.from_numpy(rng.uniform(size=shape) < p_ignore)
+        drop.view(-1)[0] = False
+        target[drop] = ignore
+        target.view(-1)[-1] = ignore  # always at least one ignored position ...
+        if target.view(-1)[0] == ignore:
+            target.view(-1)[0] = (ignore + 1) % V  # ... and at least one that counts
+        cases.append(Case(f"logits {list(logits.shape)}, target {list(target.shape)} with some positions = "
+                          f"ignore_index {ignore}, epsilon={eps} (checks the loss, then that it is a 0-d tensor)",
+                          lambda f, x=logits, y=target, e=eps, i=ignore: _guarded(f, x.clone(), y.clone(), e, i)))
+    return cases
+
+
+def _ls_stability_cases(rng):
+    cases = []
+    for scale, V in [(60.0, 8), (200.0, 12)]:
+        logits = torch.from_numpy(rng.normal(scale=scale, size=(10, V)).astype(np.float32))
+        target = torch.from_numpy(rng.integers(1, V, size=(10,)).astype(np.int64))
+        target[::4] = 0
+        cases.append(Case(f"large logits (scale {scale:g}): exp overflows and softmax underflows to 0",
+                          lambda f, x=logits, y=target: _guarded(f, x.clone(), y.clone(), 0.1, 0)))
+    return cases
+
+
+LS_MISTAKES = (
+    Mistake("smoothing mass spread over the V-1 wrong classes instead of all V classes",
+            "the spec (and F.cross_entropy) spreads epsilon uniformly over *all* classes: "
+            "(1 - eps) * nll + eps * mean over all c of -log p[c]",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    nll = -logp.gather(1, safe[:, None]).squeeze(1)
+    others = (-logp.sum(-1) - nll) / (V - 1)
+    loss = (1 - epsilon) * nll + epsilon * others
+    return (loss * keep).sum() / keep.sum()
+"""),
+    Mistake("ignored (padding) positions are counted in the mean",
+            "leave out the positions whose target is ignore_index, in the sum *and* in the count",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    target = target.reshape(-1).clamp(min=0)
+    nll = -logp.gather(1, target[:, None]).squeeze(1)
+    loss = (1 - epsilon) * nll + epsilon * (-logp.mean(-1))
+    return loss.mean()
+"""),
+    Mistake("divided by the number of all positions, not of the kept ones",
+            "the mean is over positions whose target is not ignore_index: divide by their count",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    nll = -logp.gather(1, target.masked_fill(~keep, 0)[:, None]).squeeze(1)
+    loss = (1 - epsilon) * nll + epsilon * (-logp.mean(-1))
+    return (loss * keep).sum() / target.numel()
+"""),
+    Mistake("summed over positions instead of taking the mean",
+            "return the mean over the kept positions (sum / their count)",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    nll = -logp.gather(1, target.masked_fill(~keep, 0)[:, None]).squeeze(1)
+    loss = (1 - epsilon) * nll + epsilon * (-logp.mean(-1))
+    return (loss * keep).sum()
+"""),
+    Mistake("the true class keeps weight 1 (no (1 - epsilon) factor)",
+            "label smoothing *moves* epsilon of the target's weight to the uniform part: (1 - eps) * nll + eps * uniform",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    nll = -logp.gather(1, target.masked_fill(~keep, 0)[:, None]).squeeze(1)
+    loss = nll + epsilon * (-logp.mean(-1))
+    return (loss * keep).sum() / keep.sum()
+"""),
+    Mistake("log(softmax(x)) instead of log_softmax (underflows to log 0 = -inf for large logits)",
+            "use F.log_softmax (or x - logsumexp(x)): it never takes the log of an underflowed 0",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = torch.log(torch.softmax(logits, dim=-1)).reshape(-1, V)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    nll = -logp.gather(1, target.masked_fill(~keep, 0)[:, None]).squeeze(1)
+    loss = (1 - epsilon) * nll + epsilon * (-logp.mean(-1))
+    return (loss * keep).sum() / keep.sum()
+"""),
+)
+
+
+# --------------------------------------------------------------------------- learning rate
+def _lr_cases(rng):
+    cases = []
+    for warmup, peak in [(4000, 7e-4), (10, 1.0), (1, 0.5), (int(rng.integers(50, 500)), float(rng.uniform(1e-4, 1e-2)))]:
+        steps = sorted({0, 1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 2 * warmup, 4 * warmup,
+                        25 * warmup, int(rng.integers(1, 30 * warmup + 2))})
+        cases.append(Case(f"warmup={warmup}, peak_lr={peak:g}, steps {steps}",
+                          lambda f, s=steps, w=warmup, p=peak: np.array([float(f(i, w, p)) for i in s])))
+    return cases
+
+
+LR_MISTAKES = (
+    Mistake("decays like 1/step instead of 1/sqrt(step)",
+            "after the warm-up the rate is peak_lr * sqrt(warmup / step): take the square root",
+            """
+def inverse_sqrt_lr(step, warmup, peak_lr):
+    if step == 0:
+        return 0.0
+    return peak_lr * min(step / warmup, warmup / step)
+"""),
+    Mistake("the paper's formula without rescaling (does not reach peak_lr at step == warmup)",
+            "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) peaks at warmup^-0.5; scale it so the peak is peak_lr",
+            """
+def inverse_sqrt_lr(step, warmup, peak_lr):
+    if step == 0:
+        return 0.0
+    return peak_lr * min(step ** -0.5, step * warmup ** -1.5)
+"""),
+    Mistake("max instead of min (never warms up, never decays)",
+            "the rate is the *smaller* of the warm-up line and the 1/sqrt(step) curve",
+            """
+def inverse_sqrt_lr(step, warmup, peak_lr):
+    if step == 0:
+        return 0.0
+    return peak_lr * max(step / warmup, math.sqrt(warmup / step))
+"""),
+    Mistake("off by one: uses step + 1 (step 0 is not 0)",
+            "the rate at step 0 is 0 and reaches peak_lr exactly at step == warmup",
+            """
+def inverse_sqrt_lr(step, warmup, peak_lr):
+    step = step + 1
+    return peak_lr * min(step / warmup, math.sqrt(warmup / step))
+"""),
+    Mistake("divides by zero at step 0",
+            "handle step 0 first (the rate is 0 there): sqrt(warmup / step) is undefined",
+            """
+def inverse_sqrt_lr(step, warmup, peak_lr):
+    return peak_lr * min(step / warmup, math.sqrt(warmup / step))
+"""),
+)
+
+
+# --------------------------------------------------------------------------- a tiny translator
+class ToyModel(nn.Module):
+    """A tiny deterministic stand-in for a trained translator (random weights, no training).
+
+    encode(src [B, S], src_mask) -> memory [B, S, d]
+    decode(tgt [B, T], memory, tgt_mask, memory_mask) -> logits [B, T, vocab]
+    Position t's logits depend on tgt[:, :t+1] only (causal by construction, so tgt_mask is not
+    needed) and on the mean of the memory over the keys that memory_mask allows (None: all keys).
+    <pad> and <bos> are never likely; <eos> grows more likely with every position (eos_ramp).
+    """
+
+    def __init__(self, vocab: int = 10, d: int = 8, seed: int = 0, scale: float = 3.0,
+                 pad_id: int = 0, bos_id: int = 1, eos_id: int = 2, eos_ramp: float = 0.6, eos_bias: float = -1.5):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.src_embed = nn.Parameter(torch.randn(vocab, d, generator=g))
+        self.tgt_embed = nn.Parameter(torch.randn(vocab, d, generator=g))
+        self.mix = nn.Parameter(torch.randn(d, d, generator=g) / math.sqrt(d))
+        self.out = nn.Parameter(torch.randn(d, vocab, generator=g) * scale / math.sqrt(d))
+        self.pos = nn.Parameter(torch.randn(64, d, generator=g) * 0.5)
+        bias = torch.zeros(vocab)
+        bias[pad_id] = bias[bos_id] = -30.0
+        bias[eos_id] = eos_bias
+        self.register_buffer("bias", bias)
+        self.eos_id, self.eos_ramp = eos_id, eos_ramp
+        self.calls = 0
+
+    def encode(self, src, src_mask=None):
+        S = src.size(1)
+        return torch.tanh(self.src_embed[src] + self.pos[:S])
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        self.calls += 1
+        B, T = tgt.shape
+        S = memory.size(1)
+        if memory_mask is None:
+            keep = torch.ones(memory.size(0), S)
+        else:
+            m = memory_mask
+            keep = m.reshape(m.shape[0], -1, m.shape[-1])[:, -1].to(memory.dtype).expand(memory.size(0), S)
+        context = (memory * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)   # [B, d]
+        e = self.tgt_embed[tgt]                                                                 # [B, T, d]
+        history = e.cumsum(1) / torch.arange(1, T + 1, dtype=e.dtype)[None, :, None]
+        h = torch.tanh(e + history @ self.mix + context[:, None] + self.pos[:T])
+        logits = h @ self.out + self.bias
+        ramp = torch.zeros_like(logits)
+        ramp[..., self.eos_id] = self.eos_ramp * torch.arange(T, dtype=logits.dtype)
+        return logits + ramp
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+
+
+def _sources(rng, B, S, vocab, pad_id=0):
+    lengths = [S] + [int(n) for n in rng.integers(1, S, size=B - 1)]
+    return ids(rng, B, S, 3, vocab, pad_id, lengths)
+
+
+def _greedy_cases(rng):
+    cases = []
+    for seed, B, S, vocab, max_len, ramp, desc in [
+        (11, 4, 6, 12, 12, 0.9, "every row ends before max_len: stop early, pad after eos"),
+        (12, 3, 5, 10, 3, -2.0, "max_len=3 and eos unlikely: no row finishes, 3 tokens after <bos>"),
+        (13, 5, 4, 9, 10, 0.5, "rows of different lengths"),
+        (14, 1, 7, 15, 8, 0.4, "a single sentence"),
+    ]:
+        model = ToyModel(vocab, seed=int(rng.integers(1 << 30)) + seed, eos_ramp=ramp).eval()
+        src = _sources(rng, B, S, vocab)
+        cases.append(Case(f"a tiny model (vocab {vocab}), src [{B}, {S}] with padding, max_len={max_len}: {desc}",
+                          lambda f, m=model, s=src, n=max_len: f(m, s.clone(), n, 1, 2, 0)))
+    return cases
+
+
+def _greedy_padding_cases(rng):
+    cases = []
+    for B, S, vocab in [(4, 8, 10), (3, 9, 12)]:
+        model = ToyModel(vocab, seed=int(rng.integers(1 << 30)), scale=4.0).eval()
+        # large pad embeddings: attending to padding visibly changes the translation
+        with torch.no_grad():
+            model.src_embed[0] = 6.0
+        src = ids(rng, B, S, 3, vocab, 0, [S] + [2] * (B - 1))
+        cases.append(Case(f"src [{B}, {S}] whose rows are mostly padding (the source padding mask matters)",
+                          lambda f, m=model, s=src: f(m, s.clone(), 8, 1, 2, 0)))
+    return cases
+
+
+def _greedy_code(body: str) -> str:
+    return ("def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):\n"
+            "    with torch.no_grad():\n"
+            "        B = src.size(0)\n"
+            "        src_mask = (src != pad_id)[:, None, None, :]\n"
+            "        memory = model.encode(src, src_mask)\n"
+            "        ys = torch.full((B, 1), bos_id, dtype=torch.long)\n"
+            "        finished = torch.zeros(B, dtype=torch.bool)\n" + body)
+
+
+_GREEDY_STEP = (
+    "            T = ys.size(1)\n"
+    "            tgt_mask = torch.ones(T, T, dtype=torch.bool).tril() & (ys != pad_id)[:, None, None, :]\n"
+    "            logits = model.decode(ys, memory, tgt_mask, src_mask)\n")
+
+GREEDY_MISTAKES = (
+    Mistake("does not stop early: always generates max_len tokens",
+            "stop as soon as every row has produced eos (if finished.all(): break)",
+            _greedy_code("        for _ in range(max_len):\n" + _GREEDY_STEP +
+                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
+                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+                         "            finished |= nxt == eos_id\n"
+                         "        return ys\n")),
+    Mistake("keeps generating after eos instead of padding",
+            "once a row has produced eos, append pad_id to it (masked_fill(finished, pad_id))",
+            _greedy_code("        for _ in range(max_len):\n" + _GREEDY_STEP +
+                         "            nxt = logits[:, -1].argmax(-1)\n"
+                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+                         "            finished |= nxt == eos_id\n"
+                         "            if finished.all():\n"
+                         "                break\n"
+                         "        return ys\n")),
+    Mistake("drops the eos token",
+            "keep the first eos in the row, then pad",
+            _greedy_code("        for _ in range(max_len):\n" + _GREEDY_STEP +
+                         "            nxt = logits[:, -1].argmax(-1)\n"
+                         "            done = finished | (nxt == eos_id)\n"
+                         "            ys = torch.cat([ys, nxt.masked_fill(done, pad_id)[:, None]], 1)\n"
+                         "            finished = done\n"
+                         "            if finished.all():\n"
+                         "                break\n"
+                         "        return ys\n")),
+    Mistake("reads the logits of the first position instead of the last",
+            "the next token is predicted by the *last* position: logits[:, -1]",
+            _greedy_code("        for _ in range(max_len):\n" + _GREEDY_STEP +
+                         "            nxt = logits[:, 0].argmax(-1).masked_fill(finished, pad_id)\n"
+                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+                         "            finished |= nxt == eos_id\n"
+                         "            if finished.all():\n"
+                         "                break\n"
+                         "        return ys\n")),
+    Mistake("generates max_len - 1 tokens (counts <bos> in max_len)",
+            "max_len counts generated tokens, after <bos>: a row can be max_len + 1 long",
+            _greedy_code("        for _ in range(max_len - 1):\n" + _GREEDY_STEP +
+                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
+                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+                         "            finished |= nxt == eos_id\n"
+                         "            if finished.all():\n"
+                         "                break\n"
+                         "        return ys\n")),
+    Mistake("no source padding mask (the decoder attends to source padding)",
+            "pass memory_mask = src_mask (src != pad_id) to model.encode and model.decode",
+            _greedy_code("        src_mask = None\n"
+                         "        memory = model.encode(src, None)\n"
+                         "        for _ in range(max_len):\n" + _GREEDY_STEP +
+                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
+                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+                         "            finished |= nxt == eos_id\n"
+                         "            if finished.all():\n"
+                         "                break\n"
+                         "        return ys\n")),
+)
+
+
+# --------------------------------------------------------------------------- beam search
+def _log_probs(model, src, prefixes, pad_id=0):
+    """log p(next token | prefix) [B, N, V] for each of B source sentences [B, S] and N prefixes [N, t]."""
+    B, N = src.size(0), prefixes.size(0)
+    s = src.repeat_interleave(N, 0)                                  # [B*N, S]
+    mask = (s != pad_id)[:, None, None, :]
+    with torch.no_grad():
+        logits = model.decode(prefixes.repeat(B, 1), model.encode(s, mask), None, mask)[:, -1]
+    return F.log_softmax(logits.double(), dim=-1).view(B, N, -1)
+
+
+def enumerate_sequences(model, src, max_len, bos_id=1, eos_id=2, pad_id=0):
+    """Every sequence of at most max_len tokens after <bos> (ending at its first eos, or unfinished at
+    max_len), for each sentence of src [B, S], level by level: [(prefixes [N, t+1], sum of log p [B, N],
+    ended [N]) for t = 1..max_len]. Prefixes containing <pad> or <bos> are not extended (ToyModel gives
+    those tokens log p < -25, so they can neither be the optimum nor outrank one of its prefixes)."""
+    live = torch.full((1, 1), bos_id, dtype=torch.long)
+    live_score = torch.zeros(src.size(0), 1, dtype=torch.float64)
+    levels = []
+    for t in range(1, max_len + 1):
+        lp = _log_probs(model, src, live, pad_id)                   # [B, N, V]
+        B, N, V = lp.shape
+        total = (live_score[:, :, None] + lp).reshape(B, N * V)
+        prefixes = torch.cat([live.repeat_interleave(V, 0), torch.arange(V).repeat(N)[:, None]], 1)
+        ended = (prefixes[:, -1] == eos_id) | (t == max_len)
+        levels.append((prefixes, total, ended))
+        grow = ~ended & (prefixes[:, -1] != pad_id) & (prefixes[:, -1] != bos_id)
+        live, live_score = prefixes[grow], total[:, grow]
+    return levels
+
+
+def best_sequence(levels, b, length_penalty, eos_id=2, count_eos=True):
+    """For sentence b: (best tokens, ranks of its prefixes among all prefixes of their length by
+    sum(log p), lead over the runner-up) for sum(log p) / num_generated ** length_penalty."""
+    scores = []
+    for t, (prefixes, total, ended) in enumerate(levels, start=1):
+        length = torch.full_like(total[b], float(t))
+        if not count_eos:
+            length = (length - (prefixes[:, -1] == eos_id).double()).clamp(min=1)
+        scores.append(torch.where(ended, total[b] / length ** length_penalty,
+                                  torch.tensor(-math.inf, dtype=torch.float64)))
+    flat = torch.cat(scores)
+    top2 = flat.topk(2).values
+    i = int(flat.argmax())
+    for t, sc in enumerate(scores, start=1):
+        if i < sc.numel():
+            best = levels[t - 1][0][i]
+            break
+        i -= sc.numel()
+    ranks = []
+    for t, (prefixes, total, _) in enumerate(levels, start=1):
+        if best.size(0) <= t:
+            break
+        match = (prefixes == best[:t + 1]).all(1).nonzero().flatten()
+        ranks.append(int((total[b] > total[b, match[0]]).sum()))
+    return best, ranks, float(top2[0] - top2[1])
+
+
+def _pad_rows(rows, pad_id=0):
+    out = torch.full((len(rows), max(len(h) for h in rows)), pad_id, dtype=torch.long)
+    for b, h in enumerate(rows):
+        out[b, :len(h)] = h
+    return out
+
+
+def exhaustive_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    """The exact optimum for each sentence (beam_size is not used), in greedy_decode's format."""
+    levels = enumerate_sequences(model, src, max_len, bos_id, eos_id, pad_id)
+    return _pad_rows([best_sequence(levels, b, length_penalty, eos_id)[0] for b in range(src.size(0))], pad_id)
+
+
+def _search_case(rng, vocab, B, S, max_len, lp, differs_from):
+    """A tiny model and sources on which every beam search as wide as the vocabulary must find the
+    exhaustive optimum (each prefix of the optimum ranks within the beam among all prefixes of its
+    length, with one place to spare, and the runner-up is clearly behind), and on which the answer
+    differs from each variant in `differs_from` for some sentence (so the case tells them apart)."""
+    for _ in range(2000):
+        model = ToyModel(vocab, seed=int(rng.integers(1 << 30)), scale=float(rng.uniform(3.0, 5.0)),
+                         eos_ramp=float(rng.uniform(0.3, 1.2)), eos_bias=float(rng.uniform(-2.0, 0.0))).eval()
+        src = _sources(rng, B, S, vocab)
+        levels = enumerate_sequences(model, src, max_len)
+        found = [best_sequence(levels, b, lp) for b in range(B)]
+        if any(any(r >= vocab - 1 for r in ranks) or gap < 0.05 for _, ranks, gap in found):
+            continue
+        if all(any(not torch.equal(found[b][0], best_sequence(levels, b, **variant)[0]) for b in range(B))
+               for variant in differs_from):
+            return model, src
+    raise RuntimeError("no suitable tiny model found for the beam-search check")  # pragma: no cover
+
+
+def _exhaustive_cases(rng, settings, vocab=6, B=4, S=5, max_len=4):
+    cases = []
+    for lp, differs_from in settings:
+        model, src = _search_case(rng, vocab, B, S, max_len, lp, differs_from)
+        cases.append(Case(f"a tiny model (vocab {vocab}), src [{B}, {S}] with padding, beam_size={vocab} (as wide as "
+                          f"the vocabulary), max_len={max_len}, length_penalty={lp:g}: the exhaustive-search optimum",
+                          lambda f, m=model, s=src, lp=lp: f(m, s.clone(), vocab, max_len, 1, 2, 0, lp)))
+    return cases
+
+
+def _same_rng_same_cases(make):
+    """Finding the tiny models takes a second; the cases only depend on the rng's state, so each
+    check (and each mistake diagnosed on it) reuses them."""
+    memo = {}
+
+    def cases(rng):
+        key = repr(rng.bit_generator.state)
+        if key not in memo:
+            memo[key] = make(rng)
+        return memo[key]
+
+    return cases
+
+
+@_same_rng_same_cases
+def _beam_cases(rng):
+    return _exhaustive_cases(rng, [(1.0, [dict(length_penalty=1.0, count_eos=False)]),
+                                   (1.0, [dict(length_penalty=0.0)]),
+                                   (0.6, [])])
+
+
+@_same_rng_same_cases
+def _beam_length_penalty_cases(rng):
+    return _exhaustive_cases(rng, [(0.0, [dict(length_penalty=1.0)]), (2.0, [dict(length_penalty=1.0)])])
+
+
+def _beam_greedy_cases(rng):
+    cases = []
+    for B, S, vocab, max_len, ramp, lp in [(4, 6, 12, 10, 0.7, 1.0), (3, 5, 9, 4, -1.0, 0.6), (2, 7, 10, 8, 0.4, 2.0)]:
+        model = ToyModel(vocab, seed=int(rng.integers(1 << 30)), eos_ramp=ramp).eval()
+        src = _sources(rng, B, S, vocab)
+        cases.append(Case(f"beam_size=1 must equal greedy decoding: tiny model (vocab {vocab}), src [{B}, {S}], "
+                          f"max_len={max_len}, length_penalty={lp:g}",
+                          lambda f, m=model, s=src, n=max_len, lp=lp: f(m, s.clone(), 1, n, 1, 2, 0, lp)))
+    return cases
+
+
+def _greedy_as_beam(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    return ref.greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
+
+
+_BEAM_TEMPLATE = '''
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    with torch.no_grad():
+        out = []
+        for b in range(src.size(0)):
+            ys = torch.full((1, 1), bos_id, dtype=torch.long)
+            scores = torch.zeros(1, dtype=torch.float64)
+            finished = []
+            for t in range(1, max_len + 1):
+                s = src[b:b + 1].expand(ys.size(0), -1)
+                src_mask = {src_mask}
+                logits = model.decode(ys, model.encode(s, src_mask), None, src_mask)[:, -1]
+                logp = {logp}
+                V = logp.size(-1)
+                top, idx = (scores[:, None] + logp).reshape(-1).topk(min(beam_size, logp.numel()))
+                ys = torch.cat([ys[idx // V], (idx % V)[:, None]], 1)
+                ended = (ys[:, -1] == eos_id) | (t == max_len)
+                for i in ended.nonzero().flatten().tolist():
+                    score, tokens = float(top[i]), ys[i].tolist()
+                    finished.append(({normalize}, tokens))
+                ys, scores = ys[~ended], top[~ended]
+                if ys.size(0) == 0:
+                    break
+            {choose}
+            out.append(best)
+        L = max(len(h) for h in out)
+        return torch.tensor([h + [pad_id] * (L - len(h)) for h in out])
+'''
+_BEAM_RIGHT = dict(src_mask="(s != pad_id)[:, None, None, :]", logp="torch.log_softmax(logits.double(), -1)",
+                   normalize="score / t ** length_penalty",
+                   choose="best = max(finished, key=lambda h: h[0])[1]")
+
+
+def _beam_code(**changes) -> str:
+    return _BEAM_TEMPLATE.format(**{**_BEAM_RIGHT, **changes})
+
+
+BEAM_MISTAKES = (
+    Mistake("ignores the length penalty (ranks finished hypotheses by the raw sum of log p)",
+            "divide each finished hypothesis' sum of log p by num_generated_tokens ** length_penalty",
+            _beam_code(normalize="score")),
+    Mistake("counts <bos> in the length (num_generated_tokens + 1)",
+            "the length is the number of generated tokens, eos included, <bos> not",
+            _beam_code(normalize="score / (t + 1) ** length_penalty")),
+    Mistake("does not count eos in the length",
+            "eos is a generated token: a hypothesis that ends with eos at step t has length t",
+            _beam_code(normalize="score / max(t - (tokens[-1] == eos_id), 1) ** length_penalty")),
+    Mistake("sums probabilities instead of log-probabilities",
+            "a sequence's probability is a product: add log-probabilities (log_softmax), not probabilities",
+            _beam_code(logp="torch.softmax(logits.double(), -1)")),
+    Mistake("uses raw logits as log-probabilities (no log_softmax)",
+            "normalize each step's logits with log_softmax before adding them up",
+            _beam_code(logp="logits.double()")),
+    Mistake("hypotheses unfinished at max_len do not compete",
+            "when max_len is reached, the live hypotheses are candidates too (scored like the others)",
+            _beam_code(choose="best = max([h for h in finished if h[1][-1] == eos_id] or finished, "
+                              "key=lambda h: h[0])[1]")),
+    Mistake("no source padding mask (the decoder attends to source padding)",
+            "pass memory_mask = (src != pad_id)[:, None, None, :] to encode and decode",
+            _beam_code(src_mask="None")),
+)
+
+
+# --------------------------------------------------------------------------- sampling
+N_DRAWS = 100_000
+SNAP = 0.01     # frequencies this close to the exact probability count as equal (noise is < 0.002)
+
+
+def _exact_probs(logits, temperature, top_k):
+    x = logits.double() / temperature
+    if top_k is not None:
+        kth = x.topk(top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    return torch.softmax(x, dim=-1).numpy()
+
+
+def _distribution(f, logits, temperature, top_k, seed=1234):
+    """(the draws' shape, a scalar of their dtype, frequencies per row snapped to the exact probabilities)."""
+    rows, V = logits.shape
+    many = logits[:, None, :].expand(rows, N_DRAWS, V).contiguous()
+    draws = f(many, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(seed))
+    if not isinstance(draws, torch.Tensor):
+        return draws, None, None
+    p = _exact_probs(logits, temperature, top_k)
+    freq = np.zeros((rows, V))
+    if tuple(draws.shape) == (rows, N_DRAWS):
+        d = draws.detach().cpu().long()
+        for r in range(rows):
+            valid = d[r][(d[r] >= 0) & (d[r] < V)]
+            freq[r] = np.bincount(valid.numpy(), minlength=V)[:V] / N_DRAWS
+    snapped = np.where(np.abs(freq - p) <= SNAP, p, freq)
+    return torch.tensor(list(draws.shape)), torch.zeros(1, dtype=draws.dtype), snapped
+
+
+def _distinct_logits(rng, rows, V, spread=2.0):
+    """Logits [rows, V] whose values in a row are at least 0.1 apart (so top-k is well defined)."""
+    x = np.sort(rng.normal(scale=spread, size=(rows, V)), axis=-1) + 0.1 * np.arange(V)
+    x = np.take_along_axis(x, np.argsort(rng.uniform(size=(rows, V)), axis=-1), axis=-1)
+    return torch.from_numpy(x.astype(np.float32))
+
+
+def _sampling_cases(rng):
+    cases = []
+    for rows, V, T in [(1, 6, 1.0), (3, 8, 0.5), (2, 7, 2.0), (2, 5, 0.8)]:
+        logits = _distinct_logits(rng, rows, V, 1.5)
+        cases.append(Case(f"{N_DRAWS:,} draws from each of {rows} rows of logits [{V}], temperature={T:g} "
+                          f"(logits [{rows}, {N_DRAWS}, {V}] in one call, compared by frequency)",
+                          lambda f, x=logits, T=T: _distribution(f, x.clone(), T, None)))
+    return cases
+
+
+def _top_k_cases(rng):
+    cases = []
+    for rows, V, T, k in [(2, 8, 1.0, 3), (1, 6, 1.0, 1), (3, 10, 0.7, 5), (2, 6, 1.5, 2)]:
+        logits = _distinct_logits(rng, rows, V, 1.0)
+        cases.append(Case(f"{N_DRAWS:,} draws from each of {rows} rows of logits [{V}], temperature={T:g}, top_k={k}",
+                          lambda f, x=logits, T=T, k=k: _distribution(f, x.clone(), T, k)))
+    return cases
+
+
+def _reproducible(f, logits, top_k):
+    a = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
+    b = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
+    return _flag(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b))
+
+
+def _raises_value_error(f, logits, temperature):
+    try:
+        f(logits.clone(), temperature=temperature)
+    except ValueError:
+        return _flag(True)
+    except Exception:  # noqa: BLE001 - another exception is not the asked-for ValueError
+        return _flag(False)
+    return _flag(False)
+
+
+def _sampling_argument_cases(rng):
+    logits = _distinct_logits(rng, 200, 9, 1.0)
+    return [
+        Case("two calls with generators seeded alike must draw the same tokens (returns whether they did)",
+             lambda f: _reproducible(f, logits, None)),
+        Case("the same with top_k=4", lambda f: _reproducible(f, logits, 4)),
+        Case("temperature=0 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, 0.0)),
+        Case("temperature=-1 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, -1.0)),
+    ]
+
+
+_SAMPLE_TEMPLATE = '''
+def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
+    {check}
+    logits = {scale}
+    if top_k is not None:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill({drop}, float("-inf"))
+    probs = {probs}
+    {draw}
+'''
+_SAMPLE_RIGHT = dict(
+    check='if not temperature > 0:\n        raise ValueError("temperature must be > 0")',
+    scale="logits / temperature", drop="logits < kth", probs="torch.softmax(logits, dim=-1)",
+    draw="return torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator).reshape(probs.shape[:-1])")
+
+
+def _sample_code(**changes) -> str:
+    return _SAMPLE_TEMPLATE.format(**{**_SAMPLE_RIGHT, **changes})
+
+
+SAMPLE_MISTAKES = (
+    Mistake("multiplied the logits by the temperature instead of dividing",
+            "divide by the temperature: T < 1 sharpens the distribution, T > 1 flattens it",
+            _sample_code(scale="logits * temperature")),
+    Mistake("divided the probabilities by the temperature (after softmax: no effect at all)",
+            "divide the *logits* by the temperature, before the softmax",
+            _sample_code(probs="torch.softmax(logits * temperature, dim=-1) / temperature")),
+    Mistake("returned the most likely token (argmax) instead of sampling",
+            "draw from the distribution, e.g. torch.multinomial(probs, 1, generator=generator)",
+            _sample_code(draw="return probs.argmax(dim=-1)")),
+    Mistake("top-k kept the k smallest logits",
+            "keep the k *largest*: logits.topk(k) gives them, mask everything below the k-th largest",
+            _sample_code(drop="logits > (-logits).topk(top_k, dim=-1).values[..., -1:].neg()")),
+    Mistake("top-k kept only k-1 tokens (masked the k-th largest too)",
+            "mask the logits *strictly* smaller than the k-th largest (logits < kth), so k tokens remain",
+            _sample_code(drop="logits <= kth")),
+    Mistake("softmax over the wrong axis",
+            "the distribution is over the vocabulary: softmax(..., dim=-1)",
+            _sample_code(probs="torch.softmax(logits, dim=0)")),
+    Mistake("ignores the generator (draws from the global random state)",
+            "pass generator=generator to the sampling call (torch.multinomial, torch.rand, ...)",
+            _sample_code(draw="return torch.multinomial(probs.reshape(-1, probs.size(-1)), 1).reshape(probs.shape[:-1])")),
+    Mistake("no ValueError for a temperature <= 0",
+            "check the temperature first: raise ValueError unless temperature > 0",
+            _sample_code(check="pass")),
+)
+
+EXERCISES = [
+    Exercise("make_masks", ref.make_masks, lambda rng: _mask_cases(rng, False), MASK_MISTAKES, forbidden=HONESTY),
+    Exercise("make_masks_padding", ref.make_masks, lambda rng: _mask_cases(rng, True), MASK_MISTAKES,
+             forbidden=HONESTY, graded="make_masks"),
+    Exercise("label_smoothed_cross_entropy", ref.label_smoothed_cross_entropy, _ls_cases, LS_MISTAKES,
+             rtol=RTOL, atol=ATOL, forbidden=HONESTY),
+    Exercise("label_smoothed_cross_entropy_stability", ref.label_smoothed_cross_entropy, _ls_stability_cases,
+             LS_MISTAKES, rtol=RTOL, atol=1e-4, forbidden=HONESTY, graded="label_smoothed_cross_entropy"),
+    Exercise("inverse_sqrt_lr", ref.inverse_sqrt_lr, _lr_cases, LR_MISTAKES, rtol=1e-6, atol=1e-12,
+             forbidden=HONESTY),
+    Exercise("greedy_decode", ref.greedy_decode, _greedy_cases, GREEDY_MISTAKES, forbidden=HONESTY),
+    Exercise("greedy_decode_source_padding", ref.greedy_decode, _greedy_padding_cases, GREEDY_MISTAKES,
+             forbidden=HONESTY, graded="greedy_decode"),
+    Exercise("beam_search", exhaustive_search, _beam_cases, BEAM_MISTAKES, forbidden=HONESTY),
+    Exercise("beam_search_length_penalty", exhaustive_search, _beam_length_penalty_cases, BEAM_MISTAKES,
+             forbidden=HONESTY, graded="beam_search"),
+    Exercise("beam_search_greedy", _greedy_as_beam, _beam_greedy_cases, BEAM_MISTAKES, forbidden=HONESTY,
+             graded="beam_search"),
+    Exercise("sample_next_token", ref.sample_next_token, _sampling_cases, SAMPLE_MISTAKES, rtol=0, atol=0.02,
+             forbidden=HONESTY),
+    Exercise("sample_next_token_top_k", ref.sample_next_token, _top_k_cases, SAMPLE_MISTAKES, rtol=0, atol=0.02,
+             forbidden=HONESTY, graded="sample_next_token"),
+    Exercise("sample_next_token_generator", ref.sample_next_token, _sampling_argument_cases, SAMPLE_MISTAKES,
+             forbidden=HONESTY, graded="sample_next_token"),
+]
+
+check = make_checker(EXERCISES)

@@ -129,7 +129,22 @@ class Seq2SeqTransformer(nn.Module):
         y = self._embed(self.tgt_embed, tgt)
         for layer in self.decoder_layers:
             y = layer(y, memory, tgt_mask, memory_mask)
+        if self.last_position_only:     # decoding reads logits[:, -1] only: skip the other positions' output layer
+            y = y[:, -1:]
         return self.generator(self.decoder_norm(y))
+
+    last_position_only = False   # see decoding_speedup()
+
+    @contextlib.contextmanager
+    def decoding_speedup(self):
+        """Within the block, decode() returns logits for the last position only ([B, 1, V]): all that
+        greedy, beam and sampled decoding read (logits[:, -1]), without the output layer's cost for
+        the other positions. Used by `attention_course.train.translate_texts`."""
+        before, self.last_position_only = self.last_position_only, True
+        try:
+            yield self
+        finally:
+            self.last_position_only = before
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         """Teacher forcing: logits [B, T, V] for the target prefix `tgt` given `src`."""

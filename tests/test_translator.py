@@ -134,6 +134,20 @@ def test_decoding_is_causal_and_ignores_source_padding():
     torch.testing.assert_close(model(longer, tgt, longer_mask, tgt_mask), logits, rtol=1e-5, atol=1e-5)
 
 
+def test_decoding_speedup_returns_the_last_position_only():
+    torch.manual_seed(2)
+    model = Seq2SeqTransformer(40, 40, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                               d_ff=32, dropout=0.0).eval()
+    src, tgt = _batch(V=40)
+    src_mask, tgt_mask = translate.make_masks(src, tgt, 0)
+    memory = model.encode(src, src_mask)
+    full = model.decode(tgt, memory, tgt_mask, src_mask)
+    with model.decoding_speedup():
+        last = model.decode(tgt, memory, tgt_mask, src_mask)
+    assert last.shape == (3, 1, 40) and not model.last_position_only
+    torch.testing.assert_close(last[:, -1], full[:, -1], rtol=1e-5, atol=1e-5)
+
+
 # --------------------------------------------------------------------------- training pieces
 def test_library_uses_the_notebook_functions():
     for name in ("make_masks", "label_smoothed_cross_entropy", "inverse_sqrt_lr", "greedy_decode", "beam_search"):

@@ -571,6 +571,8 @@ def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
     detokenized hypotheses and returns one results entry per test set."""
     run_dir = Path(run_dir)
     model, tok, info = load_run(run_dir, device)
+    if next(model.parameters()).device.type == "cpu":
+        torch.set_num_threads(cpu_threads(None))
     cfg = TrainConfig(**{**info["train"], "betas": tuple(info["train"]["betas"])})
     summary = json.loads((run_dir / "summary.json").read_text())
     src, tgt, corpus = info["src"], info["tgt"], info.get("corpus", "multi30k")

@@ -324,7 +324,10 @@ def load_run(run_dir: str | Path, device=None):
     info = json.loads((run_dir / "config.json").read_text())
     model = Seq2SeqTransformer(**info["model"])
     model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
-    model.to(pick_device(device)).eval()
+    device = pick_device(device)
+    if device.type == "cpu":
+        torch.set_num_threads(cpu_threads(None))   # one thread on a busy machine is much faster
+    model.to(device).eval()
     return model, bpe.load(run_dir), info
 
 
@@ -571,8 +574,6 @@ def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
     detokenized hypotheses and returns one results entry per test set."""
     run_dir = Path(run_dir)
     model, tok, info = load_run(run_dir, device)
-    if next(model.parameters()).device.type == "cpu":
-        torch.set_num_threads(cpu_threads(None))
     cfg = TrainConfig(**{**info["train"], "betas": tuple(info["train"]["betas"])})
     summary = json.loads((run_dir / "summary.json").read_text())
     src, tgt, corpus = info["src"], info["tgt"], info.get("corpus", "multi30k")

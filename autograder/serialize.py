@@ -47,7 +47,7 @@ def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
                 arr, tag = v, {"__array__": key}
             if arr.dtype == object or arr.size > MAX_ELEMENTS:
                 return {"__unsupported__": f"array of dtype {arr.dtype} and size {arr.size}"}
-            arrays[key] = np.ascontiguousarray(arr)
+            arrays[key] = np.array(arr, order="C", copy=True)  # keeps 0-d arrays 0-d (ascontiguousarray does not)
             return tag
         return {"__unsupported__": type(v).__name__}
 

@@ -126,8 +126,12 @@ def nbgrader(course: Path, *args: str, timeout: float | None = None, env: dict |
 def prepare_source_course(course: Path, solutions: Path = SOLUTIONS, db_url: str | None = None,
                           only: list[str] | None = None) -> list[str]:
     """Copy solutions/ into `course/source` and generate the release (which fills the gradebook)."""
+    known = assignments(solutions)
+    unknown = sorted(set(only or []) - set(known))
+    if unknown:
+        raise ValueError(f"unknown notebook(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     write_course_config(course, db_url)
-    names = [a for a in assignments(solutions) if only is None or a in only]
+    names = [a for a in known if only is None or a in only]
     for a in names:
         target = course / "source" / a
         if target.exists():

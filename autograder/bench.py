@@ -51,8 +51,8 @@ def make_class(course: Course, folder: Path, students: int, assignments: list[st
     return ids
 
 
-def plain_nbgrader(folder: Path, ids: list[str], work: Path, assignments: list[str]) -> float:
-    """Seconds for stock `nbgrader autograde`, one assignment at a time, over the whole class."""
+def plain_nbgrader(folder: Path, ids: list[str], work: Path, assignments: list[str]) -> dict[str, float]:
+    """Seconds per assignment for stock `nbgrader autograde`, one assignment at a time, over the class."""
     course = work / "plain"
     assignments = prepare_source_course(course, SOLUTIONS, only=assignments)
     for sid in ids:
@@ -60,11 +60,13 @@ def plain_nbgrader(folder: Path, ids: list[str], work: Path, assignments: list[s
             target = course / "submitted" / sid / a
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy2(folder / sid / f"{a}.ipynb", target / f"{a}.ipynb")
-    started = time.perf_counter()
+    seconds = {}
     for a in assignments:
+        started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "nbgrader", "autograde", a, "--force"], cwd=course,
                        env=tool_env(), capture_output=True, check=True)
-    return time.perf_counter() - started
+        seconds[a] = round(time.perf_counter() - started, 1)
+    return seconds
 
 
 def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments: list[str] | None = None) -> dict:
@@ -74,7 +76,8 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
     assignments = staging.assignments
     folder = work / "class"
     ids = make_class(staging, folder, students, assignments)
-    baseline = plain_nbgrader(folder, ids, work, assignments)
+    per_assignment = plain_nbgrader(folder, ids, work, assignments)
+    baseline = sum(per_assignment.values())
     started = time.perf_counter()
     results = grade(folder, work / "ours", progress=False)
     ours = time.perf_counter() - started
@@ -82,6 +85,7 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
         "students": students,
         "notebooks": assignments,
         "plain_nbgrader_serial_seconds": round(baseline, 1),
+        "plain_nbgrader_seconds_per_notebook": per_assignment,
         "attn_course_grade_seconds": round(ours, 1),
         "speedup": round(baseline / ours, 2),
         "workers": int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1),

@@ -247,3 +247,19 @@ def test_committed_results_file(repo):
             assert training.bleu(hyps, refs)[0] == pytest.approx(r["bleu"], abs=0.01)
             assert training.bleu(hyps, refs, lowercase=True)[0] == pytest.approx(r["bleu_lc"], abs=0.01)
     assert "| BLEU -lc |" in table(path)
+
+
+def test_gpu_recipe_runs_end_to_end_on_cpu(tmp_path):
+    """The `gpu` recipe (6+6 pre-norm layers, checkpoint averaging, beam 5) for a few steps on the toy
+    corpus: a GPU session's first full run must not be the first time this path executes."""
+    lines = []
+    run = training.train("gpu", "en", "de", out_dir=tmp_path, progress=False, log=lines.append, corpus="toy",
+                         vocab_size=300, min_frequency=1, max_tokens=600, max_steps=6, max_seconds=None,
+                         checkpoint_every=2, eval_every=3, val_bleu_sentences=4)
+    gpu = training.CONFIGS["gpu"]
+    assert run.summary["steps"] == 6 and (tmp_path / "model.pt").is_file()
+    assert json.loads((tmp_path / "config.json").read_text())["model"]["num_encoder_layers"] == gpu.num_encoder_layers
+    assert any("averaged the last 3 checkpoints" in line for line in lines), lines
+    hyps = training.translate_texts(run.model, run.tokenizer, ["a dog runs ."], beam_size=gpu.beam_size,
+                                    length_penalty=gpu.length_penalty)
+    assert len(hyps) == 1 and isinstance(hyps[0], str)

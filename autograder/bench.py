@@ -10,6 +10,7 @@ release and the typical mistake, so both graders do the same work.
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
@@ -69,6 +70,15 @@ def plain_nbgrader(folder: Path, ids: list[str], work: Path, assignments: list[s
     return seconds
 
 
+def plain_scores(work: Path) -> dict[tuple[str, str], float]:
+    """(student, notebook) -> score from the plain run's gradebook, via `nbgrader export`."""
+    course = work / "plain"
+    subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "grades.csv"], cwd=course,
+                   env=tool_env(), capture_output=True, check=True)
+    with open(course / "grades.csv", newline="") as f:
+        return {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
+
+
 def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments: list[str] | None = None) -> dict:
     work = Path(work).resolve()
     shutil.rmtree(work, ignore_errors=True)
@@ -81,6 +91,10 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
     started = time.perf_counter()
     results = grade(folder, work / "ours", progress=False)
     ours = time.perf_counter() - started
+    plain = plain_scores(work)
+    disagree = sorted(f"{r.student_id}/{r.notebook}: plain {plain.get((r.student_id, r.notebook))}, ours {r.score}"
+                      for r in results
+                      if r.notebook in assignments and plain.get((r.student_id, r.notebook)) != r.score)
     report = {
         "students": students,
         "notebooks": assignments,
@@ -92,6 +106,8 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "graded_notebooks": len([r for r in results if not r.status.startswith("missing")]),
         "all_as_designed": all(r.status == "ok" for r in results if r.notebook in assignments),
+        "same_scores_as_plain_nbgrader": not disagree,
+        **({"score_disagreements": disagree} if disagree else {}),
     }
     (work / "benchmark.json").write_text(json.dumps(report, indent=1))
     return report

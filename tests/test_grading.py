@@ -155,3 +155,14 @@ def test_grading_is_resumable_and_idempotent(course, tmp_path):
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
         assert gb.find_submission(A01, "ann").score == 17
         assert gb.find_submission(A01, "ben").score == 16
+
+
+def test_benchmark_grades_the_same_class_both_ways(tmp_path):
+    """`attn-course bench` on a small class: both graders finish and give every notebook the same score."""
+    from autograder.bench import benchmark
+
+    report = benchmark(3, tmp_path / "bench", ["01_similarity_attention"])
+    assert report["graded_notebooks"] == 3 and report["all_as_designed"], report
+    assert report["same_scores_as_plain_nbgrader"], report.get("score_disagreements")
+    assert list(report["plain_nbgrader_seconds_per_notebook"]) == ["01_similarity_attention"]
+    assert report["speedup"] > 0

@@ -36,6 +36,15 @@ def assignments(root: Path = SOLUTIONS) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / f"{p.name}.ipynb").is_file())
 
 
+def select(solutions: Path = SOLUTIONS, only: list[str] | None = None) -> list[str]:
+    """The assignments in `solutions`, or just those in `only` (an unknown name is an error)."""
+    known = assignments(solutions)
+    unknown = sorted(set(only or []) - set(known))
+    if unknown:
+        raise ValueError(f"unknown notebook(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [a for a in known if only is None or a in only]
+
+
 def notebook_path(assignment: str, root: Path = SOLUTIONS) -> Path:
     return root / assignment / f"{assignment}.ipynb"
 
@@ -126,12 +135,8 @@ def nbgrader(course: Path, *args: str, timeout: float | None = None, env: dict |
 def prepare_source_course(course: Path, solutions: Path = SOLUTIONS, db_url: str | None = None,
                           only: list[str] | None = None) -> list[str]:
     """Copy solutions/ into `course/source` and generate the release (which fills the gradebook)."""
-    known = assignments(solutions)
-    unknown = sorted(set(only or []) - set(known))
-    if unknown:
-        raise ValueError(f"unknown notebook(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    names = select(solutions, only)
     write_course_config(course, db_url)
-    names = [a for a in known if only is None or a in only]
     for a in names:
         target = course / "source" / a
         if target.exists():
@@ -142,6 +147,13 @@ def prepare_source_course(course: Path, solutions: Path = SOLUTIONS, db_url: str
     return names
 
 
+def without_timings(nb):
+    """Drop the per-cell execution timestamps Jupyter records: noise in every diff."""
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    return nb
+
+
 def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS, only: list[str] | None = None) -> list[Path]:
     """Regenerate the student notebooks into `out/<assignment>/` with nbgrader."""
     written = []
@@ -149,7 +161,7 @@ def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS, only:
         course = Path(tmp) / "course"
         for a in prepare_source_course(course, solutions, only=only):
             release = course / "release" / a / f"{a}.ipynb"
-            nb = nbformat.read(release, as_version=4)
+            nb = without_timings(nbformat.read(release, as_version=4))
             target = out / a / f"{a}.ipynb"
             target.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, target)
@@ -157,7 +169,23 @@ def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS, only:
     return written
 
 
+def execute_solution(assignment: str, solutions: Path = SOLUTIONS, timeout: int = 900) -> Path:
+    """Run a solution notebook top to bottom in its own folder and save its outputs and figures.
+
+    Execution changes the notebook's metadata, so build after executing, never before."""
+    from nbclient import NotebookClient
+
+    path = notebook_path(assignment, solutions)
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(without_timings(nb), path)
+    return path
+
+
 def build(library: Path = LIBRARY, notebooks: Path = NOTEBOOKS, solutions: Path = SOLUTIONS,
-          only: list[str] | None = None) -> list[Path]:
-    """Extract the library, then generate the student notebooks. Returns the files written."""
-    return extract_library(solutions, library, only) + generate_notebooks(notebooks, solutions, only)
+          only: list[str] | None = None, execute: bool = False) -> list[Path]:
+    """Extract the library, then generate the student notebooks (after executing the solutions
+    first, with `execute`). Returns the files written."""
+    executed = [execute_solution(a, solutions) for a in select(solutions, only)] if execute else []
+    return executed + extract_library(solutions, library, only) + generate_notebooks(notebooks, solutions, only)

@@ -12,7 +12,7 @@ from .build import NOTEBOOKS, REPO, bin_dir
 def _build(args) -> int:
     from .build import build
 
-    for path in build(only=args.only or None):
+    for path in build(only=args.only or None, execute=args.execute):
         print("wrote", path.relative_to(REPO))
     return 0
 
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("build", help="regenerate notebooks/ and the library code from solutions/")
     p.add_argument("--only", action="append", metavar="ASSIGNMENT", help="rebuild just this assignment (repeatable)")
+    p.add_argument("--execute", action="store_true",
+                   help="first run the solution notebooks top to bottom and save their outputs")
     p.set_defaults(func=_build)
     p = sub.add_parser("check", help="self-check one notebook: per exercise pass / fail (why) / not attempted")
     p.add_argument("notebook", help="path of your .ipynb")

@@ -6,8 +6,8 @@ import nbformat
 import pytest
 
 from attention_course.build import (
-    LIBRARY, NOTEBOOKS, assignments, extract_library, extract_module, generate_notebooks,
-    notebook_path,
+    LIBRARY, NOTEBOOKS, assignments, execute_solution, extract_library, extract_module,
+    generate_notebooks, notebook_path, select,
 )
 
 STALE = "is stale: run `make build` (attn-course build) and commit the result"
@@ -57,3 +57,19 @@ def test_solution_is_a_walkthrough_and_release_is_clean(assignment):
         if meta.get("grade") and not meta.get("solution"):
             gid = meta["grade_id"]
             assert gid.startswith("test_"), f"test cell {gid} must be named test_<name>[_<aspect>]"
+
+
+def test_unknown_notebook_names_are_refused_with_the_choices():
+    with pytest.raises(ValueError, match="unknown notebook.*06_translator.*choose from.*06_transformer_translator"):
+        select(only=["06_translator"])
+
+
+def test_execute_solution_saves_outputs_without_timestamps(tmp_path):
+    folder = tmp_path / "99_tiny"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from pathlib import Path\nprint(6 * 7, Path.cwd().name)")])
+    nb.cells[0].metadata["execution"] = {"iopub.status.busy": "2026-01-01T00:00:00Z"}
+    nbformat.write(nb, folder / "99_tiny.ipynb")
+    executed = nbformat.read(execute_solution("99_tiny", tmp_path, timeout=120), as_version=4)
+    assert executed.cells[0].outputs[0]["text"] == "42 99_tiny\n"   # ran in its own folder
+    assert "execution" not in executed.cells[0].metadata

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from attention_course import attention as ref
 
 from .core import Case, Exercise, Mistake, make_checker, reference_guard
+from .tensors import causal, random_mask, tensor
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -39,22 +40,6 @@ class Builtin:
 
 
 TORCH_SDPA = Builtin("torch.nn.functional.scaled_dot_product_attention", ref.__name__)
-
-
-def tensor(rng: np.random.Generator, *shape, scale: float = 1.0) -> torch.Tensor:
-    return torch.from_numpy(rng.normal(scale=scale, size=shape).astype(np.float32))
-
-
-def random_mask(rng, *shape, p_keep: float = 0.6, keep_column: int | None = 0) -> torch.Tensor:
-    """A boolean mask (True = may attend); keep_column stays True so no row is empty."""
-    m = torch.from_numpy(rng.uniform(size=shape) < p_keep)
-    if keep_column is not None:
-        m[..., keep_column] = True
-    return m
-
-
-def causal(T: int) -> torch.Tensor:
-    return torch.tril(torch.ones(T, T, dtype=torch.bool))
 
 
 def _shape(t) -> str:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from attention_course import attention as ref
 
 from .core import Case, Exercise, Mistake, make_checker, reference_guard
-from .tensors import causal, random_mask, tensor
+from .tensors import Builtin, causal, random_mask, tensor
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -24,19 +24,6 @@ NO_BUILTIN = ((F.scaled_dot_product_attention,
                "asks you to write yourself"),)
 FORBIDDEN = HONESTY + NO_BUILTIN
 RTOL, ATOL = 1e-4, 1e-5
-
-
-class Builtin:
-    """Stands for PyTorch's own implementation where an exercise is compared with it (the case
-    runs PyTorch when it is handed this marker). `__module__` names the notebook's reference
-    module, which is what the grader's static honesty check looks for."""
-
-    def __init__(self, name: str, module: str):
-        self.name = name
-        self.__module__ = module
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 TORCH_SDPA = Builtin("torch.nn.functional.scaled_dot_product_attention", ref.__name__)
@@ -274,7 +261,8 @@ def _self_attention_gradient_cases(rng):
     ]
 
 
-_ATTEND = (
+# Correct attention, as source code: the mistake variants here and in nb03 are built on it.
+ATTEND_SOURCE = (
     "def _attend(q, k, v, mask=None, scale=None, dim=-1):\n"
     "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1] if scale is None else scale)\n"
     "    if mask is not None:\n"
@@ -288,7 +276,7 @@ _ATTEND = (
 def _self_attention(init: str, forward: str) -> str:
     """A SelfAttention with a self-contained attention helper (`_attend`), so it can be dropped
     into a notebook in place of the student's cell."""
-    return (_ATTEND +
+    return (ATTEND_SOURCE +
             "class SelfAttention(nn.Module):\n"
             "    def __init__(self, d_model, d_k, d_v=None, bias=True):\n"
             "        super().__init__()\n"

@@ -16,23 +16,13 @@ import torch.nn.functional as F
 from attention_course import multihead as ref
 
 from .core import Case, Exercise, Mistake, make_checker, reference_guard
-from .tensors import causal, random_mask, tensor
+from .nb02 import ATTEND_SOURCE
+from .tensors import Builtin, causal, random_mask, tensor
 
 # Cases are pickled by value into the grading sandbox, where neither the other checks modules
-# nor this notebook's reference module can be imported: the small helpers below are repeated
-# here rather than imported from nb02, and no case holds an object of attention_course.multihead.
+# nor this notebook's reference module can be imported: what a case holds comes from this module
+# or from `.tensors` (never from nb02), and no case holds an object of attention_course.multihead.
 RTOL, ATOL = 1e-4, 1e-5
-
-
-class Builtin:
-    """Stands for PyTorch's own implementation where an exercise is compared with it."""
-
-    def __init__(self, name: str, module: str):
-        self.name = name
-        self.__module__ = module
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 def _backward(out, weights) -> None:
@@ -338,16 +328,6 @@ def _mha_torch_cases(rng):
     ]
 
 
-_ATTEND = (
-    "def _attend(q, k, v, mask=None, scale=None, dim=-1):\n"
-    "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1] if scale is None else scale)\n"
-    "    if mask is not None:\n"
-    "        scores = scores.masked_fill(~mask, float('-inf'))\n"
-    "    weights = torch.softmax(scores, dim=dim)\n"
-    "    if mask is not None:\n"
-    "        weights = weights.masked_fill(~mask, 0.0)\n"
-    "    return weights @ v, weights\n\n")
-
 _INIT = """\
         key_dim = d_model // num_heads if key_dim is None else key_dim
         value_dim = key_dim if value_dim is None else value_dim
@@ -385,7 +365,7 @@ _RETURN = """\
 def _mha(init: str = _INIT + _PROJECTIONS, defaults: str = _DEFAULTS, split: str = _SPLIT,
          attention: str = _ATTENTION, merge: str = _MERGE, ret: str = _RETURN) -> str:
     """A self-contained MultiHeadAttention (it can replace the student's cell) with one piece swapped."""
-    return (_ATTEND +
+    return (ATTEND_SOURCE +
             "class MultiHeadAttention(nn.Module):\n"
             "    def __init__(self, d_model, num_heads, key_dim=None, value_dim=None, dropout=0.0, bias=True):\n"
             "        super().__init__()\n"

@@ -1,4 +1,5 @@
-"""Inputs for the checks' cases: random tensors and masks from an exercise's own generator.
+"""Inputs for the checks' cases: random tensors and masks from an exercise's own generator, and
+the marker that stands for PyTorch's own implementation.
 
 Not secret (the sandbox may import it): it says how inputs are drawn, not what is expected."""
 from __future__ import annotations
@@ -23,3 +24,16 @@ def random_mask(rng: np.random.Generator, *shape, p_keep: float = 0.6, keep_colu
 def causal(T: int) -> torch.Tensor:
     """[T, T] lower-triangular boolean mask: position i may attend to 0..i."""
     return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+class Builtin:
+    """Stands for PyTorch's own implementation where an exercise is compared with it (the case
+    runs PyTorch when it is handed this marker). `__module__` names the notebook's reference
+    module, which is what the grader's static honesty check looks for."""
+
+    def __init__(self, name: str, module: str):
+        self.name = name
+        self.__module__ = module
+
+    def __repr__(self) -> str:
+        return self.name

@@ -173,7 +173,7 @@ CATALOGUE: list[Adversary] = [
     Adversary("reads-gradebook", "tries to read the gradebook", _probe(_read_denied("gradebook")), "full"),
     Adversary("reads-other-students", "tries to read another student's submission", _probe(_read_denied("other_student")), "full"),
     Adversary("reads-hidden-tests", "reads the hidden-test module's source",
-              _probe("SANDBOX_HELD = 'EXERCISES' not in open({checks!r}).read()\n"), "full"),
+              _probe("try:\n    SANDBOX_HELD = 'EXERCISES' not in open({checks!r}).read()\nexcept OSError:\n    SANDBOX_HELD = True\n"), "full"),
     Adversary("writes-outside", "tries to write into the course repository and the grading folder",
               _probe("SANDBOX_HELD = True\nfor target in ({repo_file!r}, {out_file!r}):\n    try:\n        open(target, 'w').write('pwned')\n        SANDBOX_HELD = False\n    except OSError:\n        pass\n"), "full"),
     Adversary("network", "connects to a server the grader listens on (127.0.0.1, port from `paths`)",

@@ -29,10 +29,9 @@ from attention_course.build import (
 )
 
 from . import trusted
-from .sandbox import Limits, _contains_needed, run_notebook_job
+from .sandbox import Limits, World, _contains_needed, make_kit, run_notebook_job
 from .submissions import StudentSubmission, collect
 
-CHECKS = Path(__file__).resolve().parent / "checks"
 # nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call: noise.
 warnings.filterwarnings("ignore", message=".*not in session.*")
 
@@ -80,6 +79,15 @@ class Course:
         self.root = Path(root).resolve()
         self.db_path = self.root.parent / "gradebook.db"
         self.db_url = f"sqlite:///{self.db_path}"
+        self.extra_hidden: list[str] = []  # e.g. the submissions folder: hidden from every sandbox
+        self._kit: str | None = None
+
+    @property
+    def kit(self) -> str:
+        """The runner's modules, copied once: all of the grader a sandbox can see."""
+        if self._kit is None:
+            self._kit = make_kit(self.root.parent / "kit")
+        return self._kit
 
     def setup(self, solutions: Path = SOLUTIONS, only: list[str] | None = None) -> "Course":
         prepare_source_course(self.root, solutions, self.db_url, only)
@@ -177,21 +185,24 @@ def read_result(course: Course, student: str, assignment: str, status: str = "ok
     return result
 
 
-def _sandbox_paths(course: Course, assignment: str, job: Path) -> tuple[list[str], list[tuple[str, str]]]:
-    """What the sandbox must not see (hidden under empty mounts) and must not import (stubbed)."""
+def sandbox_world(course: Course, assignment: str, job: Path) -> World:
+    """What the student's code may see: the student-facing library (minus this notebook's
+    reference module) and the course's data, read-only; everything else of the course is absent
+    (bubblewrap) or hidden (the namespaces fallback's deny-list)."""
+    job.mkdir(parents=True, exist_ok=True)
     hide = [str(REPO / "solutions"), str(REPO / ".git"), str(REPO / "tests"), str(REPO / "build"),
-            str(course.root.parent), str(LIBRARY / "__pycache__"), str(CHECKS / "__pycache__")]
-    checks_stub = job / "hidden_tests_stub.py"
-    checks_stub.write_text('raise ImportError("the hidden tests are not available to notebook code")\n')
-    stubs = [(str(checks_stub), str(p)) for p in sorted(CHECKS.glob("nb*.py"))]
+            str(REPO / "autograder"), str(course.root.parent), str(LIBRARY / "__pycache__"),
+            *course.extra_hidden, str(Path.home())]
+    stubs = []
     exported = extract_module(course.root / "source" / assignment / f"{assignment}.ipynb")
     if exported:
         ref_stub = job / "reference_stub.py"
         ref_stub.write_text(f'raise ImportError("attention_course.{exported[0]} is the reference for this '
                             f'notebook: it is not available while your own code is graded")\n')
         stubs.append((str(ref_stub), str(LIBRARY / f"{exported[0]}.py")))
-    hide = [p for p in hide if not _contains_needed(p)]
-    return hide, stubs
+    readonly = [str(LIBRARY)] + [str(REPO / d) for d in ("data",) if (REPO / d).is_dir()]
+    return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p)],
+                 kit=course.kit)
 
 
 def _load_submission(data: bytes) -> tuple[dict | None, str | None]:
@@ -213,12 +224,11 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     tests = trusted.test_cells(source)
     normalized = trusted.normalize_submission(student_nb, source)
     job = trusted.build_job(normalized, tests)
-    folder = course.root.parent / "jobs" / f"{student}--{assignment}"
+    folder = course.root.parent / "jobs" / f"{student}--{assignment}"  # the grader's own, never visible inside
     shutil.rmtree(folder, ignore_errors=True)
-    trusted.write_job(job, tests, folder, limits.cell_seconds)
-    hide, stubs = _sandbox_paths(course, assignment, folder)
-    run = run_notebook_job(folder, hide, stubs, limits)
-    verdicts = trusted.judge_job(job, tests, folder, run)
+    world = sandbox_world(course, assignment, folder)
+    run = run_notebook_job(folder, trusted.job_inputs(job, tests, limits.cell_seconds), world, limits)
+    verdicts = trusted.judge_job(job, tests, run)
     verdict_file = folder / "verdicts.json"
     verdict_file.write_text(json.dumps({k: v.__dict__ for k, v in verdicts.items()}))
     status = trusted.incidents_status(run, job)
@@ -355,6 +365,7 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
         course.setup(solutions)
     else:
         course.lock = threading.Lock()
+    course.extra_hidden = [str(Path(submissions).resolve())]
     students = collect(Path(submissions), course.grade_ids())
     workers = workers or int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1)
     done: dict[str, list[NotebookResult]] = {}

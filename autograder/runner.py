@@ -1,24 +1,24 @@
 """Runs INSIDE the sandbox: execute a student's notebook cells in order, and at each test cell
-run the grader's cases on the student's implementations and write the outcomes to disk.
+run the grader's cases on the student's implementations and send the outcomes back.
 
-It never decides a grade. Everything it writes is data (see serialize.py) that the trusted
-grader reads back and judges against the reference, so tampering here (patched asserts,
-input transformers, a monkeypatched numpy) cannot earn a point.
+It never decides a grade. Everything it sends is data (see serialize.py) that the trusted
+grader judges against the reference, so tampering here (patched asserts, input transformers,
+a monkeypatched numpy or torch) cannot earn a point.
 
-Working directory = the job folder:
-    job.json      {"cells": [...], "skip": [i, ...], "cell_timeout": s}
-    cases.pkl     {check name: {"graded": name, "cases": [Case, ...], "forbidden": [(func, why)]}}
-    progress.log  written here: "start i", "end i", "done"
-    out/<i>.npz   the outcomes of test cell i
+Inputs arrive on file descriptor ATTN_IN_FD (an unlinked file the grader wrote; read, then
+closed before any student code runs):
+    {"cells": [...], "skip": [i, ...], "cell_timeout": s, "checks": {name: {"exercise", "cases"}}}
+Outputs leave on ATTN_OUT_FD, the write end of the grader's pipe, as frames (channel.py).
+The working directory is a private scratch folder; nothing written there is ever read back.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 
-OUTPUT_CAP = 200_000  # characters of student output kept (the rest is dropped)
+OUTPUT_CAP = 200_000  # characters of student output kept in the scratch folder (the rest is dropped)
+GRADER_PATH_ENV = "ATTN_GRADER_PATH"  # where the runner's own modules are importable from (removed before student code)
 
 
 class _CappedStream:
@@ -49,73 +49,85 @@ class CellTimeout(BaseException):
     """Raised in the student's cell when its time is up (BaseException: harder to swallow)."""
 
 
-def _progress(fh, text: str) -> None:
-    fh.write(text + "\n")
-    fh.flush()
-    os.fsync(fh.fileno())
+def _read_inputs() -> dict:
+    import pickle
+
+    fd = int(os.environ.pop("ATTN_IN_FD"))
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(fd)
+    return pickle.loads(b"".join(chunks))  # trusted input, written by the grader (cases pickled by value)
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+def _hide_grader() -> None:
+    """Take the grader's modules off the import path: `import autograder` fails in student code."""
+    path = os.environ.pop(GRADER_PATH_ENV, "")
+    if path:
+        sys.path[:] = [p for p in sys.path if p != path]
+    for name in [m for m in sys.modules if m == "autograder" or m.startswith("autograder.")]:
+        del sys.modules[name]
+    sys.path_importer_cache.clear()
 
 
 def main() -> int:
-    with open("job.json") as fh:
-        job = json.load(fh)
+    out_fd = int(os.environ.pop("ATTN_OUT_FD"))
+    job = _read_inputs()
     skip = set(job.get("skip", []))
     cell_timeout = float(job.get("cell_timeout", 60))
+    import cloudpickle
 
-    # Student output never reaches the grader's terminal: fd 1/2 and sys.stdout/err go to capped files.
+    checks = cloudpickle.loads(job["checks"])  # trusted: the grader's cases, pickled by value
+
+    # Student output never reaches the grader: fd 1/2 and sys.stdout/err go to capped scratch files.
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     sys.stdout = _CappedStream("stdout.txt")
     sys.stderr = _CappedStream("stderr.txt")
 
-    import cloudpickle
-
-    with open("cases.pkl", "rb") as fh:
-        checks = cloudpickle.load(fh)  # trusted input, written by the grader (cases pickled by value)
-
     from IPython.core.interactiveshell import InteractiveShell
 
     from autograder import serialize
+    from autograder.channel import send
     from autograder.checks.core import run_case
 
+    _hide_grader()
     shell = InteractiveShell.instance(colors="NoColor")
     shell.showtraceback = _quiet_traceback(shell)  # keep tracebacks short; they are not graded
-    os.makedirs("out", exist_ok=True)
+
+    current = [0]
 
     def on_alarm(signum, frame):
+        send(out_fd, b"T", current[0])  # the timer is off whenever a frame is being sent
         raise CellTimeout(f"cell took longer than {cell_timeout:g} s")
 
     signal.signal(signal.SIGALRM, on_alarm)
-    progress = open("progress.log", "a")
     for i, cell in enumerate(job["cells"]):
         if i in skip:
             continue
-        _progress(progress, f"start {i}")
+        current[0] = i
+        send(out_fd, b"S", i)
+        blob = None
         signal.setitimer(signal.ITIMER_REAL, cell_timeout)
         try:
             if cell["kind"] == "code":
-                shell.run_cell(cell["source"], store_history=False)
+                shell.run_cell(cell["source"], store_history=False)  # IPython reports the timeout itself
             else:
                 outcomes = {}
                 for check in cell["checks"]:
                     spec = checks[check["name"]]
                     impl = shell.user_ns.get(check["variable"])
                     outcomes[check["name"]] = [run_case(spec["exercise"], case, impl) for case in spec["cases"]]
-                _write_atomic(os.path.join("out", f"{i}.npz"), serialize.dumps(outcomes))
+                blob = serialize.dumps(outcomes)
         except CellTimeout:
             pass
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        _progress(progress, f"end {i}")
-    _progress(progress, "done")
-    progress.close()
+        if blob is not None:
+            send(out_fd, b"R", i, blob)
+        send(out_fd, b"E", i)
+    send(out_fd, b"D")
     os._exit(0)  # skip interpreter teardown: student atexit hooks and threads get no say
 
 
@@ -128,4 +140,11 @@ def _quiet_traceback(shell):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _err = os.dup(2)
+    try:
+        sys.exit(main())
+    except Exception:  # noqa: BLE001 - the runner's own failure (before or between cells): say why
+        import traceback
+
+        os.write(_err, traceback.format_exc()[-2000:].encode(errors="replace"))
+        os._exit(1)

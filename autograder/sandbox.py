@@ -1,17 +1,32 @@
 """Run untrusted notebook code in a sandbox, and survive whatever it does.
 
-Isolation (Linux): the runner starts inside fresh mount, network and PID namespaces
-(`unshare`), where
-* the network is empty (loopback down): nothing goes out;
-* solutions/, the repository's history, the grading output (gradebook, other students),
-  the hidden-test modules and the reference module of the notebook being graded are
-  covered by empty mounts, and /tmp, /var/tmp, /dev/shm are private;
-* as root it drops to the unprivileged user `nobody`, which can write only its job folder;
-  as an ordinary user it cannot drop, so the repository and $HOME are remounted read-only;
-* resource limits cap memory (RLIMIT_AS), processes (RLIMIT_NPROC), file size and core dumps;
-* the parent enforces a per-cell and a whole-notebook wall clock and kills the whole
-  PID namespace when time is up.
-Where namespaces are unavailable it falls back to limits only and says so in the status.
+What the student's code gets (Linux), in order of preference; `status` names the one that ran:
+
+* **bubblewrap** (`bwrap`, what Flatpak uses; `.ci/run` and the README install Debian's
+  `bubblewrap`): new user, mount, PID, network, IPC, UTS and cgroup namespaces; the student is
+  uid 65534 (`nobody`) inside with every capability dropped and `no_new_privs`; the file system
+  is an allow-list: the system's `/usr` and libraries, the Python interpreter and its packages,
+  the student-facing library (`attention_course/`, minus the reference module of the notebook
+  being graded) and the course's data, all read-only, plus a private scratch `/tmp`. There is no
+  `/sys`, `/proc` is the sandbox's own (with `/proc/sys` read-only), and nothing of the grading
+  folder, the submissions, other jobs, `solutions/`, the hidden tests or the home folder exists
+  inside. Outside, the user namespace maps uid 65534 to the grader's own uid: run the grader as
+  an ordinary user for an unprivileged uid outside too.
+* **namespaces** (fallback, util-linux `unshare`): mount, network and PID namespaces; a
+  deny-list instead of an allow-list (solutions/, the repository's history, tests/, the grading
+  folder, the submissions and the hidden tests are covered by empty mounts, everything else is
+  read-only), `/sys` hidden and `/proc/sys` read-only, all capabilities dropped. It runs as the
+  grader's uid (root stays uid 0 without capabilities): prefer bubblewrap.
+* **none** (macOS, locked-down containers): resource limits only, said in `status`.
+
+Always: memory (RLIMIT_AS), processes (a pids cgroup with a random name when the grader is root,
+else RLIMIT_NPROC), file size and core dumps are limited; the parent enforces a per-cell and a
+whole-notebook wall clock and kills the whole process group when time is up.
+
+Nothing comes back through the file system. Inputs go in on an unlinked file (a descriptor,
+read and closed before student code runs); results, progress and timeouts come back as bounded
+frames on a pipe the grader holds (channel.py). After the sandbox starts, the grader opens no
+path the sandbox could have created or replaced.
 
 `run_notebook_job` executes the job again after a crash, a hang or a kill, skipping the cell
 that caused it, so a student keeps the points of every exercise that does not depend on it.
@@ -20,18 +35,32 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-SCRATCH = "/dev/shm"  # a tmpfs mount point every Linux has: the sandbox's private scratch
+from .channel import Reader, Received
+
+SANDBOX_UID = 65534  # nobody
+SCRATCH = "/dev/shm"  # the namespaces fallback's private scratch (a tmpfs every Linux has)
 PRIVATE_SCRATCH = (SCRATCH, "/tmp", "/var/tmp")
+GRADER_DIR = "/opt/attn-grader"  # where the runner's few modules are visible inside bubblewrap
+SCRATCH_BYTES = 256 * 2**20
+# The runner's own modules: all the sandbox may import of the grader (never the hidden checks).
+KIT_FILES = ("__init__.py", "channel.py", "runner.py", "serialize.py",
+             "checks/__init__.py", "checks/core.py", "checks/tensors.py")
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+             "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/alternatives", "/etc/fonts",
+             "/etc/matplotlibrc")
 
 
 @dataclass
@@ -45,10 +74,24 @@ class Limits:
 
 
 @dataclass
+class World:
+    """What the student's code may see. `readonly`: folders visible read-only (bubblewrap's
+    allow-list, beyond the system and Python); `stubs`: (stub file, target) pairs, the target
+    reads as the stub inside; `hide`: folders covered by empty mounts (the namespaces fallback's
+    deny-list; bubblewrap hides them too where they fall inside `readonly`)."""
+
+    readonly: list[str] = field(default_factory=list)
+    stubs: list[tuple[str, str]] = field(default_factory=list)
+    hide: list[str] = field(default_factory=list)
+    kit: str = ""  # a folder holding KIT_FILES under autograder/ (made by `make_kit`)
+
+
+@dataclass
 class Incident:
     cell: int
-    kind: str  # crash | timeout | memory | exit
+    kind: str  # crash | timeout | memory | exit | channel
     detail: str
+    points_kept: bool = False  # the run went on (an interrupted cell): earned points stand
 
 
 @dataclass
@@ -57,63 +100,137 @@ class JobResult:
     incidents: list[Incident] = field(default_factory=list)
     finished: bool = False
     seconds: float = 0.0
+    results: dict[int, bytes] = field(default_factory=dict)  # test cell index -> serialize blob
+
+    @property
+    def isolated(self) -> bool:
+        return is_isolated(self.isolation)
+
+
+def is_isolated(mode: str) -> bool:
+    return mode.startswith(("bubblewrap", "namespaces"))
 
 
 # --------------------------------------------------------------------------- isolation probe
 @lru_cache(maxsize=1)
 def isolation_mode() -> str:
-    """'root' or 'user' when namespaces work here, else 'none: <why>'."""
-    if os.environ.get("ATTN_SANDBOX") == "none":
+    """'bubblewrap', 'namespaces (root|user)' when that works here, else 'none: <why>'."""
+    choice = os.environ.get("ATTN_SANDBOX", "")
+    if choice == "none":
         return "none: disabled by ATTN_SANDBOX=none"
-    unshare = shutil.which("unshare")
-    if not sys.platform.startswith("linux") or not unshare:
-        return "none: needs Linux with util-linux's unshare"
-    base = [unshare, "--mount", "--net", "--pid", "--fork", "--mount-proc"]
+    if not sys.platform.startswith("linux"):
+        return "none: needs Linux (bubblewrap or util-linux's unshare)"
+    if choice != "namespaces" and _works(["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
+                                          "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]):
+        return "bubblewrap"
     mode = "root" if os.geteuid() == 0 else "user"
-    cmd = base + ([] if mode == "root" else ["--map-root-user"]) + ["true"]
+    cmd = ["unshare", "--mount", "--net", "--pid", "--fork", "--mount-proc"]
+    cmd += ([] if mode == "root" else ["--map-root-user"]) + ["true"]
+    if _works(cmd):
+        return f"namespaces ({mode})"
+    return "none: neither bubblewrap nor unprivileged namespaces work on this system"
+
+
+def _works(cmd: list[str]) -> bool:
+    if not shutil.which(cmd[0]):
+        return False
     try:
-        ok = subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
-        ok = False
-    return mode if ok else "none: this system does not allow unprivileged namespaces"
+        return False
 
 
-# --------------------------------------------------------------------------- inside the namespace
+def make_kit(folder: Path) -> str:
+    """Copy the runner's modules (KIT_FILES, nothing else of the grader) into `folder`/autograder."""
+    source = Path(__file__).resolve().parent
+    for name in KIT_FILES:
+        target = folder / "autograder" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, target)
+    return str(folder)
+
+
+# --------------------------------------------------------------------------- bubblewrap
+def _python_roots() -> list[str]:
+    roots = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent)}
+    return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr")
+
+
+def bwrap_command(world: World) -> list[str]:
+    """The `bwrap` arguments for one sandbox (the runner command follows them)."""
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
+            "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp", "--dir", "/tmp/job", "--dir", "/tmp/home"]
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for path in ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    for path in _python_roots() + world.readonly:
+        args += ["--ro-bind", path, path]
+    for path in world.hide:
+        if any(Path(path).is_relative_to(r) for r in world.readonly) and os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+    for stub, target in world.stubs:
+        if any(Path(target).is_relative_to(r) for r in world.readonly + _python_roots()):
+            args += ["--ro-bind", stub, target]
+    args += ["--ro-bind", world.kit, GRADER_DIR, "--remount-ro", "/", "--chdir", "/tmp/job"]
+    return args
+
+
+def _sandbox_env(mode: str, in_fd: int, out_fd: int) -> dict:
+    """A small, explicit environment: no instructor secrets, one thread per library."""
+    scratch = "/tmp" if mode == "bubblewrap" else SCRATCH
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
+    home = f"{scratch}/home" if mode == "bubblewrap" else f"{scratch}/job"
+    grader = GRADER_DIR if mode == "bubblewrap" else f"{SCRATCH}/.grader"
+    keep.update(HOME=home, USER="student", LOGNAME="student", MPLBACKEND="Agg", OMP_NUM_THREADS="1",
+                MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", ATTN_IN_SANDBOX="1",
+                IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.mpl", TMPDIR=scratch,
+                PYTHONPATH=grader, ATTN_GRADER_PATH=grader, ATTN_IN_FD=str(in_fd), ATTN_OUT_FD=str(out_fd))
+    return keep
+
+
+# --------------------------------------------------------------------------- namespaces fallback
 def _mount(*args, fds=()) -> bool:
     return subprocess.run(["mount", *args], capture_output=True, pass_fds=fds).returncode == 0
 
 
 def _init_inside(spec_path: str) -> None:
-    """PID 1 of the sandbox: hide what the student must not see, freeze the rest read-only, give
-    the job folder back as the only writable place, set limits, drop every capability, exec."""
+    """PID 1 of the namespaces fallback: hide what the student must not see, freeze the rest
+    read-only, give a private scratch as the only writable place, set limits, drop every
+    capability, exec the runner."""
     spec = json.loads(Path(spec_path).read_text())
-    job = os.open(spec["job"], os.O_RDONLY | os.O_DIRECTORY)
+    kit = os.open(spec["kit"], os.O_RDONLY | os.O_DIRECTORY)  # held open: /tmp is replaced below
     for stub, target in spec["stub_files"]:
         if os.path.exists(target):
             _mount("--bind", stub, target)
     private = set()
-    for path in spec["hide_dirs"]:  # hidden: an empty, read-only folder in its place
-        if os.path.isdir(path) and _mount("-t", "tmpfs", "-o", "ro,size=4k,mode=555", "tmpfs", path):
-            private.add(path)
     for path in PRIVATE_SCRATCH:  # the sandbox's own throwaway /tmp and friends
         if path not in spec["keep"] and os.path.isdir(path) and \
-                _mount("-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", path):
+                _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES},mode=1777", "tmpfs", path):
             private.add(path)
+    grader = os.path.join(SCRATCH, ".grader")
+    os.mkdir(grader)
+    if not _mount("--bind", f"/proc/self/fd/{kit}", grader, fds=(kit,)):
+        raise SystemExit("sandbox: could not mount the runner's modules")
+    os.close(kit)
+    for path in spec["hide_dirs"] + ["/sys"]:  # hidden: an empty, read-only folder in its place
+        if os.path.isdir(path):
+            _mount("-t", "tmpfs", "-o", "ro,size=4k,mode=555", "tmpfs", path)
+    _mount("--bind", "/proc/sys", "/proc/sys")
+    _mount("-o", "remount,bind,ro", "/proc/sys")
     workdir = os.path.join(SCRATCH, "job")
     os.mkdir(workdir)
-    if not _mount("--bind", f"/proc/self/fd/{job}", workdir, fds=(job,)):
-        raise SystemExit("sandbox: could not mount the job folder")
-    keep_writable = private | {workdir, "/proc", "/sys", "/dev", "/dev/pts", "/dev/mqueue"}
+    keep_writable = private | {"/proc", "/dev", "/dev/pts", "/dev/mqueue"}
     for mountpoint in _mountpoints():
-        if mountpoint not in keep_writable and not mountpoint.startswith(("/proc/", "/sys/")):
+        if mountpoint not in keep_writable and not mountpoint.startswith("/proc/"):
             _mount("-o", "remount,bind,ro", mountpoint)
-    os.close(job)
     os.chdir(workdir)
-    limits = spec["limits"]
-    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
-    resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _set_limits(spec["limits"], nproc=os.geteuid() != 0)
     os.environ.clear()
     os.environ.update(spec["env"])
     drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
@@ -121,32 +238,16 @@ def _init_inside(spec_path: str) -> None:
 
 
 def _mountpoints() -> list[str]:
-    points = []
     with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            points.append(line.split()[4].replace("\\040", " "))
-    return points
+        return [line.split()[4].replace("\\040", " ") for line in fh]
 
 
-def _no_namespace_preexec(limits: Limits):
-    def apply():
-        os.setsid()
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if os.geteuid() != 0:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
-    return apply
-
-
-# --------------------------------------------------------------------------- the parent side
-def _sandbox_env() -> dict:
-    """A small, explicit environment: no instructor secrets, one thread per library."""
-    keep = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH") if k in os.environ}
-    keep.update(HOME=".", MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", ATTN_IN_SANDBOX="1",
-                IPYTHONDIR=".ipython", MPLCONFIGDIR=".mpl", TMPDIR=SCRATCH)
-    return keep
+def _set_limits(limits: dict, nproc: bool) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if nproc:  # RLIMIT_NPROC does not bind root; a pids cgroup does that job there
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
 
 
 def _contains_needed(path: str) -> bool:
@@ -157,53 +258,64 @@ def _contains_needed(path: str) -> bool:
     return any(n == Path(path) or n.is_relative_to(path) for n in needed)
 
 
-def _pids_cgroup(name: str, limit: int) -> Path | None:
-    """A pids cgroup capping the sandbox's processes (root only: RLIMIT_NPROC does not bind root)."""
+# --------------------------------------------------------------------------- the parent side
+def _pids_cgroup(limit: int) -> Path | None:
+    """A pids cgroup with a random name capping the sandbox's processes (root only: RLIMIT_NPROC
+    does not bind root). The sandbox never sees /sys, so it cannot lift the cap."""
     if os.geteuid() != 0:
         return None
     for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-        if (base / "cgroup.procs").exists() and (base / "pids.max").exists() or \
-                (base == Path("/sys/fs/cgroup/pids") and base.is_dir()):
-            group = base / f"attn-{name}"
+        if not (base / "cgroup.procs").exists():
+            continue
+        group = base / f"attn-{secrets.token_hex(8)}"
+        try:
+            group.mkdir()
+            (group / "pids.max").write_text(str(limit))
+            return group
+        except OSError:
             try:
-                group.mkdir(exist_ok=True)
-                (group / "pids.max").write_text(str(limit))
-                return group
+                group.rmdir()
             except OSError:
-                continue
+                pass
     return None
 
 
-def _enter(group: Path | None):
+def _preexec(group: Path | None, limits: Limits, mode: str):
+    as_dict = {"memory_bytes": limits.memory_bytes, "processes": limits.processes, "file_bytes": limits.file_bytes}
+
     def apply():
         if group is not None:
             (group / "cgroup.procs").write_text(str(os.getpid()))
         os.setsid()
+        if mode == "bubblewrap" or mode.startswith("none"):
+            _set_limits(as_dict, nproc=os.geteuid() != 0)
     return apply
 
 
-def _launch(job: Path, hide_dirs: list[str], stub_files: list[tuple[str, str]],
-            limits: Limits, mode: str, group: Path | None) -> subprocess.Popen:
-    env = _sandbox_env()
-    if mode in ("root", "user"):
-        spec = {"job": str(job), "hide_dirs": hide_dirs, "stub_files": stub_files,
-                "keep": [p for p in PRIVATE_SCRATCH if _contains_needed(p)],
-                "mode": mode, "env": env,
+def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_fd: int, err_fd: int,
+            group: Path | None) -> subprocess.Popen:
+    env = _sandbox_env(mode, in_fd, out_fd)
+    runner = [sys.executable, "-m", "autograder.runner"]
+    common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd,
+                  pass_fds=(in_fd, out_fd), preexec_fn=_preexec(group, limits, mode))
+    if mode == "bubblewrap":
+        return subprocess.Popen(bwrap_command(world) + runner, env=env, **common)
+    if mode.startswith("namespaces"):
+        spec = {"hide_dirs": world.hide, "stub_files": world.stubs, "kit": world.kit,
+                "keep": [p for p in PRIVATE_SCRATCH if _contains_needed(p)], "env": env,
                 "limits": {"memory_bytes": limits.memory_bytes, "processes": limits.processes,
                            "file_bytes": limits.file_bytes}}
         spec_path = job / "sandbox.json"
         spec_path.write_text(json.dumps(spec))
         cmd = ["unshare", "--mount", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
-        if mode == "user":
+        if mode.endswith("(user)"):
             cmd.append("--map-root-user")
         cmd += [sys.executable, "-m", "autograder.sandbox", "init", str(spec_path)]
-        with open(job / "sandbox.err", "wb") as err:
-            return subprocess.Popen(cmd, cwd=job, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                    preexec_fn=_enter(group))
-    return subprocess.Popen([sys.executable, "-m", "autograder.runner"], cwd=job, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=_no_namespace_preexec(limits))
+        return subprocess.Popen(cmd, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), **common)
+    scratch = Path(tempfile.mkdtemp(prefix="attn-job-"))
+    env.update(HOME=str(scratch), IPYTHONDIR=str(scratch / ".ipython"), MPLCONFIGDIR=str(scratch / ".mpl"),
+               TMPDIR=str(scratch), PYTHONPATH=world.kit, ATTN_GRADER_PATH=world.kit)
+    return subprocess.Popen(runner, cwd=scratch, env=env, **common)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -214,27 +326,10 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _read_progress(job: Path) -> tuple[int | None, bool]:
-    """(cell started but not ended, done?) from the runner's progress log."""
-    path = job / "progress.log"
-    if not path.exists():
-        return None, False
-    running, done = None, False
-    for line in path.read_text(errors="replace").splitlines():
-        parts = line.split()
-        if parts[:1] == ["start"] and len(parts) == 2:
-            running = int(parts[1])
-        elif parts[:1] == ["end"]:
-            running = None
-        elif parts[:1] == ["done"]:
-            done = True
-    return running, done
-
-
 def _describe_exit(code: int | None, mode: str) -> tuple[str, str]:
     if code is None:
         return "timeout", "killed"
-    sig = -code if code < 0 else (code - 128 if mode != "none" and code > 128 else 0)
+    sig = -code if code < 0 else (code - 128 if is_isolated(mode) and code > 128 else 0)
     if sig == signal.SIGSEGV:
         return "crash", "the process crashed (segmentation fault)"
     if sig == signal.SIGKILL:
@@ -246,62 +341,97 @@ def _describe_exit(code: int | None, mode: str) -> tuple[str, str]:
     return "exit", f"the notebook ended the process (exit code {code}: os._exit or similar)"
 
 
-def run_notebook_job(job: Path, hide_dirs: list[str], stub_files: list[tuple[str, str]],
-                     limits: Limits | None = None) -> JobResult:
-    """Execute job.json in the sandbox, restarting past bad cells. Outcomes land in job/out/."""
+def _inputs_file(inputs: dict) -> int:
+    """An unlinked file holding the pickled inputs, opened read-only: a descriptor, no path."""
+    with tempfile.TemporaryFile() as fh:
+        fh.write(pickle.dumps(inputs))
+        fh.flush()
+        return os.open(f"/proc/self/fd/{fh.fileno()}", os.O_RDONLY)
+
+
+def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, group: Path | None,
+              started: float) -> tuple[Received, int | None, str]:
+    """One sandbox run: (what came back, exit code or None when killed, the sandbox's own stderr)."""
+    in_fd = _inputs_file(inputs)
+    read_fd, write_fd = os.pipe()
+    err = tempfile.TemporaryFile()
+    try:
+        proc = _launch(mode, world, limits, job, in_fd, write_fd, err.fileno(), group)
+    finally:
+        os.close(in_fd)
+        os.close(write_fd)
+    reader = Reader(read_fd)
+    cell_started, last_cell, code = time.monotonic(), None, None
+    while True:
+        try:
+            code = proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        running, _ = reader.snapshot()
+        if running != last_cell:
+            last_cell, cell_started = running, time.monotonic()
+        now = time.monotonic()
+        if (running is not None and now - cell_started > limits.cell_seconds + 5) or \
+                now - started > limits.notebook_seconds or reader.state.problem:
+            _kill(proc)
+            code = None
+            break
+    _kill(proc)  # whatever the runner left behind in its process group
+    received = reader.close()
+    err.seek(0)
+    errors = err.read(4096).decode(errors="replace")
+    err.close()
+    return received, code, errors
+
+
+def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | None = None) -> JobResult:
+    """Run the notebook described by `inputs` (cells, cell_timeout, checks) in the sandbox,
+    restarting past bad cells. `job` is a grader-private folder (never visible inside)."""
     limits = limits or Limits()
     mode = isolation_mode()
-    result = JobResult(isolation=mode if mode in ("root", "user") else mode)
-    job = job.resolve()
-    spec = json.loads((job / "job.json").read_text())
-    group = _pids_cgroup(job.name, limits.processes) if mode == "root" else None
-    if mode == "root" and group is None:
-        result.isolation = "root, processes not limited (no writable pids cgroup)"
+    result = JobResult(isolation=mode)
+    inputs = dict(inputs, skip=sorted(inputs.get("skip", [])))
+    group = _pids_cgroup(limits.processes) if os.geteuid() == 0 and mode != "none" else None
+    if os.geteuid() == 0 and is_isolated(mode) and group is None:
+        result.isolation = f"{mode}, processes not limited (no writable pids cgroup)"
     started = time.monotonic()
-    for _attempt in range(limits.restarts + 1):
-        (job / "progress.log").unlink(missing_ok=True)
-        proc = _launch(job, hide_dirs, stub_files, limits, mode if mode in ("root", "user") else "none", group)
-        cell_started, last_cell = time.monotonic(), None
-        code: int | None = None
-        while True:
-            try:
-                code = proc.wait(timeout=0.2)
+    try:
+        for _attempt in range(limits.restarts + 1):
+            received, code, errors = _run_once(mode, world, limits, job, inputs, group, started)
+            result.results.update(received.results)
+            for cell in received.timed_out:
+                result.incidents.append(Incident(cell, "timeout", f"the cell ran past its {limits.cell_seconds:g} s "
+                                                 "limit and was interrupted", points_kept=True))
+            if received.done:
+                result.finished = True
                 break
-            except subprocess.TimeoutExpired:
-                pass
-            running, _ = _read_progress(job)
-            if running != last_cell:
-                last_cell, cell_started = running, time.monotonic()
-            now = time.monotonic()
-            if (running is not None and now - cell_started > limits.cell_seconds + 5) or \
-                    now - started > limits.notebook_seconds:
-                _kill(proc)
-                code = None
+            if received.problem:
+                result.incidents.append(Incident(received.running if received.running is not None else -1,
+                                                 "channel", received.problem))
                 break
-        running, done = _read_progress(job)
-        if done:
-            result.finished = True
-            break
-        if time.monotonic() - started > limits.notebook_seconds:
-            result.incidents.append(Incident(running if running is not None else -1, "timeout",
-                                             f"the notebook ran past its {limits.notebook_seconds:g} s limit"))
-            break
-        if running is None:  # died between cells or before the first: nothing to skip
+            running = received.running
+            if time.monotonic() - started > limits.notebook_seconds:
+                result.incidents.append(Incident(running if running is not None else -1, "timeout",
+                                                 f"the notebook ran past its {limits.notebook_seconds:g} s limit"))
+                break
             kind, detail = _describe_exit(code, mode)
-            result.incidents.append(Incident(-1, kind, detail + " outside any cell"))
-            break
-        kind, detail = _describe_exit(code, mode)
-        if code is None:
-            kind, detail = "timeout", f"the cell ran past its {limits.cell_seconds:g} s limit and ignored the interrupt"
-        result.incidents.append(Incident(running, kind, detail))
-        spec["skip"] = sorted(set(spec.get("skip", [])) | {running})
-        (job / "job.json").write_text(json.dumps(spec))
+            if running is None:  # died between cells or before the first: nothing to skip
+                if not received.results and errors.strip() and code not in (None, 0):
+                    detail += f" [sandbox: {errors.strip().splitlines()[-1][:200]}]"
+                result.incidents.append(Incident(-1, kind, detail + " outside any cell"))
+                break
+            if code is None:
+                kind, detail = "timeout", f"the cell ran past its {limits.cell_seconds:g} s limit and ignored the interrupt"
+            result.incidents.append(Incident(running, kind, detail))
+            inputs["skip"] = sorted(set(inputs["skip"]) | {running})
+    finally:
+        if group is not None:
+            try:
+                group.rmdir()
+            except OSError:
+                pass
     result.seconds = time.monotonic() - started
-    if group is not None:
-        try:
-            group.rmdir()
-        except OSError:
-            pass
     return result
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import io
 import json
 import math
+import zipfile
 from typing import Any
 
 import numpy as np
 
-MAX_ARRAYS = 4096
-MAX_ELEMENTS = 50_000_000
+MAX_ARRAYS = 4096  # arrays in one blob (plus the '__json__' member)
+MAX_ELEMENTS = 50_000_000  # elements in one array
+MAX_BLOB_BYTES = 256 * 1024 * 1024  # one blob, and the declared size of all its members together
+MAX_JSON_DEPTH = 100  # nesting of '__json__'; encode never goes past 64 (20 levels x 3 + 4)
 
 
 def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
@@ -72,11 +75,32 @@ def dumps(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def loads(blob: bytes) -> Any:
-    """Inverse of dumps, for untrusted input: no pickle, unknown types become Unsupported."""
-    with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
-        structure = json.loads(bytes(npz["__json__"]).decode())
-        arrays = {k: npz[k] for k in npz.files if k != "__json__"}
+class UnsafeBlob(ValueError):
+    """A blob from the sandbox that dumps could not have written; refused before it is unpacked."""
+
+
+class BlobTooLarge(UnsafeBlob):
+    """A blob, or something inside it, past the limits above; refused before it is unpacked."""
+
+
+def loads(blob: bytes, max_bytes: int = MAX_BLOB_BYTES) -> Any:
+    """Inverse of dumps, for untrusted input: no pickle, unknown types become Unsupported.
+
+    Bounded: the zip's directory and every array's header are checked before anything is read,
+    so that a small hostile blob cannot make the trusted grader allocate gigabytes."""
+    # Imported here, not at the top: this file is copied into the sandbox's kit (sandbox.KIT_FILES),
+    # limits.py is not, and only loads (run by the grader, never in the sandbox) needs it.
+    from .limits import json_depth
+
+    arrays = _read_arrays(blob, max_bytes)
+    text = arrays.pop("__json__", None)
+    if text is None:
+        raise UnsafeBlob("the sandbox's results have no '__json__' member")
+    text = text.tobytes()
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise BlobTooLarge(f"the sandbox's results nest {depth:,} levels deep (limit {MAX_JSON_DEPTH})")
+    structure = json.loads(text.decode())
 
     def build(node):
         if node is None or isinstance(node, (bool, str, float)):
@@ -105,6 +129,78 @@ def loads(blob: bytes) -> Any:
         return Unsupported(node.get("__unsupported__", "?"))
 
     return build(structure)
+
+
+def _read_arrays(blob: bytes, max_bytes: int) -> dict[str, np.ndarray]:
+    """Every array in an .npz blob, by name, each checked (header, size, dtype) before it is read."""
+    from .limits import zip_directory_problem
+
+    if len(blob) > max_bytes:
+        raise BlobTooLarge(f"the sandbox's results are {len(blob):,} bytes (limit {max_bytes:,})")
+    problem = zip_directory_problem(blob, MAX_ARRAYS + 1)
+    if problem:
+        raise BlobTooLarge(f"the sandbox's results were refused: {problem}")
+    try:
+        return _read_members(zipfile.ZipFile(io.BytesIO(blob)), max_bytes)
+    except zipfile.BadZipFile as err:
+        raise UnsafeBlob(f"the sandbox's results are not a readable .npz ({err})") from err
+
+
+def _read_members(zf: zipfile.ZipFile, max_bytes: int) -> dict[str, np.ndarray]:
+    """The arrays of an open .npz, read (as np.load would, without pickle) once all are checked."""
+    with zf:
+        infos = zf.infolist()
+        _check_members(infos, max_bytes)
+        arrays = {}
+        for info in infos:
+            with zf.open(info) as fh:
+                count = _check_header(info, fh)
+            with zf.open(info) as fh:
+                array = np.lib.format.read_array(fh, allow_pickle=False)
+            if array.size != count:
+                raise UnsafeBlob(f"member {info.filename!r} changed while it was read")
+            arrays[info.filename.removesuffix(".npy")] = array
+    return arrays
+
+
+def _check_members(infos: list[zipfile.ZipInfo], max_bytes: int) -> None:
+    """Raise unless the zip holds what np.savez writes: few stored members that fit in max_bytes."""
+    from .limits import overlapping_members
+
+    if len(infos) > MAX_ARRAYS + 1:
+        raise BlobTooLarge(f"the sandbox's results hold {len(infos):,} arrays (limit {MAX_ARRAYS + 1:,})")
+    declared = sum(i.file_size for i in infos)
+    if declared > max_bytes:
+        raise BlobTooLarge(f"the sandbox's results declare {declared:,} bytes (limit {max_bytes:,})")
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise UnsafeBlob(f"member {info.filename!r} of the sandbox's results is compressed, or its sizes "
+                             "disagree (np.savez stores members uncompressed)")
+    overlap = overlapping_members(infos)
+    if overlap:
+        raise UnsafeBlob(f"members {overlap[0].filename!r} and {overlap[1].filename!r} of the sandbox's "
+                         "results share the same bytes")
+
+
+def _check_header(info: zipfile.ZipInfo, fh) -> int:
+    """The element count an .npy member declares, after checking it is a plain array whose data
+    fits inside the member (so reading it allocates no more than the blob's size)."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:
+        raise UnsafeBlob(f"member {info.filename!r} is .npy version {version} (np.savez writes 1.0 or 2.0)")
+    if dtype.hasobject:
+        raise UnsafeBlob(f"member {info.filename!r} declares dtype {dtype} (objects are never sent back)")
+    count = math.prod(shape)
+    if count > MAX_ELEMENTS:
+        raise BlobTooLarge(f"member {info.filename!r} declares {count:,} elements (limit {MAX_ELEMENTS:,})")
+    if count * dtype.itemsize > info.file_size:
+        raise BlobTooLarge(f"member {info.filename!r} declares {count * dtype.itemsize:,} bytes of data "
+                           f"but holds {info.file_size:,}")
+    return count
 
 
 class Unsupported:

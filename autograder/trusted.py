@@ -93,14 +93,6 @@ def _sandbox_exercise(ex: Exercise) -> Exercise:
     return dataclasses.replace(ex, reference=None, cases=None, mistakes=(), namespace={}, forbidden=builtins)
 
 
-def write_cases(refs: list[CheckRef], path: Path) -> None:
-    payload = {}
-    for ref in refs:
-        cloudpickle.register_pickle_by_value(importlib.import_module(f"autograder.checks.{ref.module}"))
-        payload[ref.key] = {"exercise": _sandbox_exercise(exercise(ref)), "cases": list(cases(ref))}
-    path.write_bytes(cloudpickle.dumps(payload))
-
-
 # --------------------------------------------------------------------------- the submission
 def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     """The student's notebook as nbgrader should see it: grade metadata restored from the source
@@ -167,11 +159,17 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
     return Job(cells, index, solutions)
 
 
-def write_job(job: Job, tests: list[TestCell], folder: Path, cell_timeout: float) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "job.json").write_text(json.dumps({"cells": job.cells, "skip": [], "cell_timeout": cell_timeout}))
+def job_inputs(job: Job, tests: list[TestCell], cell_timeout: float) -> dict:
+    """Everything the sandbox gets, in one pickled message on a descriptor (never a file in a
+    folder it can see): the cells to run and, per check, the cases' inputs and the forbidden
+    built-ins. No references, no mistakes, no case descriptions."""
     refs = sorted({c for t in tests for c in t.checks}, key=lambda c: c.key)
-    write_cases(refs, folder / "cases.pkl")
+    checks = {}
+    for ref in refs:
+        cloudpickle.register_pickle_by_value(importlib.import_module(f"autograder.checks.{ref.module}"))
+        blind = [dataclasses.replace(case, description=f"case {i}") for i, case in enumerate(cases(ref))]
+        checks[ref.key] = {"exercise": _sandbox_exercise(exercise(ref)), "cases": blind}
+    return {"cells": job.cells, "skip": [], "cell_timeout": cell_timeout, "checks": cloudpickle.dumps(checks)}
 
 
 # --------------------------------------------------------------------------- honesty, statically
@@ -208,23 +206,24 @@ def static_violation(ex: Exercise, source: str, reference_module: str) -> str | 
 
 
 # --------------------------------------------------------------------------- judging
-def judge_job(job: Job, tests: list[TestCell], folder: Path, run: JobResult) -> dict[str, Verdict]:
+def judge_job(job: Job, tests: list[TestCell], run: JobResult) -> dict[str, Verdict]:
+    """A verdict per test cell, from the outcomes the sandbox sent (held in the grader's memory)."""
     from .serialize import loads
 
     verdicts = {}
     for t in tests:
         i = job.test_cell_index[t.grade_id]
-        blob = folder / "out" / f"{i}.npz"
+        blob = run.results.get(i)
         if not t.checks:
             verdicts[t.grade_id] = Verdict(False, "this test cell has no hidden check (a course bug: tell your instructor)")
             continue
-        if not blob.exists():
+        if blob is None:
             verdicts[t.grade_id] = Verdict(False, _why_not_reached(i, run))
             continue
         try:
-            outcomes = loads(blob.read_bytes())
-        except Exception as err:  # noqa: BLE001 - anything the sandbox wrote is untrusted
-            verdicts[t.grade_id] = Verdict(False, f"the grader could not read this cell's results ({type(err).__name__})")
+            outcomes = loads(blob)
+        except Exception as err:  # noqa: BLE001 - anything the sandbox sent is untrusted
+            verdicts[t.grade_id] = Verdict(False, f"the grader could not read this cell's results ({type(err).__name__}: {str(err)[:200]})")
             continue
         verdicts[t.grade_id] = _judge_cell(t, outcomes, job)
     return verdicts
@@ -250,9 +249,9 @@ def _judge_cell(t: TestCell, outcomes, job: Job) -> Verdict:
 
 def _why_not_reached(i: int, run: JobResult) -> str:
     for incident in run.incidents:
-        if incident.cell == i:
+        if incident.cell == i and not incident.points_kept:
             return f"not graded: checking this cell {incident.detail}"
-    before = [x for x in run.incidents if x.cell < i]
+    before = [x for x in run.incidents if x.cell < i and not x.points_kept]
     if before:
         x = before[-1]
         return f"not graded: the notebook stopped before this test ({x.kind}: {x.detail})"
@@ -270,9 +269,10 @@ def incidents_status(run: JobResult, job: Job) -> str:
                 where = f"the code cell starting {first!r}"
             else:
                 where = f"the checks of {cell['test']}"
-            parts.append(f"{x.kind}: {where}: {x.detail} (skipped; the rest was graded)")
+            after = "the points it earned stand" if x.points_kept else "skipped; the rest was graded"
+            parts.append(f"{x.kind}: {where}: {x.detail} ({after})")
         else:
             parts.append(f"{x.kind}: {x.detail}")
-    if run.isolation not in ("root", "user"):
+    if not run.isolated:
         parts.append(f"sandbox: {run.isolation}")
     return "; ".join(parts) or "ok"

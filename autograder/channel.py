@@ -1,0 +1,116 @@
+"""The one way back from the sandbox: length-prefixed frames on a pipe the grader created.
+
+The trusted grader never opens a path the sandbox could have created or replaced: results,
+progress and timeouts arrive on the read end of a pipe it holds, and everything on it is
+bounded (a cap per frame and a cap for the whole run) before a byte is kept. What arrives is
+data (see serialize.py), judged outside; a frame the student's own code writes can only claim
+things about the student's own notebook.
+
+A frame is ``kind (1 byte) | cell (4 bytes, big-endian) | length (4 bytes) | payload``:
+    S  a cell started              E  a cell ended
+    T  a cell hit its time limit (interrupted; the run went on)
+    R  the outcomes of a test cell (payload: serialize.dumps)
+    D  the notebook ran to its end
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from dataclasses import dataclass, field
+
+HEADER = struct.Struct(">cII")
+KINDS = {b"S", b"E", b"T", b"R", b"D"}
+MAX_FRAME_BYTES = 64 * 2**20  # one test cell's outcomes; the largest real one is a few MiB
+MAX_TOTAL_BYTES = 256 * 2**20  # everything one notebook run may send
+
+
+def send(fd: int, kind: bytes, cell: int = 0, payload: bytes = b"") -> None:
+    """Write one frame (runner side). Blocking, whole frame or an OSError."""
+    data = HEADER.pack(kind, cell, len(payload)) + payload
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+@dataclass
+class Received:
+    """What the grader learnt from one sandbox run, kept in the grader's memory only."""
+
+    running: int | None = None  # a cell started and not ended
+    done: bool = False
+    results: dict[int, bytes] = field(default_factory=dict)
+    timed_out: list[int] = field(default_factory=list)
+    problem: str = ""  # why reading stopped early ("" when the channel closed normally)
+    total: int = 0
+
+
+class Reader:
+    """Reads frames from `fd` on a thread of its own until the writer closes it or breaks a rule."""
+
+    def __init__(self, fd: int, max_frame: int = MAX_FRAME_BYTES, max_total: int = MAX_TOTAL_BYTES):
+        self.fd, self.max_frame, self.max_total = fd, max_frame, max_total
+        self.state = Received()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def snapshot(self) -> tuple[int | None, bool]:
+        with self.lock:
+            return self.state.running, self.state.done
+
+    def close(self, timeout: float = 5.0) -> Received:
+        """Wait for the reader to reach the end of the pipe (the writer is dead by now)."""
+        self.thread.join(timeout)
+        return self.state
+
+    def _read_exactly(self, n: int) -> bytes | None:
+        chunks, left = [], n
+        while left:
+            chunk = os.read(self.fd, min(left, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                header = self._read_exactly(HEADER.size)
+                if header is None:
+                    return
+                kind, cell, length = HEADER.unpack(header)
+                if kind not in KINDS:
+                    return self._stop("the results channel carried an unknown frame")
+                if length > self.max_frame or self.state.total + HEADER.size + length > self.max_total:
+                    return self._stop(f"the notebook sent more than {self.max_total // 2**20} MiB of results "
+                                      f"(or one test cell over {self.max_frame // 2**20} MiB)")
+                payload = self._read_exactly(length) if length else b""
+                if payload is None:
+                    return
+                self._apply(kind, cell, payload)
+        except OSError as err:
+            self._stop(f"the results channel failed ({err.strerror})")
+        finally:
+            os.close(self.fd)
+
+    def _apply(self, kind: bytes, cell: int, payload: bytes) -> None:
+        with self.lock:
+            s = self.state
+            s.total += HEADER.size + len(payload)
+            if kind == b"S":
+                s.running = cell
+            elif kind == b"E":
+                s.running = None
+            elif kind == b"T":
+                s.timed_out.append(cell)
+            elif kind == b"R":
+                s.results[cell] = payload
+            elif kind == b"D":
+                s.done = True
+
+    def _stop(self, why: str) -> None:
+        with self.lock:
+            self.state.problem = why

@@ -30,6 +30,7 @@ class Adversary:
     build: Callable[..., bytes]  # (solved, blank, paths) -> the submitted file's bytes
     expect: str  # "full", "zero", "full-minus:<points>", "status:<prefix>"
     status: str = ""  # a prefix the status must start with ("" = any; "ok" = exactly ok)
+    needs: str = ""  # "bubblewrap": only meaningful with the allow-list sandbox
 
 
 def _nb(nb) -> bytes:
@@ -118,6 +119,101 @@ core.judge = lambda *a, **k: None
 core.run_case = lambda exercise, case, impl: ("value", None)
 """
 
+
+# ---- attacks on the grader's side of the sandbox (issue: "a sandbox that hands nothing back but data")
+PLANT_LINKS = """
+import os
+targets = {{"verdicts.json": {gradebook!r}, "progress.log": {solution!r}, "sandbox.err": {release!r},
+           "job.json": "/dev/zero", "cases.pkl": {gradebook!r}, "stdout.txt.lnk": {solution!r}}}
+os.makedirs("out", exist_ok=True)
+for name, target in targets.items():
+    for where in (name, os.path.join("out", name)):
+        try:
+            os.symlink(target, where)
+        except OSError:
+            pass
+for i in range(60):
+    for make in (lambda p: os.symlink({gradebook!r}, p), os.mkfifo):
+        try:
+            make(f"out/{{i}}.npz")
+        except OSError:
+            pass
+for name in ("progress.fifo", "results.fifo"):
+    try:
+        os.mkfifo(name)
+    except OSError:
+        pass
+"""
+
+FORGE_FRAMES = """
+import io, os, stat, struct, zipfile
+def _bomb(megabytes=200):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("__json__.npy", "w", force_zip64=True) as member:
+            chunk = bytes(1 << 20)
+            for _ in range(megabytes):
+                member.write(chunk)
+    return buf.getvalue()
+bomb = _bomb()
+for fd in range(3, 256):
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            continue
+        for i in range(80):
+            os.write(fd, struct.pack(">cII", b"R", i, len(bomb)) + bomb)
+        os.write(fd, struct.pack(">cII", b"D", 0, 0))
+    except OSError:
+        pass
+"""
+
+GIANT_FRAME = """
+import os, stat, struct
+for fd in range(3, 256):
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.write(fd, struct.pack(">cII", b"R", 0, 2**31))
+    except OSError:
+        pass
+"""
+
+CGROUP_ATTACK = """
+import os
+for root, dirs, files in os.walk("/sys/fs/cgroup"):
+    for name in files:
+        if name == "pids.max":
+            for value in ("0", "max"):
+                try:
+                    with open(os.path.join(root, name), "w") as fh:
+                        fh.write(value)
+                except OSError:
+                    pass
+for path, value in (("/proc/sys/kernel/pid_max", "301"), ("/proc/sys/kernel/hostname", "pwned")):
+    try:
+        with open(path, "w") as fh:
+            fh.write(value)
+    except OSError:
+        pass
+"""
+
+WALK_FOR_NOTEBOOKS = """
+import os, sys, time
+SANDBOX_HELD, _deadline, _skip = True, time.monotonic() + 3, ("/proc", "/sys", "/dev", "/usr", sys.prefix, sys.base_prefix)
+for _root, _dirs, _files in os.walk("/"):
+    _dirs[:] = [d for d in _dirs if not os.path.join(_root, d).startswith(_skip)]
+    if time.monotonic() > _deadline:
+        break
+    for _f in _files:
+        if _f.endswith(".ipynb") and not os.path.join(_root, _f).startswith(os.getcwd()):
+            SANDBOX_HELD = False
+"""
+
+HONESTY_SDPA = """
+import torch
+def scaled_dot_product_attention(q, k, v, mask=None):
+    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)[0]
+"""
+
 CATALOGUE: list[Adversary] = [
     # ---- honest baselines
     Adversary("solved", "every exercise right", lambda s, b, p: _nb(s), "full", "ok"),
@@ -180,7 +276,33 @@ CATALOGUE: list[Adversary] = [
               _probe("import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3).close()\n    SANDBOX_HELD = False\nexcept OSError:\n    SANDBOX_HELD = True\n"), "full"),
     Adversary("sees-grader-processes", "looks for the grader's processes in /proc",
               _probe("import os\nSANDBOX_HELD = len([p for p in os.listdir('/proc') if p.isdigit()]) < 20\n"), "full"),
+    # ---- the grader's side: nothing the sandbox leaves behind is followed, nothing it sends is trusted
+    Adversary("plants-links", "symlinks and FIFOs named like the old result files, pointing at the gradebook and solutions",
+              lambda s, b, p: _nb(_cells_with(b, PLANT_LINKS.format(**p), at_end=True)), "zero"),
+    Adversary("forges-frames", "writes 'done' and 200 MB-inflating .npz results into every pipe it holds",
+              lambda s, b, p: _nb(_cells_with(b, FORGE_FRAMES, at_end=True)), "zero"),
+    Adversary("giant-frame", "announces a 2 GiB result on the channel",
+              lambda s, b, p: _nb(_cells_with(b, GIANT_FRAME, at_end=True)), "zero", "channel"),
+    Adversary("cgroup-and-sysctl", "writes 0 and max into every pids.max it finds, and into /proc/sys",
+              lambda s, b, p: _nb(_cells_with(s, CGROUP_ATTACK, before="softmax")), "full"),
+    Adversary("walks-file-system", "walks the file system for other students' notebooks", _probe(WALK_FOR_NOTEBOOKS),
+              "full", needs="bubblewrap"),
+    Adversary("reads-home", "reads a file in the grader's home folder", _probe(_read_denied("home_file")), "full",
+              needs="bubblewrap"),
+    Adversary("slow-cell", "a cell that sleeps past the cell limit after every answer is defined",
+              lambda s, b, p: _nb(_cells_with(s, "import time\ntime.sleep(60)", at_end=True)), "full", "timeout"),
+    Adversary("markdown-script", "raw <script> and an onerror handler in a markdown cell",
+              lambda s, b, p: _nb(_with_markdown(s, MARKDOWN_SCRIPT)), "full", "ok"),
 ]
+
+MARKDOWN_SCRIPT = '<script>document.title="PWNED-SCRIPT"</script>\n\n<img src=x onerror="alert(\'PWNED-IMG\')">'
+
+
+def _with_markdown(nb, text: str):
+    nb = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(text))
+    return nb
+
 
 DEMO = ["tamper-allclose", "os-exit", "hang", "reads-solutions"]
 
@@ -197,6 +319,8 @@ def probe_paths(repo, out, port: int = 9) -> dict:
         "checks": str(repo / "autograder" / "checks" / "nb01.py"),
         "repo_file": str(repo / "pwned.txt"),
         "out_file": str(out / "pwned.txt"),
+        "release": str(out / "course" / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"),
+        "home_file": str(Path.home() / ".bashrc") if (Path.home() / ".bashrc").exists() else "/etc/shadow",
         "port": port,
     }
 
@@ -205,7 +329,10 @@ def write_class(folder, solved, blank, paths: dict, names: list[str] | None = No
     """One student folder per adversary (student id = its name)."""
     from pathlib import Path
 
-    chosen = {a.name: a for a in CATALOGUE if names is None or a.name in names}
+    from .sandbox import isolation_mode
+
+    chosen = {a.name: a for a in CATALOGUE if (names is None or a.name in names)
+              and (not a.needs or isolation_mode().startswith(a.needs))}
     for name, adversary in chosen.items():
         path = Path(folder) / name / f"{ASSIGNMENT}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)

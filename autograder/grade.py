@@ -30,7 +30,7 @@ from attention_course.build import (
 
 from . import trusted
 from .sandbox import Limits, World, _contains_needed, make_kit, run_notebook_job
-from .submissions import StudentSubmission, collect
+from .submissions import StudentSubmission, collect, parse_notebook
 
 # nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call: noise.
 warnings.filterwarnings("ignore", message=".*not in session.*")
@@ -206,11 +206,8 @@ def sandbox_world(course: Course, assignment: str, job: Path) -> World:
 
 
 def _load_submission(data: bytes) -> tuple[dict | None, str | None]:
-    problem = _unreadable(data)
-    if problem:
-        return None, problem
-    nb = json.loads(data.decode("utf-8"))
-    return nb, None
+    """The notebook as a dict, or why it cannot be graded (bounded: size, depth, cells, source)."""
+    return parse_notebook(data)
 
 
 def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
@@ -262,20 +259,6 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           f"error: the grader failed on this notebook ({type(err).__name__}: {err})"[:400]))
     return results
-
-
-def _unreadable(data: bytes) -> str | None:
-    """Why a submitted file is not a notebook we can grade, or None. Lenient on purpose: any
-    JSON object with a list of cells is graded (the grader rebuilds a clean notebook from it)."""
-    try:
-        nb = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        return "not UTF-8 text (is it really a .ipynb?)"
-    except ValueError as err:
-        return f"not valid JSON ({str(err)[:120]})"
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        return "JSON, but not a notebook (no list of cells)"
-    return None
 
 
 def _nbgrader_reason(log: str) -> str:

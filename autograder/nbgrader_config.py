@@ -25,5 +25,7 @@ c.IgnorePattern.pattern = r"Warning"
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "autograder.plugins.ScrubHiddenTests",
+    "nbconvert.preprocessors.sanitize.SanitizeHTML",  # student markdown and outputs: no <script>, no on* handlers
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+c.SanitizeHTML.enabled = True  # nbconvert's preprocessors are off unless enabled

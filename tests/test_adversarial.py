@@ -4,6 +4,7 @@ and the sandbox keeps every secret (solutions, gradebook, other students, hidden
 from __future__ import annotations
 
 import csv
+import re
 import socket
 
 import pytest
@@ -34,16 +35,31 @@ def graded(course, tmp_path_factory):
     out = root / "out"
     paths = adversarial.probe_paths(REPO, out, listener.getsockname()[1])
     chosen = adversarial.write_class(root / "class", solved_notebook(course, ASSIGNMENT), course.release(ASSIGNMENT), paths)
+    out.mkdir()
+    before = None
     try:
+        from autograder.grade import Course
+        Course(out / "course").setup()
+        before = _fingerprints(out)
         results = grade(root / "class", out, progress=False, workers=2, limits=LIMITS)
     finally:
         listener.close()
-    return {r.student_id: r for r in results if r.notebook == ASSIGNMENT}, chosen, out, paths
+    return {r.student_id: r for r in results if r.notebook == ASSIGNMENT}, chosen, out, paths, before
+
+
+def _fingerprints(out) -> dict[str, str]:
+    """SHA-256 of every file a hostile submission might try to overwrite through the grader."""
+    import hashlib
+
+    files = [*sorted((REPO / "solutions").rglob("*.ipynb")), *sorted((REPO / "notebooks").rglob("*.ipynb")),
+             *sorted((out / "course" / "release").rglob("*.ipynb")),
+             *sorted((out / "course" / "source").rglob("*.ipynb"))]
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
 @pytest.mark.parametrize("adversary", CATALOGUE, ids=lambda a: a.name)
 def test_adversary_scores_exactly_what_it_earned(graded, adversary):
-    results, _, _, _ = graded
+    results = graded[0]
     r = results[adversary.name]
     assert r.score == expected_score(adversary, r.max_score), (r.status, [(c.grade_id, c.message[:120]) for c in r.cells if c.score < c.max_score])
     if adversary.status == "ok":
@@ -62,27 +78,27 @@ def test_catalogue_is_large_and_complete():
 
 
 def test_honesty_violations_are_named(graded):
-    results, _, _, _ = graded
+    results = graded[0]
     for name in ("imports-reference", "wraps-reference"):
         text = " ".join(c.message for c in results[name].cells)
         assert "reference" in text, text
 
 
 def test_crashes_say_what_happened(graded):
-    results, _, _, _ = graded
+    results = graded[0]
     assert "os._exit" in results["os-exit"].status
     assert "segmentation fault" in results["segfault"].status
     assert "ignored the interrupt" in results["hang"].status
 
 
 def test_nothing_was_written_outside_the_sandbox(graded):
-    _, _, out, paths = graded
+    out, paths = graded[2], graded[3]
     assert not (REPO / "pwned.txt").exists()
     assert not (out / "pwned.txt").exists()
 
 
 def test_batch_table_and_feedback_are_complete(graded):
-    results, chosen, out, _ = graded
+    results, chosen, out = graded[0], graded[1], graded[2]
     rows = [row for row in csv.DictReader((out / "grades.csv").open()) if row["notebook"] == ASSIGNMENT]
     assert {row["student_id"] for row in rows} == set(chosen)
     pages = list((out / "feedback").glob("*/*.html"))
@@ -92,3 +108,32 @@ def test_batch_table_and_feedback_are_complete(graded):
         for secret in ("HIDDEN TESTS", "nb01.check", "most recent call last"):
             at = html.find(secret)
             assert at < 0, (page.parent.name, secret, html[max(0, at - 300): at + 100])
+
+
+def test_grader_files_unchanged_and_gradebook_whole(graded):
+    """Symlinks, FIFOs and forged frames from inside reached nothing: solutions, releases and the
+    grader's code are byte for byte the same, and the gradebook holds every student's grade."""
+    import sqlite3
+
+    results, chosen, out, _, before = graded
+    assert _fingerprints(out) == before
+    with sqlite3.connect(out / "gradebook.db") as db:
+        students = {row[0] for row in db.execute("select id from student")}
+        assert set(chosen) - {"corrupt-json", "not-utf8"} <= students
+    assert results["solved"].score == results["solved"].max_score
+
+
+def test_sandbox_attacks_are_reported(graded):
+    results = graded[0]
+    if "giant-frame" in results:
+        assert "MiB of results" in results["giant-frame"].status
+    messages = " ".join(c.message for c in results["forges-frames"].cells)
+    assert "could not read" in messages or "not attempted" in messages
+    assert "was interrupted (the points it earned stand)" in results["slow-cell"].status
+
+
+def test_feedback_markdown_is_sanitised(graded):
+    out = graded[2]
+    html = (out / "feedback" / "markdown-script" / f"{ASSIGNMENT}.html").read_text()
+    assert "<script>document.title" not in html
+    assert not re.search(r"<img[^>]*onerror", html), "an event handler reached the feedback page"

@@ -49,7 +49,7 @@ c.Autograde.autograde_preprocessors = [
 ]
 c.OverwriteCells.add_missing_cells = True
 """
-CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "status"]
+CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "status", "review", "sandbox"]
 
 
 @dataclass
@@ -69,6 +69,8 @@ class NotebookResult:
     max_score: float
     status: str = "ok"
     cells: list[CellResult] = field(default_factory=list)
+    review: str = ""  # code the honesty pass could not decide: for a human to look at
+    sandbox: str = ""  # which sandbox ran the notebook (sandbox.isolation_mode)
 
 
 # --------------------------------------------------------------------------- the course
@@ -238,6 +240,7 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     if failure:
         status = "error: nbgrader: " + failure
     result = read_result(course, student, assignment, status)
+    result.review, result.sandbox = trusted.review_notes(job), run.isolation
     for cell in result.cells:  # the trusted message, whatever nbgrader kept of it
         v = verdicts.get(cell.grade_id)
         if v and not v.passed:
@@ -277,7 +280,7 @@ def write_csv(results: list[NotebookResult], path: Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(CSV_COLUMNS)
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
-            writer.writerow([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", r.status])
+            writer.writerow([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", r.status, r.review, r.sandbox])
     os.replace(fh.name, path)
 
 

@@ -46,6 +46,21 @@ def _exercise_plot(notebook: str, per_exercise: dict[str, list[float]]) -> str:
     return data
 
 
+def _review_section(results) -> list[str]:
+    """Code the static honesty pass could not decide (strings built into names, exec, gc, ...):
+    listed for a human, never silently passed."""
+    flagged = [r for r in results if getattr(r, "review", "")]
+    if not flagged:
+        return []
+    parts = ["<h2>Flagged for review</h2><p>The grader could not decide whether this code is honest; "
+             "the points stand until you look.</p><table><tr><th>student</th><th>notebook</th><th>what</th></tr>"]
+    for r in sorted(flagged, key=lambda r: (r.student_id, r.notebook)):
+        items = "".join(f"<li><code>{html.escape(item)}</code></li>" for item in r.review.split("; "))
+        parts.append(f"<tr><td>{html.escape(r.student_id)}</td><td>{html.escape(r.notebook)}</td><td><ul>{items}</ul></td></tr>")
+    parts.append("</table>")
+    return parts
+
+
 def class_report(results, path: Path) -> Path:
     """Write the report for a list of NotebookResult; returns its path."""
     by_notebook = defaultdict(list)
@@ -86,6 +101,7 @@ def class_report(results, path: Path) -> Path:
             parts.append("<h3>Grading incidents</h3><table><tr><th>kind</th><th>notebooks</th></tr>")
             parts += [f"<tr><td>{html.escape(k)}</td><td>{n}</td></tr>" for k, n in problems.most_common()]
             parts.append("</table>")
+    parts += _review_section(results)
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
     return path

@@ -7,7 +7,6 @@ them agrees with the reference on every case.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib
 import json
@@ -55,6 +54,8 @@ class Job:
     cells: list[dict]
     test_cell_index: dict[str, int]  # test grade_id -> index in cells
     solution_sources: dict[str, str] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)  # every code cell the student wrote, run or not
+    findings: list = field(default_factory=list)  # honesty.Finding, from the static pass
 
 
 # --------------------------------------------------------------------------- source side
@@ -135,7 +136,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
     """Cells to run, in the student's order; each known test cell becomes a 'record' step
     (its source is never run); test cells the student deleted are recorded at the end."""
     by_id = {t.grade_id: t for t in tests}
-    cells, index, solutions = [], {}, {}
+    cells, index, solutions, sources = [], {}, {}, []
     for cell in student_nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
@@ -146,6 +147,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
             cells.append({"kind": "record", "test": gid,
                           "checks": [{"name": c.key, "variable": c.variable} for c in by_id[gid].checks]})
             continue
+        sources.append(cell.source)
         if meta.get("solution") and gid:
             solutions[gid] = cell.source
         if SKIP_TAG in cell.metadata.get("tags", []) and not meta.get("solution"):
@@ -156,7 +158,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
             index[t.grade_id] = len(cells)
             cells.append({"kind": "record", "test": t.grade_id,
                           "checks": [{"name": c.key, "variable": c.variable} for c in t.checks]})
-    return Job(cells, index, solutions)
+    return Job(cells, index, solutions, sources)
 
 
 def job_inputs(job: Job, tests: list[TestCell], cell_timeout: float) -> dict:
@@ -172,44 +174,12 @@ def job_inputs(job: Job, tests: list[TestCell], cell_timeout: float) -> dict:
     return {"cells": job.cells, "skip": [], "cell_timeout": cell_timeout, "checks": cloudpickle.dumps(checks)}
 
 
-# --------------------------------------------------------------------------- honesty, statically
-_TORCH_ROOTS = ("torch", "F", "nn", "functional")
-
-
-def static_violation(ex: Exercise, source: str, reference_module: str) -> str | None:
-    """A forbidden built-in or the course reference named in the student's own cell."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    banned = {}
-    for func, why in ex.forbidden:
-        module = str(getattr(func, "__module__", ""))
-        if module.startswith("attention_course"):
-            continue
-        qual = getattr(func, "__qualname__", getattr(func, "__name__", ""))
-        banned[qual.split(".")[0] if "." in qual else qual] = why
-    own = reference_module.rsplit(".", 1)[-1]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in banned:
-            return banned[node.attr]
-        if isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            names = {a.name for a in node.names}
-            if mod == reference_module or (mod == "attention_course" and own in names):
-                return f"it imports the course's reference implementation ({reference_module}); write the exercise yourself"
-            if mod.startswith("torch") and names & set(banned):
-                return banned[sorted(names & set(banned))[0]]
-        if isinstance(node, ast.Import) and any(a.name == reference_module for a in node.names):
-            return f"it imports the course's reference implementation ({reference_module}); write the exercise yourself"
-    return None
-
-
 # --------------------------------------------------------------------------- judging
 def judge_job(job: Job, tests: list[TestCell], run: JobResult) -> dict[str, Verdict]:
     """A verdict per test cell, from the outcomes the sandbox sent (held in the grader's memory)."""
     from .serialize import loads
 
+    job.findings = honesty_findings(job, tests)
     verdicts = {}
     for t in tests:
         i = job.test_cell_index[t.grade_id]
@@ -229,12 +199,32 @@ def judge_job(job: Job, tests: list[TestCell], run: JobResult) -> dict[str, Verd
     return verdicts
 
 
+def honesty_findings(job: Job, tests: list[TestCell]) -> list:
+    """The static honesty pass over every code cell of the submission (honesty.py)."""
+    from . import honesty
+
+    exercises = [exercise(ref) for t in tests for ref in t.checks]
+    return honesty.scan(job.sources, honesty.rules_for_exercises(exercises))
+
+
+def review_notes(job: Job) -> str:
+    """What the static pass could not decide, for a human: '' when nothing was flagged."""
+    return "; ".join(f"cell {f.cell + 1}, line {f.line}: {f.reason} [{f.code}]"
+                     for f in job.findings if f.severity == "review")
+
+
+def _forbidden(job: Job, graded: str):
+    return next((f for f in job.findings if f.severity == "forbidden" and (not f.exercises or graded in f.exercises)),
+                None)
+
+
 def _judge_cell(t: TestCell, outcomes, job: Job) -> Verdict:
     for ref in t.checks:
         ex = exercise(ref)
-        violation = static_violation(ex, job.solution_sources.get(ex.graded, ""), ex.reference.__module__)
-        if violation:
-            return Verdict(False, f"{ex.graded}: not accepted, because {violation}.")
+        found = _forbidden(job, ex.graded)
+        if found:
+            return Verdict(False, f"{ex.graded}: not accepted, because {found.reason} "
+                                  f"(your cell {found.cell + 1}, line {found.line}: {found.code}).")
         got = outcomes.get(ref.key) if isinstance(outcomes, dict) else None
         if not isinstance(got, list) or len(got) != len(cases(ref)):
             return Verdict(False, f"{ex.graded}: the checks did not complete")

@@ -52,6 +52,29 @@ class Case:
 
     description: str
     run: Callable[[Any], Any]
+    # What is compared, computed from what `run` returned. Called only by the judge, in the trusted
+    # process (never where the student's code runs), on the student's output, the reference's and
+    # each catalogued mistake's: a verdict such as "dropout scaled the kept values by 1/(1-p)" is
+    # decided here, from returned values, so monkeypatching torch.allclose in the sandbox cannot
+    # decide it. A case's own inputs (p, logits) are in its closure, never read back from the
+    # sandbox. It may raise on garbage: `derived` turns that into an `Unreadable` (equal to nothing).
+    derive: Callable[[Any], Any] | None = None
+
+
+class Unreadable(str):
+    """What a case's `derive` made of an output it could not read: never equal to anything expected."""
+
+
+def derived(case: Case, value):
+    """`case.derive(value)` (or `value` itself for a case without one); never raises."""
+    if case.derive is None:
+        return value
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return case.derive(value)
+    except Exception as err:  # noqa: BLE001 - anything the sandbox sent back may be garbage
+        return Unreadable(f"{type(err).__name__}: {err}"[:500])
 
 
 @dataclass
@@ -162,42 +185,187 @@ def compare(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str = 
 
 # --------------------------------------------------------------------------- forbidden calls
 class _CallGuard:
-    """Raise ForbiddenCall when a forbidden function is entered (profile hook, this thread)."""
+    """Raise ForbiddenCall when a forbidden function is entered. A profile hook on this thread and on
+    the threads started meanwhile sees Python functions (by code object), C functions (by identity)
+    and torch.ops calls (by kernel name); where a forbidden entry is PyTorch's, PyTorch's function
+    mode also sees calls made from C (map(F.scaled_dot_product_attention, ...)) and its dispatch
+    mode the kernels behind the built-in (torch._scaled_dot_product_flash_attention_for_cpu, ...)."""
 
     def __init__(self, forbidden: Iterable[tuple[Any, str]]):
         # Keyed by identity: code objects compare *equal* when their source is the same, and a
         # student who writes exactly the reference's one-liner has done nothing wrong.
         self.codes: dict[int, tuple[Any, str]] = {}
         self.builtins: dict[int, tuple[Any, str]] = {}
+        self.torch_functions: dict[int, tuple[Any, str]] = {}  # what torch's function dispatcher can see
+        from_torch = []
         for func, why in forbidden:
             code = getattr(func, "__code__", None)
             if code is not None:
                 self.codes[id(code)] = (code, why)
             else:
                 self.builtins[id(func)] = (func, why)
+            if str(getattr(func, "__module__", "") or "").startswith("torch"):
+                from_torch.append((func, why))
+                if code is None or "." not in func.__qualname__:  # not a module's method
+                    self.torch_functions[id(func)] = (func, why)
+        self.kernels = _forbidden_kernels(from_torch)  # (name prefix, why)
+        if self.kernels:
+            for func, why in _kernel_functions(self.kernels):  # torch._scaled_dot_product_..., by identity
+                self.builtins.setdefault(id(func), (func, why))
+        self.op_calls = _op_call_codes() if self.kernels else {}
         self.hit: str | None = None
+        self._modes: list = []
 
     def __enter__(self):
+        import threading
+
         self._previous = sys.getprofile()
-        sys.setprofile(self._hook)
+        self._previous_threads = threading.getprofile()
+        self._installed = self._hook
+        threading.setprofile(self._hook)  # threads started during the check
+        self._modes = _torch_modes(self) if self.torch_functions or self.kernels else []
+        for mode in self._modes:
+            mode.__enter__()
+        sys.setprofile(self._installed)
         return self
 
     def __exit__(self, *exc):
+        import threading
+
+        switched_off = sys.getprofile() is not self._installed
         sys.setprofile(self._previous)
+        threading.setprofile(self._previous_threads)
+        for mode in reversed(self._modes):
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the student's code left PyTorch's mode stack in disorder
+                pass
+        if switched_off and not self.hit:
+            self.hit = ("it switches off the grader's check of the built-ins you call (sys.setprofile); "
+                        "remove that")
         return False
+
+    def _found(self, why: str) -> None:
+        self.hit = self.hit or why
+        sys.setprofile(None)
+        raise ForbiddenCall(self.hit)
 
     def _hook(self, frame, event, arg):
         if event == "call":
             found = self.codes.get(id(frame.f_code))
             if found and found[0] is frame.f_code:
-                self.hit = found[1]
+                self._found(found[1])
+            if id(frame.f_code) in self.op_calls:  # torch.ops.<namespace>.<kernel>(...)
+                op = frame.f_locals.get("self")
+                why = self._kernel(str(getattr(op, "_qualified_op_name", None) or getattr(op, "_name", "")))
+                if why:
+                    self._found(why)
         elif event == "c_call":
             found = self.builtins.get(id(arg))
             if found and found[0] is arg:
-                self.hit = found[1]
-        if self.hit:
-            sys.setprofile(None)
-            raise ForbiddenCall(self.hit)
+                self._found(found[1])
+
+    def _kernel(self, name: str) -> str | None:
+        """The reason a kernel (aten::name, aten.name.overload or its Python name) is forbidden, if it is."""
+        name = name.split("::", 1)[-1]
+        for prefix, why in self.kernels:
+            if name.startswith(prefix):
+                return why
+        return None
+
+
+# The ATen kernels behind a built-in: calling one by name (torch.ops.aten.<kernel>, torch.<kernel>)
+# is the built-in under another spelling.
+_KERNELS = {
+    "scaled_dot_product_attention": ("_scaled_dot_product", "scaled_dot_product"),
+    "MultiheadAttention": ("_native_multi_head_attention", "multi_head_attention"),
+    "multi_head_attention_forward": ("_native_multi_head_attention", "multi_head_attention"),
+}
+
+
+def _forbidden_kernels(torch_entries: Iterable[tuple[Any, str]]) -> tuple[tuple[str, str], ...]:
+    """(kernel name prefix, why) for the forbidden PyTorch entries that have ATen kernels of their own."""
+    found = []
+    for func, why in torch_entries:
+        qual = str(getattr(func, "__qualname__", "") or "")
+        for key in sorted({qual.split(".")[0], str(getattr(func, "__name__", ""))}):
+            found += [(prefix, why) for prefix in _KERNELS.get(key, ()) if (prefix, why) not in found]
+    return tuple(found)
+
+
+_KERNEL_FUNCTIONS: dict[tuple, list] = {}
+
+
+def _kernel_functions(kernels: tuple[tuple[str, str], ...]) -> list[tuple[Any, str]]:
+    """The C functions of torch's own namespaces whose names start with a forbidden kernel's."""
+    if kernels not in _KERNEL_FUNCTIONS:
+        import torch
+
+        found = []
+        for space in (torch, torch._C._VariableFunctions, torch._C._nn):
+            for name in dir(space):
+                why = next((w for prefix, w in kernels if name.startswith(prefix)), None)
+                func = getattr(space, name, None)
+                if why and callable(func) and not hasattr(func, "__code__"):
+                    found.append((func, why))
+        _KERNEL_FUNCTIONS[kernels] = found
+    return _KERNEL_FUNCTIONS[kernels]
+
+
+def _op_call_codes() -> dict[int, Any]:
+    """The code of torch.ops' call methods (torch.ops.aten.x(...) enters one of them)."""
+    try:
+        from torch._ops import OpOverload, OpOverloadPacket
+    except ImportError:  # pragma: no cover - torch is a course dependency
+        return {}
+    codes = [getattr(getattr(cls, "__call__", None), "__code__", None) for cls in (OpOverload, OpOverloadPacket)]
+    return {id(c): c for c in codes if c is not None}
+
+
+_MODE_CLASSES: list = []
+
+
+def _torch_modes(guard: _CallGuard) -> list:
+    """PyTorch modes for the guard: a TorchFunctionMode refusing the forbidden PyTorch functions (by
+    identity, or by kernel name), and a TorchDispatchMode refusing the forbidden kernels."""
+    if not _MODE_CLASSES:
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class _RefuseFunctions(TorchFunctionMode):
+            def __init__(self, owner: _CallGuard):
+                super().__init__()
+                self.owner = owner
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                owner = self.owner
+                found = owner.torch_functions.get(id(func))
+                if found and found[0] is func:
+                    owner._found(found[1])
+                if owner.kernels:
+                    why = owner._kernel(getattr(func, "__name__", ""))
+                    if why:
+                        owner._found(why)
+                return func(*args, **(kwargs or {}))
+
+        class _RefuseKernels(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False  # else PyTorch wraps the hook for torch.compile, importing dynamo (seconds)
+
+            def __init__(self, owner: _CallGuard):
+                super().__init__()
+                self.owner = owner
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                why = self.owner._kernel(func._schema.name)
+                if why:
+                    self.owner._found(why)
+                return func(*args, **(kwargs or {}))
+
+        _MODE_CLASSES[:] = [_RefuseFunctions, _RefuseKernels]
+    functions, kernels = _MODE_CLASSES
+    return [functions(guard)] + ([kernels(guard)] if guard.kernels else [])
 
 
 def reference_guard(module) -> list[tuple[Any, str]]:
@@ -242,13 +410,18 @@ def _run_mistake(exercise: Exercise, case: Case, mistake: Mistake):
 
 
 def diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
-    """The first catalogued mistake whose output on `case` matches the student's."""
+    """The first catalogued mistake whose output on `case` matches the student's (`got` as the
+    case returned it: both sides go through the case's `derive` before they are compared)."""
+    got = derived(case, got)
+    if isinstance(got, Unreadable):
+        return None
     for mistake in exercise.mistakes:
         try:
             wrong = _run_mistake(exercise, case, mistake)
         except Exception:  # noqa: BLE001 - a mistake may well crash on this input
             continue
-        if compare(wrong, got, exercise.rtol, exercise.atol) is None:
+        wrong = derived(case, wrong)
+        if not isinstance(wrong, Unreadable) and compare(wrong, got, exercise.rtol, exercise.atol) is None:
             return mistake
     return None
 
@@ -309,7 +482,14 @@ def judge(exercise: Exercise, case: Case, outcome: tuple, expected=None) -> str 
                 + _explain(diagnose_crash(exercise, case, outcome[1], outcome[2])))
     if expected is None:
         expected = case.run(exercise.reference)
-    problem = compare(expected, outcome[1], exercise.rtol, exercise.atol)
+    # `expected` is what the case returned on the reference (trusted.expected caches exactly that):
+    # both sides go through the case's `derive` here, in the trusted process.
+    want, got = derived(case, expected), derived(case, outcome[1])
+    if isinstance(want, Unreadable):
+        return (f"{name}: the grader could not read the reference's result on: {case.description} "
+                f"(a course bug: tell your instructor): {want}")
+    problem = (f"output: could not be read ({got})" if isinstance(got, Unreadable)
+               else compare(want, got, exercise.rtol, exercise.atol))
     if problem:
         return (f"{name} gave a wrong result on: {case.description}"
                 + _explain(diagnose(exercise, case, outcome[1])) + f"\n  {problem}")

@@ -1,0 +1,1058 @@
+"""A static honesty pass over a whole submission (every code cell), run by the trusted grader.
+
+For each graded exercise it follows the code the exercise's definition reaches (its body and,
+transitively, the notebook's top-level functions, classes and variables it names) and reports
+what that code may not use: the built-in the exercise re-implements, under any spelling the
+syntax tree reveals (attribute, import alias, module-level alias, constant getattr), PyTorch's
+private entry points (torch.ops, torch._C), the course's reference module or the grader itself.
+Anything that switches off the grader's runtime check is forbidden; anything that cannot be
+decided from the source (names built at run time, frames, gc, threads, ...) is flagged for a
+human ("review"), never failed. Nothing is run: only the syntax tree is read.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import itertools
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Iterable, Iterator
+
+FORBIDDEN, REVIEW = "forbidden", "review"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What one graded exercise may not use."""
+
+    graded: str  # the graded function/class name, e.g. "scaled_dot_product_attention"
+    banned: dict[str, str]  # attribute/function names -> why (student-facing)
+    reference_module: str  # e.g. "attention_course.attention": importing it, or names from it, is forbidden
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the pass found, with where it is and a sentence saying why it matters."""
+
+    severity: str  # "forbidden" (certain) | "review" (flag for a human)
+    exercises: tuple[str, ...]  # graded names it affects; () = not attributable to one exercise
+    cell: int  # index into the `cells` passed to scan
+    line: int  # 1-based line in that cell
+    code: str  # the offending source line, stripped, at most 200 chars
+    reason: str
+
+
+# --------------------------------------------------------------------------- rules
+def _banned_names(func: Any) -> set[str]:
+    """The names a forbidden callable is reached by: a method by its class, anything else by its name."""
+    qual = str(getattr(func, "__qualname__", "") or "")
+    name = str(getattr(func, "__name__", "") or "")
+    owner = qual.split(".")[0] if "." in qual and "<locals>" not in qual else ""
+    if owner and not owner.startswith("_") and hasattr(func, "__code__"):
+        return {owner}  # nn.MultiheadAttention.forward -> "MultiheadAttention"
+    return {name} if name else set()
+
+
+def _course_module(exercise: Any) -> str:
+    """The course module holding the exercise's reference (markers and grader-side references
+    fall back to the module its reference guard protects)."""
+    module = str(getattr(exercise.reference, "__module__", "") or "")
+    if module.startswith("attention_course"):
+        return module
+    guarded = [str(getattr(f, "__module__", "")) for f, _ in exercise.forbidden]
+    course = [m for m in guarded if m.startswith("attention_course")]
+    return max(set(course), key=course.count) if course else module
+
+
+def rules_for(exercise: Any) -> Rules:
+    """Rules from a core.Exercise: its forbidden built-ins by name, plus a library's function of the
+    exercise's own name (torch.softmax for `softmax`), and its reference module."""
+    banned: dict[str, str] = {}
+    for func, why in exercise.forbidden:
+        if str(getattr(func, "__module__", "") or "").startswith("attention_course"):
+            continue  # the reference guard: covered by reference_module
+        for name in _banned_names(func):
+            banned.setdefault(name, why)
+    banned.setdefault(exercise.graded, f"it uses a library's own {exercise.graded}, which this exercise asks "
+                                       f"you to write yourself")
+    return Rules(exercise.graded, banned, _course_module(exercise))
+
+
+def rules_for_exercises(exercises: Iterable[Any]) -> list[Rules]:
+    """One Rules per graded name (exercises sharing a graded function are merged)."""
+    return _merge([rules_for(ex) for ex in exercises])
+
+
+def _merge(rules: Iterable[Rules]) -> list[Rules]:
+    merged: dict[str, Rules] = {}
+    for r in rules:
+        old = merged.get(r.graded)
+        merged[r.graded] = r if old is None else Rules(r.graded, {**r.banned, **old.banned}, old.reference_module)
+    return list(merged.values())
+
+
+# --------------------------------------------------------------------------- messages
+_ADVICE = ("remove it and write that part yourself with basic operations (matrix products, sums, exp, "
+           "your own softmax), as the exercise describes")
+_PRIVATE = ("it calls {path}, a private entry point into PyTorch's C++ kernels: it reaches built-ins without "
+            "their public names, so the grader cannot accept it; " + _ADVICE)
+_REFERENCE = ("it uses the course's reference implementation ({ref}), which is the answer key; remove that "
+              "import and write the exercise yourself")
+_GRADER = ("it imports the grader's own code ({path}); a submission may not use the grader: remove it and "
+           "write the code yourself")
+_SWITCH_OFF = ("it calls {path}, which switches off the grader's check that your code does not call the "
+               "built-ins it re-implements; remove it")
+_PRIVATE_TORCH = ("it uses {path}, a private PyTorch function; an instructor will check that it is not a "
+                  "built-in this exercise asks you to write (public tensor operations are always fine)")
+_REVIEW_NOTE = ("; an instructor will look at it by hand and no points are taken for it automatically "
+                "(if your code does not need it, remove it)")
+_DYNAMIC = ("it looks up an attribute whose name is computed at run time ({how}), so the grader cannot tell "
+            "what it reaches" + _REVIEW_NOTE.replace("remove it", "write the name out"))
+
+
+# --------------------------------------------------------------------------- IPython syntax
+_CODE_MAGICS = {"time", "timeit", "prun", "capture", "debug"}  # their argument / body is Python
+_MAGIC = re.compile(r"^(\s*)(%{1,2}|!)\s*(\w*)(.*)$")
+_ASSIGNED_MAGIC = re.compile(r"^(\s*)([\w\s,()\[\].*]+?)\s*=\s*[%!].*$")
+_HELP = re.compile(r"^(\s*)\?*[\w.\[\]()]+\?{1,2}\s*$|^(\s*)\?{1,2}[\w.]+\s*$")
+
+
+def _neutralise(source: str) -> tuple[str | None, list[str]]:
+    """Python source with IPython syntax blanked line by line (line numbers kept), or None when the
+    cell is not Python (%%bash, %%html, ...); plus the magics that run or write code elsewhere."""
+    lines, notes = source.split("\n"), []
+    first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        name = _MAGIC.match(lines[first]).group(3)
+        if name in ("writefile", "file"):
+            return None, ["%%" + name]
+        if name not in _CODE_MAGICS:
+            return None, []
+        lines[first] = ""
+    out = []
+    for ln in lines:
+        m = _MAGIC.match(ln)
+        if m and not (m.group(2) == "%" and not m.group(3)):
+            indent, kind, name, rest = m.groups()
+            if kind.startswith("%") and name in _CODE_MAGICS and rest.strip():
+                rest = re.sub(r"^\s*(-\w+(\s+\d+)?\s+)*", "", rest)
+                out.append(indent + rest.strip())
+                continue
+            if kind.startswith("%") and name in ("run", "load", "writefile", "file"):
+                notes.append("%" + name)
+            out.append(indent + "pass")
+        elif _ASSIGNED_MAGIC.match(ln):
+            m2 = _ASSIGNED_MAGIC.match(ln)
+            out.append(f"{m2.group(1)}{m2.group(2)} = None")
+        elif _HELP.match(ln):
+            out.append(re.match(r"^\s*", ln).group(0) + "pass")
+        else:
+            out.append(ln)
+    return "\n".join(out), notes
+
+
+def _parse(source: str) -> tuple[ast.Module | None, list[str]]:
+    """The cell's syntax tree (IPython syntax neutralised), or None when it does not parse."""
+    try:
+        return ast.parse(source), []
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    text, notes = _neutralise(source)
+    if text is None:
+        return None, notes
+    try:
+        return ast.parse(text), notes
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None, notes
+
+
+# --------------------------------------------------------------------------- units
+@dataclass(eq=False)
+class _Unit:
+    """A module-level statement (a compound statement's header is its own unit)."""
+
+    cell: int
+    node: ast.AST  # where it is (lineno)
+    parts: tuple[ast.AST, ...]  # what to walk
+    binds: frozenset[str] = frozenset()
+
+
+def _stores(node: ast.AST | None) -> set[str]:
+    """Names a target expression binds."""
+    if node is None:
+        return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _walrus(parts: Iterable[ast.AST]) -> set[str]:
+    """Names bound by := outside nested functions."""
+    found = set()
+    for part in parts:
+        for n in _walk_same_function(part):
+            if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
+                found.add(n.target.id)
+    return found
+
+
+def _walk_same_function(node: ast.AST) -> Iterator[ast.AST]:
+    """ast.walk that does not enter nested functions, lambdas or classes."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        for child in ast.iter_child_nodes(n):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                todo.append(child)
+
+
+def _globals_set(func: ast.AST) -> set[str]:
+    """Module-level names a function assigns through `global`."""
+    declared = {name for n in ast.walk(func) if isinstance(n, ast.Global) for name in n.names}
+    if not declared:
+        return set()
+    stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    stored |= {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return declared & stored
+
+
+def _units(cell: int, body: list[ast.stmt]) -> Iterator[_Unit]:
+    """Flatten a cell's module-level statements into units."""
+    for stmt in body:
+        if isinstance(stmt, (ast.If, ast.While)):
+            yield _Unit(cell, stmt, (stmt.test,), frozenset(_walrus([stmt.test])))
+            yield from _units(cell, stmt.body)
+            yield from _units(cell, stmt.orelse)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            yield _Unit(cell, stmt, (stmt.target, stmt.iter), frozenset(_stores(stmt.target) | _walrus([stmt.iter])))
+            yield from _units(cell, stmt.body)
+            yield from _units(cell, stmt.orelse)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            names = set().union(*(_stores(i.optional_vars) for i in stmt.items))
+            yield _Unit(cell, stmt, tuple(stmt.items), frozenset(names | _walrus(stmt.items)))
+            yield from _units(cell, stmt.body)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            yield from _units(cell, stmt.body)
+            for h in stmt.handlers:
+                yield _Unit(cell, h, (h.type,) if h.type else (), frozenset({h.name} if h.name else ()))
+                yield from _units(cell, h.body)
+            yield from _units(cell, stmt.orelse)
+            yield from _units(cell, stmt.finalbody)
+        elif isinstance(stmt, ast.Match):
+            yield _Unit(cell, stmt, (stmt.subject,), frozenset(_walrus([stmt.subject])))
+            for case in stmt.cases:
+                caps = {n.name for n in ast.walk(case.pattern) if getattr(n, "name", None)} | \
+                       {n.rest for n in ast.walk(case.pattern) if getattr(n, "rest", None)}
+                yield _Unit(cell, case.pattern, (case.pattern,) + ((case.guard,) if case.guard else ()), frozenset(caps))
+                yield from _units(cell, case.body)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            for alias in stmt.names:  # one unit per alias: using one name reaches only its import
+                if alias.name == "*":
+                    yield _Unit(cell, stmt, (stmt,), frozenset())
+                    continue
+                bound = alias.asname or alias.name.split(".")[0]
+                yield _Unit(cell, stmt, (ast.copy_location(_single_import(stmt, alias), stmt),), frozenset({bound}))
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield _Unit(cell, stmt, (stmt,), frozenset({stmt.name} | _globals_set(stmt)))
+        else:
+            targets = []
+            if isinstance(stmt, ast.Assign):
+                targets = stmt.targets
+            elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+                targets = [stmt.target]
+            names = set().union(set(), *(_stores(t) for t in targets))
+            yield _Unit(cell, stmt, (stmt,), frozenset(names | _walrus([stmt])))
+
+
+def _single_import(stmt: ast.Import | ast.ImportFrom, alias: ast.alias) -> ast.stmt:
+    if isinstance(stmt, ast.Import):
+        return ast.Import(names=[alias])
+    return ast.ImportFrom(module=stmt.module, names=[alias], level=stmt.level)
+
+
+def _from_module(stmt: ast.ImportFrom) -> str:
+    return "." * (stmt.level or 0) + (stmt.module or "")
+
+
+def _chain(node: ast.AST) -> tuple[ast.AST, list[str]]:
+    """`a.b.c` -> (a, ["b", "c"])."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    return node, attrs[::-1]
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """The name at the root of an attribute / subscript / call chain (`x` in `x.a[0].b`)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call, ast.Starred)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+# --------------------------------------------------------------------------- facts
+@dataclass(frozen=True)
+class _Fact:
+    """Something a unit's code does that a rule may care about."""
+
+    kind: str  # "path" | "attr" | "dynattr" | "review"
+    node: ast.AST
+    path: str = ""  # "path": the dotted name reached from an import (torch.nn.functional.softmax)
+    how: str = ""  # how it is spelled, for messages
+    attr: str = ""  # "attr": an attribute looked up on an object that is not a module
+    values: tuple[str, ...] | None = None  # "dynattr": the names it can take, None = unknown
+    text: str = ""  # "review": the reason
+    binding_only: bool = False  # "path" from `import a.b` (binds only `a`): not a use of a.b
+    anywhere: bool = False  # "review": matters even outside the exercises' code
+
+
+_BUILTIN_DYNAMIC = {"getattr", "setattr", "delattr", "hasattr"}
+_EXEC = {"exec", "eval", "compile", "__import__", "breakpoint"}
+_DUNDERS = {"__dict__", "__globals__", "__code__", "__subclasses__", "__builtins__", "__closure__",
+            "__defaults__", "__kwdefaults__", "__getattribute__", "__torch_function__", "__torch_dispatch__",
+            "__bases__", "__mro__"}
+_FRAMES = {"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "gi_frame", "cr_frame",
+           "f_trace"}
+_SWITCHES = {"sys.setprofile", "sys.settrace", "threading.setprofile", "threading.settrace",
+             "threading.setprofile_all_threads", "threading.settrace_all_threads", "_thread.setprofile"}
+_REVIEW_MODULES = {
+    "gc": "it uses gc, which can reach and change the grader's own objects",
+    "inspect": "it uses inspect, which can reach the grader's frames and objects",
+    "ctypes": "it uses ctypes, which can change the interpreter's memory",
+    "importlib": "it imports modules by computed names (importlib)",
+    "builtins": "it changes Python's built-ins (builtins)",
+    "sys.modules": "it changes the table of imported modules (sys.modules)",
+    "sys._getframe": "it reads the interpreter's frames (sys._getframe)",
+    "sys._current_frames": "it reads the interpreter's frames (sys._current_frames)",
+    "sys.monitoring": "it uses sys.monitoring, which can interfere with the grader's checks",
+    "torch.overrides": "it uses torch.overrides, which can intercept PyTorch calls (and the grader's check)",
+    "torch.utils._python_dispatch": "it uses PyTorch's dispatcher modes, which can intercept PyTorch calls",
+    "os.write": "it writes to a raw file descriptor (os.write), which can forge the grader's output",
+    "os.dup2": "it redirects file descriptors (os.dup2), which can forge the grader's output",
+    "os.fdopen": "it opens a raw file descriptor (os.fdopen), which can forge the grader's output",
+    "base64": "it decodes hidden text (base64)",
+    "codecs": "it decodes hidden text (codecs)",
+    "marshal": "it loads code objects (marshal)",
+    "types.FunctionType": "it builds functions from code objects (types.FunctionType)",
+    "types.CodeType": "it builds code objects (types.CodeType)",
+    "operator.attrgetter": "it looks attributes up by name at run time (operator.attrgetter)",
+    "operator.methodcaller": "it calls methods by name at run time (operator.methodcaller)",
+}
+_THREADS = ("threading", "_thread", "multiprocessing", "concurrent.futures", "concurrent")
+_STAR_SUSPECT = ("torch", "scipy", "sklearn", "tensorflow", "keras", "jax")
+_PRIVATE_ENTRY = {"_C", "_VF", "_ops"}
+
+
+@dataclass
+class _Scope:
+    node: ast.AST
+    kind: str  # "function" | "class" | "comp"
+    locals: set[str] = field(default_factory=set)
+    globals: set[str] = field(default_factory=set)
+    imports: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _arg_names(args: ast.arguments) -> set[str]:
+    every = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+    return {a.arg for a in every}
+
+
+def _bound_in(body: Iterable[ast.AST]) -> tuple[set[str], set[str], dict[str, list[str]]]:
+    """(locals, globals, local imports) of a function or class body, not counting nested scopes."""
+    names, declared, imports = set(), set(), defaultdict(list)
+    todo = list(body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+            todo.extend(n.decorator_list)
+            continue
+        if isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            names |= {w.target.id for w in ast.walk(n) if isinstance(w, ast.NamedExpr) and isinstance(w.target, ast.Name)}
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            names.add(n.id)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            (declared if isinstance(n, ast.Global) else names).update(n.names)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            for a in n.names:
+                if a.name == "*":
+                    continue
+                bound = a.asname or a.name.split(".")[0]
+                names.add(bound)
+                imports[bound].append(_import_path(n, a))
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names.add(n.name)
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            names.add(n.name)
+        todo.extend(ast.iter_child_nodes(n))
+    return names - declared, declared, dict(imports)
+
+
+def _import_path(stmt: ast.AST, alias: ast.alias) -> str:
+    """The dotted name an import alias binds: `import a.b` -> a, `import a.b as x` -> a.b, `from a import b` -> a.b."""
+    if isinstance(stmt, ast.Import):
+        return alias.name if alias.asname else alias.name.split(".")[0]
+    return f"{_from_module(stmt)}.{alias.name}"
+
+
+class _Walker:
+    """Walks one unit with Python's scoping rules and records the module-level names it reads
+    (to follow the code it reaches) and the facts the rules look at."""
+
+    def __init__(self, notebook: "_Notebook", unit: _Unit):
+        self.nb, self.unit = notebook, unit
+        self.scopes: list[_Scope] = []
+        self.refs: set[str] = set()
+        self.facts: list[_Fact] = []
+        self.in_annotation = False  # a type hint names a class without calling it
+
+    def run(self) -> "_Walker":
+        for part in self.unit.parts:
+            self.visit(part)
+        return self
+
+    # ---------------------------------------------------------------- names
+    def _lookup(self, name: str) -> tuple[str, list[str]]:
+        """("local", import paths) or ("global", import paths) for a name read here."""
+        innermost = True
+        for scope in reversed(self.scopes):
+            if scope.kind == "class" and not innermost:
+                continue
+            innermost = False
+            if name in scope.globals:
+                break
+            if name in scope.locals:
+                return "local", scope.imports.get(name, [])
+        return "global", self.nb.global_paths(name)
+
+    def _root(self, node: ast.AST) -> tuple[list[str], str]:
+        """(import paths, kind) of the object at the root of a chain; kind: module|self|student|other."""
+        if isinstance(node, ast.Name):
+            where, paths = self._lookup(node.id)
+            if paths:
+                return paths, "module"
+            if node.id in ("self", "cls") and where == "local":
+                return [], "self"
+            if where == "global" and node.id in self.nb.student_names:
+                return [], "student"
+            return [], "other"
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id == "super" and self._lookup("super")[1] == []:
+                return [], "self"
+            module = self._import_call(node)
+            if module:
+                return [module], "module"
+        return [], "other"
+
+    def _import_call(self, node: ast.Call) -> str | None:
+        """The module of `importlib.import_module("m")` / `__import__("m")` with a constant name."""
+        if not node.args or not isinstance(node.args[0], ast.Constant) or not isinstance(node.args[0].value, str):
+            return None
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "__import__":
+            return node.args[0].value.split(".")[0] if not node.keywords and len(node.args) == 1 else node.args[0].value
+        base, attrs = _chain(func)
+        paths, _ = self._root(base) if attrs else ([], "")
+        if any(f"{p}.{'.'.join(attrs)}" == "importlib.import_module" for p in paths):
+            return node.args[0].value
+        return None
+
+    # ---------------------------------------------------------------- facts
+    def _fact(self, kind: str, node: ast.AST, **kw) -> None:
+        if not (self.in_annotation and kind in ("path", "attr")):
+            self.facts.append(_Fact(kind, node, **kw))
+
+    def _review(self, node: ast.AST, text: str, anywhere: bool = True) -> None:
+        self._fact("review", node, text=text, anywhere=anywhere)
+
+    def _use(self, node: ast.AST, base: ast.AST, attrs: list[str], how: str) -> None:
+        """Record an attribute chain `base.attrs` (or its getattr spelling)."""
+        paths, kind = self._root(base)
+        for p in paths:
+            self._fact("path", node, path=".".join([p, *attrs]), how=how)
+        if kind == "other" and attrs:
+            self._fact("attr", node, attr=attrs[0], how=how)
+        if kind != "module" and isinstance(base, ast.Name) and base.id == "bytes" and attrs[:1] == ["fromhex"]:
+            self._review(node, "it decodes hidden text (bytes.fromhex)")
+        if isinstance(base, ast.Constant) and isinstance(base.value, bytes) and attrs[:1] == ["decode"]:
+            self._review(node, "it decodes hidden text (a bytes literal's .decode())")
+        for a in attrs:
+            if a in _DUNDERS:
+                self._review(node, f"it uses {a}, which can reach or change the grader's objects")
+            elif a in _FRAMES:
+                self._review(node, f"it reads interpreter frames ({a})")
+            elif a in ("setprofile", "settrace") and kind != "module":
+                self._fact("path", node, path=f"sys.{a}", how=how)
+
+    # ---------------------------------------------------------------- visiting
+    def visit(self, node: ast.AST | None) -> None:
+        if node is None:
+            return
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method:
+            method(node)
+        else:
+            self.generic(node)
+
+    def generic(self, node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            self.visit(child)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            return
+        where, _ = self._lookup(node.id)
+        if where == "global":
+            self.refs.add(node.id)
+            if node.id not in self.nb.student_names and not self.nb.global_paths(node.id):
+                self._builtin_name(node)
+
+    def _builtin_name(self, node: ast.Name) -> None:
+        if node.id in _EXEC:
+            self._review(node, f"it runs code built at run time ({node.id})")
+        elif node.id == "__builtins__":
+            self._review(node, "it changes Python's built-ins (__builtins__)")
+        elif node.id in ("globals", "vars", "locals"):
+            self._review(node, f"it reads or changes namespaces through {node.id}()", anywhere=node.id == "globals")
+        elif node.id == "get_ipython":
+            self._review(node, "it drives the notebook's kernel from code (get_ipython)")
+        elif node.id == "chr":
+            self._review(node, "it builds text from character codes (chr)", anywhere=False)
+        elif node.id in _BUILTIN_DYNAMIC:  # not called directly (called directly: _dynamic)
+            self._review(node, f"it passes {node.id} around, so the names it looks up cannot be read",
+                         anywhere=False)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        base, attrs = _chain(node)
+        self._use(node, base, attrs, _snippet(node))
+        self.visit(base)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _BUILTIN_DYNAMIC and self._lookup(func.id) == ("global", []) \
+                and func.id not in self.nb.student_names and len(node.args) >= 2:
+            self._dynamic(node, func.id)
+            for child in [*node.args, *node.keywords]:
+                self.visit(child)
+            return
+        module = self._import_call(node)
+        if module:
+            self._fact("path", node, path=module, how=_snippet(node))
+        self.generic(node)
+
+    def _dynamic(self, node: ast.Call, func: str) -> None:
+        """getattr(obj, name) and friends: a constant name is an attribute; a computed one is reviewed."""
+        name = node.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            self._use(node, node.args[0], [name.value], _snippet(node))
+            return
+        values = self._strings(name)  # computed names are reviewed, never failed
+        self._fact("dynattr", node, values=None if values is None else tuple(sorted(values)), how=_snippet(node))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self._fact("path", node, path=a.name, how=_snippet(node), binding_only=not a.asname and "." in a.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = _from_module(node)
+        for a in node.names:
+            if a.name == "*":
+                self._fact("path", node, path=module, how=_snippet(node))
+                if module.split(".")[0] in _STAR_SUSPECT:
+                    self._review(node, f"it imports every name from {module}, so the grader cannot tell which "
+                                       f"names are the library's")
+                continue
+            self._fact("path", node, path=f"{module}.{a.name}", how=_snippet(node))
+
+    def _function(self, node: ast.AST, args: ast.arguments, body: list[ast.AST]) -> None:
+        self.visit_all(args.defaults + [d for d in args.kw_defaults if d])
+        local, declared, imports = _bound_in(body)
+        self.scopes.append(_Scope(node, "function", local | _arg_names(args), declared, imports))
+        self.visit_all(body)
+        self.scopes.pop()
+
+    def visit_all(self, nodes: Iterable[ast.AST | None]) -> None:
+        for n in nodes:
+            self.visit(n)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.visit_all(node.decorator_list)
+        every = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        every += [a for a in (node.args.vararg, node.args.kwarg) if a]
+        self._annotations([a.annotation for a in every] + [node.returns])
+        if node.name in ("__torch_function__", "__torch_dispatch__"):
+            self._review(node, f"it defines {node.name}, which intercepts PyTorch calls (and the grader's check)")
+        self._function(node, node.args, node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _annotations(self, nodes: list[ast.AST | None]) -> None:
+        self.in_annotation, before = True, self.in_annotation
+        self.visit_all(nodes)
+        self.in_annotation = before
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.visit(node.target)
+        self._annotations([node.annotation])
+        self.visit(node.value)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._function(node, node.args, [node.body])
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.visit_all([*node.decorator_list, *node.bases, *node.keywords])
+        local, declared, imports = _bound_in(node.body)
+        self.scopes.append(_Scope(node, "class", local, declared, imports))
+        self.visit_all(node.body)
+        self.scopes.pop()
+
+    def _comprehension(self, node: ast.AST, elts: list[ast.AST]) -> None:
+        gens = node.generators
+        self.visit(gens[0].iter)  # evaluated in the enclosing scope
+        targets = set().union(*(_stores(g.target) for g in gens))
+        self.scopes.append(_Scope(node, "comp", targets))
+        for i, g in enumerate(gens):
+            if i:
+                self.visit(g.iter)
+            self.visit_all(g.ifs)
+        self.visit_all(elts)
+        self.scopes.pop()
+
+    def visit_ListComp(self, node: ast.ListComp) -> None:
+        self._comprehension(node, [node.elt])
+
+    visit_SetComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_DictComp(self, node: ast.DictComp) -> None:
+        self._comprehension(node, [node.key, node.value])
+
+    # ---------------------------------------------------------------- strings
+    def _strings(self, node: ast.AST, depth: int = 0) -> set[str] | None:
+        """Every value a string expression can take, when the source says (literals, +, f-strings of
+        literals, a loop variable over literals), else None."""
+        if depth > 8:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self._strings(node.left, depth + 1), self._strings(node.right, depth + 1)
+            if left is None or right is None or len(left) * len(right) > 64:
+                return None
+            return {a + b for a, b in itertools.product(left, right)}
+        if isinstance(node, ast.JoinedStr):
+            parts = [self._strings(v.value if isinstance(v, ast.FormattedValue) and v.format_spec is None
+                                   and v.conversion == -1 else v, depth + 1) for v in node.values]
+            if any(p is None for p in parts) or _product_size(parts) > 64:
+                return None
+            return {"".join(combo) for combo in itertools.product(*parts)}
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return self._union([self._strings(e, depth + 1) for e in node.elts])
+        if isinstance(node, ast.Name):
+            return self._name_strings(node.id, depth + 1)
+        return None
+
+    def _union(self, sets: list[set[str] | None]) -> set[str] | None:
+        if any(s is None for s in sets):
+            return None
+        return set().union(*sets)
+
+    def _name_strings(self, name: str, depth: int) -> set[str] | None:
+        for scope in reversed(self.scopes):
+            if scope.kind == "comp":
+                gens = [g for g in scope.node.generators if name in _stores(g.target)]
+                if gens:
+                    return self._union([self._iter_strings(g.target, g.iter, name, depth) for g in gens])
+            elif scope.kind == "function":
+                if name in scope.globals:
+                    break
+                if name in _arg_names(scope.node.args):
+                    return None
+                if name in scope.locals:
+                    body = scope.node.body if isinstance(scope.node.body, list) else [scope.node.body]
+                    sites = [n for b in body for n in _walk_same_function(b) if _binds(n, name)]
+                    return self._sites_strings(sites, name, depth)
+        return self._sites_strings([u.node for u in self.nb.bindings.get(name, [])], name, depth)
+
+    def _sites_strings(self, sites: list[ast.AST], name: str, depth: int) -> set[str] | None:
+        """The values a name takes at the statements that bind it: literal loops and assignments only."""
+        found: list[set[str] | None] = []
+        for n in sites:
+            if isinstance(n, (ast.For, ast.AsyncFor)) and name in _stores(n.target):
+                found.append(self._iter_strings(n.target, n.iter, name, depth))
+            elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                found.append(self._strings(n.value, depth))
+            else:
+                found.append(None)
+        return self._union(found) if found else None
+
+    def _iter_strings(self, target: ast.AST, iterable: ast.AST, name: str, depth: int) -> set[str] | None:
+        if isinstance(target, ast.Name) and isinstance(iterable, (ast.Tuple, ast.List, ast.Set)):
+            return self._strings(iterable, depth)
+        return None
+
+
+def _product_size(parts: list[set[str] | None]) -> int:
+    size = 1
+    for p in parts:
+        size *= len(p or ())
+    return size
+
+
+def _binds(node: ast.AST, name: str) -> bool:
+    """True when a statement or expression (not counting what is nested in it) binds `name`."""
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return name in _stores(node.target)
+    if isinstance(node, ast.Assign):
+        return any(name in _stores(t) for t in node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+        return name in _stores(node.target)
+    if isinstance(node, ast.withitem):
+        return name in _stores(node.optional_vars)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)):
+        return node.name == name
+    return False
+
+
+def _snippet(node: ast.AST, limit: int = 100) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # noqa: BLE001 - a message detail only
+        return ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- the notebook
+class _Notebook:
+    """Every cell's units, which module-level names each binds, and the code each reaches."""
+
+    def __init__(self, cells: list[str]):
+        self.sources = cells
+        self.units: list[_Unit] = []
+        self.notes: list[tuple[int, str]] = []
+        for i, source in enumerate(cells):
+            tree, notes = _parse(source)
+            self.notes += [(i, n) for n in notes]
+            if tree is not None:
+                self.units += list(_units(i, tree.body))
+        self.bindings: dict[str, list[_Unit]] = defaultdict(list)
+        for u in self.units:
+            for name in u.binds:
+                self.bindings[name].append(u)
+        self._paths: dict[str, list[str]] = {}
+        self.student_names = {n for n, us in self.bindings.items()
+                               if any(not _is_import(u) for u in us)}
+        self.walks = {id(u): self._walk(u) for u in self.units}
+        self.mutations, self.patches = self._mutations()
+
+    def _walk(self, unit: _Unit) -> _Walker:
+        """The unit's walk; code nested too deeply to follow is left for a human."""
+        walker = _Walker(self, unit)
+        try:
+            return walker.run()
+        except RecursionError:
+            walker.facts.append(_Fact("review", unit.node, text="it is nested too deeply for the grader to read",
+                                      anywhere=True))
+            return walker
+
+    def global_paths(self, name: str, seen: frozenset[str] = frozenset()) -> list[str]:
+        """Dotted names a module-level name stands for: its imports, and `x = <import>.attr` aliases."""
+        if name in self._paths:
+            return self._paths[name]
+        if name in seen:
+            return []
+        paths = []
+        for u in self.bindings.get(name, []):
+            part = u.parts[0] if u.parts else None
+            if isinstance(part, (ast.Import, ast.ImportFrom)):
+                paths.append(_import_path(part, part.names[0]))
+            elif isinstance(part, ast.Assign) and len(part.targets) == 1 and isinstance(part.targets[0], ast.Name):
+                base, attrs = _chain(part.value)
+                if isinstance(base, ast.Name) and base.id != name:
+                    paths += [".".join([p, *attrs]) for p in self.global_paths(base.id, seen | {name})]
+        if not seen:
+            self._paths[name] = paths
+        return paths
+
+    def _mutations(self) -> tuple[dict[str, list[_Unit]], list[_Unit]]:
+        """Units that change a module-level object in place (`x.a = ...`, `setattr(x, ...)`,
+        `x.append(...)`), by that object's name; those that patch an imported module (reached by all)."""
+        mutations: dict[str, list[_Unit]] = defaultdict(list)
+        patches = []
+        for u in self.units:
+            for root, is_store in _mutated_roots(u):
+                if self.global_paths(root) and root not in self.student_names:
+                    if is_store:
+                        patches.append(u)
+                elif root in self.bindings:
+                    mutations[root].append(u)
+        return mutations, patches
+
+    def reach(self, graded: str) -> dict[int, _Unit]:
+        """The units the graded name's code reaches, by id."""
+        start = self.bindings.get(graded, [])
+        if not start:
+            return {}
+        seen: dict[int, _Unit] = {}
+        todo = list(start) + list(self.patches)
+        while todo:
+            u = todo.pop()
+            if id(u) in seen:
+                continue
+            seen[id(u)] = u
+            for name in self.walks[id(u)].refs:
+                todo += self.bindings.get(name, []) + self.mutations.get(name, [])
+        return seen
+
+
+def _is_import(unit: _Unit) -> bool:
+    return bool(unit.parts) and isinstance(unit.parts[0], (ast.Import, ast.ImportFrom))
+
+
+def _mutated_roots(unit: _Unit) -> Iterator[tuple[str, bool]]:
+    """(name, is_store) of the module-level objects a unit changes in place."""
+    node = unit.node
+    targets = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif isinstance(node, ast.Delete):
+        targets = node.targets
+    for t in targets:
+        for el in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+            if isinstance(el, (ast.Attribute, ast.Subscript)):
+                root = _root_name(el)
+                if root:
+                    yield root, True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        call = node.value
+        if isinstance(call.func, ast.Name) and call.func.id in ("setattr", "delattr") and call.args:
+            root = _root_name(call.args[0])
+            if root:
+                yield root, True
+        elif isinstance(call.func, ast.Attribute):
+            root = _root_name(call.func.value)
+            if root:
+                yield root, False
+
+
+def _student_attributes(units: list[_Unit]) -> set[str]:
+    """Attribute names the exercise's own code defines (methods, class attributes, self.x = ...):
+    `obj.name` with one of these may well be the student's own."""
+    names = set()
+    for u in units:
+        for part in u.parts:
+            for n in ast.walk(part):
+                if isinstance(n, ast.ClassDef):
+                    for item in n.body:
+                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                            names.add(item.name)
+                        elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                            names |= set().union(*(_stores(t) for t in getattr(item, "targets", [item.target])))
+                elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                    names.add(n.attr)
+                elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                        n.func.attr in ("register_buffer", "register_parameter", "register_module", "add_module") \
+                        and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                    names.add(n.args[0].value)
+    return names
+
+
+# --------------------------------------------------------------------------- judging facts
+_course_cache: dict[str, str | None] = {}
+
+
+def _course_origin(path: str) -> str | None:
+    """The module that defines the course object `path` names (a re-export resolves to its source)."""
+    if path in _course_cache:
+        return _course_cache[path]
+    parts, origin = path.split("."), None
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except Exception:  # noqa: BLE001 - not a module (or not importable): try the parent
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if obj is not None:
+            origin = obj.__name__ if isinstance(obj, ModuleType) else getattr(obj, "__module__", None)
+        break
+    _course_cache[path] = origin
+    return origin
+
+
+def _reference_names(module: str) -> set[str]:
+    """Names of the objects the reference module defines itself."""
+    try:
+        mod = importlib.import_module(module)
+    except Exception:  # noqa: BLE001
+        return set()
+    return {n for n, v in vars(mod).items() if getattr(v, "__module__", None) == module}
+
+
+def _uses_reference(path: str, ref: str, ref_names: set[str]) -> bool:
+    if not ref or not path.startswith("attention_course"):
+        return False
+    if path == ref or path.startswith(ref + "."):
+        return True
+    parts = path.split(".")
+    if parts[-1] == ref.rsplit(".", 1)[-1] or any(p in ref_names for p in parts):
+        origin = _course_origin(path)
+        return origin is not None and (origin == ref or origin.startswith(ref + "."))
+    return False
+
+
+def _private_entry(path: str) -> bool:
+    parts = path.split(".")
+    if parts[0] != "torch":
+        return False
+    return any(p in _PRIVATE_ENTRY for p in parts) or any(a == "torch" and b == "ops" for a, b in zip(parts, parts[1:]))
+
+
+def _private_torch(path: str) -> bool:
+    parts = path.split(".")
+    return parts[0] == "torch" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+
+
+def _module_review(path: str) -> str | None:
+    for prefix, text in _REVIEW_MODULES.items():
+        if path == prefix or path.startswith(prefix + "."):
+            return text
+    if path.split(".")[0] == "torch" and any(p in ("TorchFunctionMode", "TorchDispatchMode") for p in path.split(".")):
+        return "it uses a PyTorch mode that intercepts PyTorch calls (and the grader's check)"
+    return None
+
+
+def _is_thread(path: str) -> bool:
+    return any(path == t or path.startswith(t + ".") for t in _THREADS)
+
+
+@dataclass(frozen=True)
+class _Hit:
+    severity: str
+    exercise: str | None
+    cell: int
+    line: int
+    reason: str
+
+
+def _reachable_hits(rule: Rules, fact: _Fact, exempt: set[str]) -> Iterator[tuple[str, str]]:
+    """(severity, reason) of one fact in code the exercise reaches."""
+    if fact.kind == "path" and not fact.binding_only:
+        if _private_entry(fact.path):
+            yield FORBIDDEN, _PRIVATE.format(path=fact.path)
+            return
+        course = fact.path.startswith("attention_course.")  # judged by the reference rule instead
+        banned = [] if course else [p for p in fact.path.split(".")[1:] if p in rule.banned]
+        if banned:
+            yield FORBIDDEN, _with_spelling(rule.banned[banned[0]], fact)
+        elif _private_torch(fact.path):
+            yield REVIEW, _PRIVATE_TORCH.format(path=fact.path)
+    elif fact.kind == "attr" and fact.attr in rule.banned and fact.attr not in exempt:
+        yield FORBIDDEN, _with_spelling(rule.banned[fact.attr], fact)
+    elif fact.kind == "dynattr":
+        suspect = set(rule.banned) | _DUNDERS | _FRAMES | {"setprofile", "settrace"}
+        hidden = sorted(set(fact.values or ()) & suspect)
+        if fact.values is None:
+            yield REVIEW, _DYNAMIC.format(how=f"`{fact.how}`")
+        elif hidden:
+            why = rule.banned.get(hidden[0], "it can reach or switch off the grader's own objects")
+            yield REVIEW, f"it builds the name {hidden[0]!r} at run time (`{fact.how}`): {why}" + _REVIEW_NOTE
+    elif fact.kind == "review" and not fact.anywhere:
+        yield REVIEW, fact.text + _REVIEW_NOTE
+
+
+def _with_spelling(why: str, fact: _Fact) -> str:
+    """The exercise's `why`, with how it was spelled when that is not plain, and what to do."""
+    how = fact.how
+    plain = how.endswith(fact.path.rsplit(".", 1)[-1]) and "getattr" not in how and "import" not in how
+    shown = "" if plain or not how else f" (written `{how}`)"
+    return f"{why}{shown}; {_ADVICE}"
+
+
+def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, set[str]]]) -> Iterator[tuple[str, tuple[str, ...] | None, str]]:
+    """(severity, exercises or None = by reach, reason) of a fact wherever it is in the notebook."""
+    if fact.kind == "path":
+        path = fact.path
+        top = path.split(".")[0]
+        if top == "autograder":
+            yield FORBIDDEN, tuple(r.graded for r in rules), _GRADER.format(path=path)
+            return
+        hit = tuple(r.graded for r in rules if _uses_reference(path, r.reference_module, refs[r.graded][1]))
+        if hit:
+            ref = next(r.reference_module for r in rules if r.graded == hit[0])
+            yield FORBIDDEN, hit, _REFERENCE.format(ref=ref)
+        if path in _SWITCHES:
+            yield FORBIDDEN, tuple(r.graded for r in rules if r.banned), _SWITCH_OFF.format(path=path)
+            return
+        text = _module_review(path)
+        if text:
+            yield REVIEW, None, text + _REVIEW_NOTE
+        elif _is_thread(path):
+            yield REVIEW, None, ("it runs code in another thread or process, which the grader's check of the "
+                                 "built-ins you call may not follow" + _REVIEW_NOTE)
+    elif fact.kind == "review" and fact.anywhere:
+        yield REVIEW, None, fact.text + _REVIEW_NOTE
+
+
+def scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
+    """Every finding in a submission: `cells` is every code cell's source in notebook order, `rules`
+    the notebook's exercises (rules sharing a graded name are merged)."""
+    rules = _merge(rules)
+    nb = _Notebook(cells)
+    reach = {r.graded: nb.reach(r.graded) for r in rules}
+    refs = {r.graded: (r.reference_module, _reference_names(r.reference_module) if r.reference_module else set())
+            for r in rules}
+    hits: list[_Hit] = []
+    for r in rules:
+        exempt = _student_attributes(list(reach[r.graded].values()))
+        for u in reach[r.graded].values():
+            for fact in nb.walks[id(u)].facts:
+                for severity, reason in _reachable_hits(r, fact, exempt):
+                    hits.append(_Hit(severity, r.graded, u.cell, _line(fact.node, u), reason))
+    for u in nb.units:
+        reached_by = tuple(r.graded for r in rules if id(u) in reach[r.graded])
+        for fact in nb.walks[id(u)].facts:
+            for severity, exercises, reason in _anywhere_hits(rules, fact, refs):
+                for ex in (exercises if exercises is not None else reached_by) or (None,):
+                    hits.append(_Hit(severity, ex, u.cell, _line(fact.node, u), reason))
+    for cell, magic in nb.notes:
+        hits.append(_Hit(REVIEW, None, cell, _magic_line(cells[cell], magic),
+                         f"it uses {magic}, which runs or writes code the grader cannot read" + _REVIEW_NOTE))
+    return _findings(hits, cells)
+
+
+def _line(node: ast.AST, unit: _Unit) -> int:
+    return getattr(node, "lineno", None) or getattr(unit.node, "lineno", 1) or 1
+
+
+def _magic_line(source: str, magic: str) -> int:
+    for i, ln in enumerate(source.split("\n"), 1):
+        if ln.lstrip().startswith(magic):
+            return i
+    return 1
+
+
+def _findings(hits: list[_Hit], cells: list[str]) -> list[Finding]:
+    """Merge hits at the same place with the same reason; drop reviews a forbidden already covers."""
+    grouped: dict[tuple[str, int, int, str], set[str]] = defaultdict(set)
+    for h in hits:
+        grouped[(h.severity, h.cell, h.line, h.reason)].update([h.exercise] if h.exercise else [])
+    forbidden_at: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for (severity, cell, line, _), exs in grouped.items():
+        if severity == FORBIDDEN:
+            forbidden_at[(cell, line)] |= exs
+    out = []
+    for (severity, cell, line, reason), exs in grouped.items():
+        if severity == REVIEW and exs and exs <= forbidden_at[(cell, line)]:
+            continue
+        lines = cells[cell].split("\n")
+        code = lines[line - 1].strip()[:200] if 0 < line <= len(lines) else ""
+        out.append(Finding(severity, tuple(sorted(exs)), cell, line, code, reason))
+    return sorted(out, key=lambda f: (f.cell, f.line, f.severity, f.reason))

@@ -208,11 +208,42 @@ for _root, _dirs, _files in os.walk("/"):
             SANDBOX_HELD = False
 """
 
-HONESTY_SDPA = """
-import torch
-def scaled_dot_product_attention(q, k, v, mask=None):
-    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)[0]
-"""
+# ---- honesty bypasses on notebook 02 (scaled dot-product attention): each replaces the graded
+# cell (or adds a cell before it); `expect` is the fair score, `review` whether a human must look.
+NB02 = "02_queries_keys_values"
+_SDPA = "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+
+
+@dataclass(frozen=True)
+class Bypass:
+    name: str
+    code: str  # the new source of the scaled_dot_product_attention cell
+    expect: str  # "full" | "zero"
+    review: bool = False
+
+
+HONESTY_BYPASSES = [
+    Bypass("aten-op", "import torch\n" + _SDPA +
+           "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)\n", "zero"),
+    Bypass("torch-c", "import torch\n" + _SDPA + "    out = torch._C._nn.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+           "    return out, torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)\n", "zero"),
+    Bypass("worker-thread", "import threading\nimport torch.nn.functional as F\n" + _SDPA +
+           "    box = []\n    t = threading.Thread(target=lambda: box.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))\n"
+           "    t.start(); t.join()\n    return box[0], torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)\n", "zero"),
+    Bypass("setprofile-off", "import sys, torch\n" + _SDPA + "    sys.setprofile(None)\n"
+           "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n    if mask is not None:\n"
+           "        scores = scores.masked_fill(~mask, float('-inf'))\n    w = torch.softmax(scores, -1)\n"
+           "    if mask is not None:\n        w = w.masked_fill(~mask, 0.0)\n    return w @ v, w\n", "zero"),
+    Bypass("alias-elsewhere", "from torch.nn.functional import scaled_dot_product_attention as attend\n" + "\n" +
+           _SDPA + "    return attend(q, k, v, attn_mask=mask), torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)\n",
+           "zero"),
+    Bypass("grader-module", "from autograder.checks.tensors import causal\n" + _SDPA + "    raise NotImplementedError()\n", "zero"),
+    Bypass("built-name", "import torch\nimport torch.nn.functional as F\n" + _SDPA +
+           "    f = getattr(F, 'scaled_dot' + '_product_attention')\n"
+           "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n    if mask is not None:\n"
+           "        scores = scores.masked_fill(~mask, float('-inf'))\n    w = torch.softmax(scores, -1)\n"
+           "    if mask is not None:\n        w = w.masked_fill(~mask, 0.0)\n    return w @ v, w\n", "full", review=True),
+]
 
 CATALOGUE: list[Adversary] = [
     # ---- honest baselines

@@ -7,6 +7,7 @@ import csv
 import re
 import socket
 
+import nbformat
 import pytest
 
 from attention_course.build import REPO
@@ -137,3 +138,43 @@ def test_feedback_markdown_is_sanitised(graded):
     html = (out / "feedback" / "markdown-script" / f"{ASSIGNMENT}.html").read_text()
     assert "<script>document.title" not in html
     assert not re.search(r"<img[^>]*onerror", html), "an event handler reached the feedback page"
+
+
+@pytest.fixture(scope="module")
+def honesty_batch(course, tmp_path_factory):
+    """Notebook 02 graded for real: one honest student and one per honesty bypass, in one batch."""
+    from autograder.demo import with_mistake
+
+    if not is_isolated(isolation_mode()):
+        pytest.skip(f"no namespace sandbox here ({isolation_mode()})")
+    root = tmp_path_factory.mktemp("honesty")
+    solved = solved_notebook(course, adversarial.NB02)
+    students = {"honest": solved} | {b.name: with_mistake(solved, "scaled_dot_product_attention", "#| export\n" + b.code)
+                                     for b in adversarial.HONESTY_BYPASSES}
+    for name, nb in students.items():
+        (root / "class" / name).mkdir(parents=True)
+        nbformat.write(nb, root / "class" / name / f"{adversarial.NB02}.ipynb")
+    results = grade(root / "class", root / "out", progress=False, workers=2, limits=LIMITS)
+    return {r.student_id: r for r in results if r.notebook == adversarial.NB02}
+
+
+@pytest.mark.parametrize("bypass", adversarial.HONESTY_BYPASSES, ids=lambda b: b.name)
+def test_honesty_bypass_scores_fairly(honesty_batch, bypass):
+    honest, r = honesty_batch["honest"], honesty_batch[bypass.name]
+    assert honest.score == honest.max_score and not honest.review, (honest.status, honest.review)
+    want = r.max_score if bypass.expect == "full" else 0.0
+    sdpa_cells = [c for c in r.cells if c.exercise == "scaled_dot_product_attention"]
+    if bypass.expect == "zero":  # the graded exercise is lost, whatever depends on it may go too
+        assert all(c.score == 0 for c in sdpa_cells), [(c.grade_id, c.message[:200]) for c in sdpa_cells]
+    else:
+        assert r.score == want, [(c.grade_id, c.message[:200]) for c in r.cells if c.score < c.max_score]
+    assert bool(r.review) == bypass.review, r.review
+
+
+def test_bubblewrap_is_used_where_installed():
+    """Where `bwrap` exists (CI installs it), the allow-list sandbox must be the one that runs."""
+    import shutil
+
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed here (apt install bubblewrap)")
+    assert isolation_mode() == "bubblewrap"

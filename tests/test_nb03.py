@@ -5,6 +5,7 @@ implementations in the right cells."""
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ import torch.nn.functional as F
 
 from attention_course import multihead as ref
 from autograder.checks import nb03
+from autograder import serialize
+from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
 from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
@@ -122,6 +125,71 @@ def test_stub_is_reported_as_not_attempted():
 
     with pytest.raises(CheckFailed, match="not attempted"):
         nb03.check("merge_heads", merge_heads)
+
+
+# --------------------------------------------------------------------------- verdicts are decided by the grader
+# In grading a case runs in the sandbox, in the student's process; a verdict computed there with
+# torch.allclose would be the student's to decide (they can monkeypatch it). The dropout case now
+# returns the training-mode output and the grader decides "training mode changes the output".
+@contextmanager
+def patched(*patches):
+    """(owner, attribute, replacement): what a student's code can do in the process that runs the cases."""
+    saved = [(owner, name, owner.__dict__.get(name, _ABSENT) if isinstance(owner, type) else getattr(owner, name))
+             for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+_ABSENT = object()
+MHA = next(e for e in nb03.EXERCISES if e.name == "MultiHeadAttention")
+NEVER_CLOSE = ((torch, "allclose", lambda *a, **k: False), (torch.Tensor, "allclose", lambda *a, **k: False))
+
+
+def judged_as_in_grading(exercise, impl, *patches) -> list:
+    """Each case's message (None = passed): run_case and serialization with `patches` active, as in
+    the sandbox, then judged in this (trusted) process with the real functions."""
+    messages = []
+    for case in core.cases_of(exercise):
+        with patched(*patches):
+            blob = serialize.dumps(core.run_case(exercise, case, impl))
+        messages.append(core.judge(exercise, case, serialize.loads(blob)))
+    return messages
+
+
+def test_dropout_verdict_cannot_be_patched_in_the_sandbox():
+    """A layer that never applies dropout, with torch.allclose patched to say 'never close' while the
+    cases run (with the verdict computed inside the case, this passed), fails the dropout case only."""
+    name = "dropout never applied"
+    mistake = next(m for m in MHA.mistakes if m.name == name)
+    with patched(*NEVER_CLOSE):
+        assert not torch.allclose(torch.zeros(2), torch.zeros(2))   # the patch is a real lie ...
+    assert torch.allclose(torch.zeros(2), torch.zeros(2)) and "allclose" not in torch.Tensor.__dict__  # ... undone
+    messages = judged_as_in_grading(MHA, mistake.build("MultiHeadAttention", MHA.namespace), *NEVER_CLOSE)
+    failed = [m for m in messages if m]
+    assert len(failed) == 1, messages
+    assert "whether training mode changes the output" in failed[0] and f"known mistake: {name}." in failed[0]
+    assert "output[2]" in failed[0] and "expected True, got False" in failed[0], failed[0]
+
+
+def test_the_reference_passes_as_in_grading():
+    assert judged_as_in_grading(MHA, STUDENT["MultiHeadAttention"]) == [None] * len(core.cases_of(MHA))
+
+
+@pytest.mark.parametrize("garbage", [None, "text", 3, (), (1, 2), [torch.zeros(2)], (torch.zeros(2), "x", None),
+                                     (torch.zeros(2, 5, 12), torch.zeros(2, 3, 5, 5), torch.zeros(7)),
+                                     (torch.zeros(2, 5, 12), torch.zeros(2, 3, 5, 5), "text"),
+                                     serialize.Unsupported("function")], ids=repr)
+def test_garbage_is_judged_wrong_without_crashing(garbage):
+    case = next(c for c in core.cases_of(MHA) if c.derive is not None)
+    assert core.judge(MHA, case, ("value", garbage))
 
 
 # --------------------------------------------------------------------------- the API notebook 05 builds on

@@ -4,6 +4,7 @@ off wrong implementations in the right cells."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ import torch.nn.functional as F
 
 from attention_course import positional as ref
 from autograder.checks import nb04
+from autograder import serialize
+from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
 from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
@@ -110,6 +113,14 @@ def test_calling_the_reference_is_not_accepted():
         nb04.check("PositionalEncoding", PositionalEncoding)
 
 
+def test_always_raising_value_error_does_not_earn_the_odd_d_model_check():
+    def sinusoidal_positional_encoding(max_len, d_model):
+        raise ValueError("d_model must be even")
+
+    with pytest.raises(CheckFailed, match="an even d_model must NOT raise ValueError"):
+        nb04.check("sinusoidal_positional_encoding_odd_d_model", sinusoidal_positional_encoding)
+
+
 def test_stub_is_reported_as_not_attempted():
     class PositionalEncoding(nn.Module):
         def __init__(self, d_model, max_len=5000, dropout=0.0):
@@ -167,3 +178,164 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
     assert SWAPPED in by_cell["test_sinusoidal_positional_encoding"]
     assert SEQ_FIRST in by_cell["test_PositionalEncoding"]
     assert SHIFT_HALF_EXPONENT in by_cell["test_pe_shift_matrix"]
+
+
+# --------------------------------------------------------------------------- verdicts are decided by the grader
+# In grading, a case runs in the sandbox, in the student's process, and the grader judges what it
+# returned. A verdict computed there with torch.allclose / torch.equal would be the student's to
+# decide: they can monkeypatch those. Each test below runs the cases as the sandbox does, with a
+# patch active during run_case (and serialization), restores it, and judges for real. Every patch is
+# chosen so that, with the verdict computed inside the case (as before), the wrong module passed.
+@contextmanager
+def patched(*patches):
+    """(owner, attribute, replacement): what a student's code can do in the process that runs the cases."""
+    saved = [(owner, name, owner.__dict__.get(name, _ABSENT) if isinstance(owner, type) else getattr(owner, name))
+             for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+_ABSENT = object()
+REAL_EQUAL, REAL_ALLCLOSE = torch.equal, torch.allclose
+
+
+def judged_as_in_grading(exercise, impl, *patches) -> list:
+    """Each case's message (None = passed): run_case and serialization with `patches` active, as in
+    the sandbox, then judged in this (trusted) process with the real functions."""
+    messages = []
+    for case in core.cases_of(exercise):
+        with patched(*patches):
+            blob = serialize.dumps(core.run_case(exercise, case, impl))
+        messages.append(core.judge(exercise, case, serialize.loads(blob)))
+    return messages
+
+
+def _lie(name, fn) -> list:
+    """Replace torch.<name> and Tensor.<name> (both spellings a check could use) by `fn`."""
+    return [(torch, name, fn), (torch.Tensor, name, fn)]
+
+
+def _always_close(*args, **kwargs):
+    return True
+
+
+def _equal_if_roughly_close(a, b):
+    return REAL_ALLCLOSE(a, b, atol=1e-2)
+
+
+DROPOUT = next(e for e in nb04.EXERCISES if e.name == "PositionalEncoding_dropout")
+BUFFER = next(e for e in nb04.EXERCISES if e.name == "PositionalEncoding")
+
+
+class _Encoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.p = dropout
+        self.register_buffer("pe", table_float32_exp_log(max_len, d_model))
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[:x.size(1)])
+
+
+class DropsWithoutRescaling(_Encoding):
+    """Zeroes a fraction p in training mode but does not scale the kept values by 1/(1-p)."""
+
+    def dropout(self, y):
+        return y * (torch.rand_like(y) >= self.p) if self.training else y
+
+
+class NoisyInEvaluation(_Encoding):
+    """Right in training mode; in evaluation mode it adds a little noise (eval mode is not untouched)."""
+
+    def dropout(self, y):
+        return F.dropout(y, self.p, training=True) if self.training else y + 1e-3 * torch.randn_like(y)
+
+
+_TRAINING_OUTPUTS: set = set()
+
+
+class NoDropoutThatLies(_Encoding):
+    """No dropout at all, and patches that tell the old in-sandbox checks otherwise: outputs made in
+    training mode are 'never equal' to anything, and the mean of anything is 1 - p."""
+
+    def dropout(self, y):
+        NoDropoutThatLies.p_seen = self.p
+        if self.training and self.p > 0:
+            _TRAINING_OUTPUTS.add(id(y))
+        else:
+            _TRAINING_OUTPUTS.discard(id(y))
+        return y
+
+
+def _not_equal_after_training(a, b):
+    return False if id(a) in _TRAINING_OUTPUTS or id(b) in _TRAINING_OUTPUTS else REAL_EQUAL(a, b)
+
+
+def _mean_is_one_minus_p(self, *args, **kwargs):
+    return torch.tensor(1.0 - NoDropoutThatLies.p_seen)
+
+
+FLAGS = ("training mode changes the output", "kept entries are (x + pe) / (1 - p)",
+         "about a fraction p is zeroed", "evaluation mode drops nothing")
+
+
+@pytest.mark.parametrize("impl,patches,wrong", [
+    (DropsWithoutRescaling, _lie("allclose", _always_close), FLAGS[1]),
+    (NoisyInEvaluation, _lie("allclose", _always_close) + _lie("equal", _equal_if_roughly_close), FLAGS[3]),
+    (NoDropoutThatLies, _lie("allclose", _always_close) + _lie("equal", _not_equal_after_training)
+     + [(torch.Tensor, "mean", _mean_is_one_minus_p)], FLAGS[0]),
+], ids=["not rescaled, allclose patched", "noisy in eval mode, equal patched", "no dropout, equal and mean patched"])
+def test_dropout_verdicts_cannot_be_patched_in_the_sandbox(impl, patches, wrong):
+    messages = [m for m in judged_as_in_grading(DROPOUT, impl, *patches) if m]
+    assert messages, f"{impl.__name__} passed: the dropout verdicts were decided where the student's code runs"
+    assert all("wrong result" in m and "four answers" in m for m in messages), messages
+    # and the answer it gets wrong is the one it is wrong about, decided here from its outputs
+    caught = False
+    for case in core.cases_of(DROPOUT):
+        with patched(*patches):
+            outcome = serialize.loads(serialize.dumps(core.run_case(DROPOUT, case, impl)))
+        want = case.derive(case.run(ref.PositionalEncoding))
+        got = case.derive(outcome[1])
+        caught |= bool(want[FLAGS.index(wrong)] and not got[FLAGS.index(wrong)])
+    assert caught, f"no case found {impl.__name__} wrong about: {wrong}"
+
+
+def test_the_patches_do_fool_torch():
+    """The patches above are real lies (so the tests above would fail if a verdict were decided by
+    torch in the sandbox), and they are undone."""
+    a, b = torch.zeros(3), torch.ones(3)
+    with patched(*_lie("allclose", _always_close)):
+        assert torch.allclose(a, b) and a.allclose(b)
+    with patched(*_lie("equal", _equal_if_roughly_close)):
+        assert torch.equal(a, a + 1e-3) and not torch.equal(a, b)
+    assert not torch.allclose(a, b) and not a.allclose(b) and not torch.equal(a, a + 1e-3)
+    assert "allclose" not in torch.Tensor.__dict__ and "mean" not in torch.Tensor.__dict__
+
+
+def test_the_reference_passes_as_in_grading():
+    for exercise in (DROPOUT, BUFFER):
+        assert judged_as_in_grading(exercise, STUDENT[exercise.graded]) == [None] * len(core.cases_of(exercise))
+
+
+@pytest.mark.parametrize("garbage", [None, "text", 3, 2.5, (), (1, 2), [torch.zeros(2)], np.zeros(3),
+                                     (torch.zeros(2), "x", None), (torch.zeros(0),) * 3,
+                                     (torch.zeros(2, 3), torch.zeros(3), torch.ones(4)),
+                                     (np.array(["a", "b"]), np.zeros(2), np.zeros(2)),
+                                     ([1, 2], "three"), (None, None), serialize.Unsupported("function")],
+                         ids=repr)
+def test_garbage_is_judged_wrong_without_crashing(garbage):
+    for exercise in (DROPOUT, BUFFER):
+        for case in core.cases_of(exercise):
+            if case.derive is None:
+                continue
+            assert core.judge(exercise, case, ("value", garbage)), (case.description, garbage)

@@ -5,15 +5,20 @@ nbgrader takes points off in exactly the right cells."""
 from __future__ import annotations
 
 import textwrap
+from contextlib import contextmanager
+
+import numpy as np
 
 import pytest
 import torch
 
 from attention_course import translate as ref
 from autograder.checks import nb06
+from autograder import serialize
+from autograder.checks import core
 from autograder.checks.core import CheckFailed, Mistake, check_exercise
 
-from .conftest import autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, autograde, failed_cells, fresh_copy, inject, solved_notebook
 
 ASSIGNMENT = "06_transformer_translator"
 STUDENT = fresh_copy(ref)
@@ -52,6 +57,15 @@ def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
             messages.append(str(err))
     assert messages, f"{mistake.name!r} passed every check of {graded}"
     assert any("This matches a known mistake" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("mistake,graded", [(m, g) for m, g in MISTAKES
+                                            if g in ("sample_next_token", "label_smoothed_cross_entropy")],
+                         ids=lambda x: getattr(x, "name", x))
+def test_sampler_and_loss_mistakes_are_named_by_their_own_name(mistake, graded):
+    """These cases are compared after the grader's `derive` (frequencies, reproducibility, the loss's
+    rank): the diagnosis derives each catalogued mistake's output the same way."""
+    assert_mistake_fails_and_is_named(nb06, mistake, graded)
 
 
 # --------------------------------------------------------------------------- other correct solutions
@@ -164,6 +178,120 @@ def test_stub_is_reported_as_not_attempted():
 
     with pytest.raises(CheckFailed, match="not attempted"):
         nb06.check("sample_next_token", sample_next_token)
+
+
+# --------------------------------------------------------------------------- verdicts are decided by the grader
+# In grading a case runs in the sandbox, in the student's process; whatever it computes there the
+# student can monkeypatch. The cases now return the sampler's draws and the loss as they are, and the
+# grader computes the frequencies, "the two seeded calls drew the same tokens" and "the loss is 0-d".
+# Each patch below made the wrong implementation pass when that was computed inside the case.
+@contextmanager
+def patched(*patches):
+    """(owner, attribute, replacement): what a student's code can do in the process that runs the cases."""
+    saved = [(owner, name, owner.__dict__.get(name, _ABSENT) if isinstance(owner, type) else getattr(owner, name))
+             for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+_ABSENT = object()
+_REAL_DIM = torch.Tensor.dim
+
+
+def judged_as_in_grading(exercise, impl, *patches) -> list:
+    """Each case's message (None = passed): run_case and serialization with `patches` active, as in
+    the sandbox, then judged in this (trusted) process with the real functions."""
+    messages = []
+    for case in core.cases_of(exercise):
+        with patched(*patches):
+            blob = serialize.dumps(core.run_case(exercise, case, impl))
+        messages.append(core.judge(exercise, case, serialize.loads(blob)))
+    return messages
+
+
+def _exercise(name):
+    return next(e for e in nb06.EXERCISES if e.name == name)
+
+
+def _mistake(exercise, name):
+    return next(m for m in exercise.mistakes if m.name == name).build(exercise.graded)
+
+
+def _loss_of_shape_1(logits, target, epsilon=0.1, ignore_index=-100):
+    return STUDENT["label_smoothed_cross_entropy"](logits, target, epsilon, ignore_index).reshape(1)
+
+
+def _dim_0_for_shape_1(self):
+    return 0 if tuple(self.shape) == (1,) else _REAL_DIM(self)
+
+
+EQUAL = ((torch, "equal", lambda *a, **k: True), (torch.Tensor, "equal", lambda *a, **k: True))
+NO_DISTANCE = ((np, "abs", np.zeros_like),)   # every frequency "within 0.01" of its probability
+LIES = {
+    "generator ignored, torch.equal patched":
+        ("sample_next_token_generator", "ignores the generator (draws from the global random state)", EQUAL,
+         "expected True, got False"),
+    "logits times T, np.abs patched":
+        ("sample_next_token", "multiplied the logits by the temperature instead of dividing", NO_DISTANCE,
+         "values differ"),
+    "top-k kept the k smallest, np.abs patched":
+        ("sample_next_token_top_k", "top-k kept the k smallest logits", NO_DISTANCE, "values differ"),
+    "loss of shape [1], Tensor.dim patched":
+        ("label_smoothed_cross_entropy", None, ((torch.Tensor, "dim", _dim_0_for_shape_1),),
+         "output[1]: 1 entries differ, first at index (0,): expected True, got False"),
+}
+
+
+@pytest.mark.parametrize("lie", LIES, ids=str)
+def test_verdicts_cannot_be_patched_in_the_sandbox(lie):
+    name, mistake, patches, how = LIES[lie]
+    exercise = _exercise(name)
+    impl = _loss_of_shape_1 if mistake is None else _mistake(exercise, mistake)
+    messages = [m for m in judged_as_in_grading(exercise, impl, *patches) if m]
+    assert messages, f"{lie}: passed, so the verdict was decided where the student's code runs"
+    assert all("gave a wrong result" in m and how in m for m in messages), messages
+    if mistake:
+        assert any(f"known mistake: {mistake}." in m for m in messages), messages
+
+
+def test_the_patches_do_lie_and_are_undone():
+    a, b = torch.zeros(3), torch.ones(3)
+    with patched(*EQUAL, *NO_DISTANCE, (torch.Tensor, "dim", _dim_0_for_shape_1)):
+        assert torch.equal(a, b) and a.equal(b) and np.abs(np.array([-3.0]))[0] == 0 and torch.zeros(1).dim() == 0
+    assert not torch.equal(a, b) and np.abs(np.array([-3.0]))[0] == 3 and torch.zeros(1).dim() == 1
+    assert not {"equal", "dim"} & set(torch.Tensor.__dict__)
+
+
+@pytest.mark.parametrize("name", ["label_smoothed_cross_entropy", "label_smoothed_cross_entropy_stability",
+                                  "sample_next_token", "sample_next_token_top_k", "sample_next_token_generator"])
+def test_the_reference_passes_as_in_grading(name):
+    """Through serialization too: a 0-d loss comes back 0-d, the draws come back as they were."""
+    exercise = _exercise(name)
+    assert judged_as_in_grading(exercise, STUDENT[exercise.graded]) == [None] * len(core.cases_of(exercise))
+
+
+@pytest.mark.parametrize("garbage", [None, "text", 3, 2.5, (), (1, 2), [torch.zeros(2)], np.zeros(3),
+                                     torch.zeros(2, 3), torch.zeros(0), torch.full((3, nb06.N_DRAWS), 10 ** 12),
+                                     torch.full((2, nb06.N_DRAWS), -1.5), torch.ones(2, nb06.N_DRAWS, dtype=torch.bool),
+                                     torch.zeros(2, nb06.N_DRAWS, dtype=torch.complex64), torch.tensor(float("nan")),
+                                     (torch.zeros(200), "x"), (torch.zeros(200), torch.zeros(199)),
+                                     (torch.zeros(200), torch.zeros(200, dtype=torch.int32)),
+                                     serialize.Unsupported("function")], ids=repr)
+@pytest.mark.filterwarnings("ignore:Casting complex values")
+def test_garbage_is_judged_wrong_without_crashing(garbage):
+    """(One case of each kind: judging runs every catalogued mistake on it, to diagnose.)"""
+    for name in ("label_smoothed_cross_entropy", "sample_next_token", "sample_next_token_generator"):
+        exercise = _exercise(name)
+        case = next(c for c in core.cases_of(exercise) if c.derive is not None)
+        assert core.judge(exercise, case, ("value", garbage)), (case.description, garbage)
 
 
 # --------------------------------------------------------------------------- real nbgrader

@@ -47,6 +47,26 @@ def _flag(value: bool) -> np.ndarray:
     return np.array([bool(value)])
 
 
+def _changed(before, after) -> bool:
+    """Whether `after` differs from `before` (torch.allclose's tolerances; a different shape, a NaN
+    or anything that is not an array of numbers counts as a change). Trusted side only."""
+    try:
+        a = np.asarray(before.detach().cpu().double() if isinstance(before, torch.Tensor) else before, dtype=np.float64)
+        b = np.asarray(after.detach().cpu().double() if isinstance(after, torch.Tensor) else after, dtype=np.float64)
+    except Exception:  # noqa: BLE001 - garbage is not "unchanged"
+        return True
+    return a.shape != b.shape or not np.allclose(b, a, rtol=1e-5, atol=1e-8)
+
+
+def _dropout_verdict(result):
+    """derive for the dropout case: (out, weights, out_train) in eval then training mode ->
+    (out, weights, [training mode changes the output]), decided in the trusted process."""
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        raise TypeError(f"expected (output, weights, training-mode output), got {type(result).__name__}")
+    out, w, out_train = result
+    return out, w, _flag(_changed(out, out_train))
+
+
 def _shape(t) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
@@ -194,7 +214,7 @@ def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mas
                 out, w = forward(layer, inputs)
                 layer.train()
                 out_train, _ = forward(layer, inputs)
-            return out, w, _flag(not torch.allclose(out_train, out))
+            return out, w, out_train   # compared after _dropout_verdict, in the trusted process
         if not grads:
             with torch.no_grad():
                 return forward(layer, inputs)
@@ -212,7 +232,8 @@ def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mas
     what = (" (returns output, weights, the inputs' grads and every projection's grads)" if grads else
             " (returns output and weights in eval mode, and whether training mode changes the output)"
             if dropout_check else "")
-    return Case(f"MultiHeadAttention({_args_text(args)}) on {inputs_text}{mask_text}{what}", run)
+    return Case(f"MultiHeadAttention({_args_text(args)}) on {inputs_text}{mask_text}{what}", run,
+                derive=_dropout_verdict if dropout_check else None)
 
 
 def _mha_cases(rng):

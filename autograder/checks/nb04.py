@@ -39,7 +39,10 @@ def _table_cases(rng):
 def _odd_cases(rng):
     return [Case(f"sinusoidal_positional_encoding({n}, {d}) with an odd d_model must raise ValueError "
                  "(True = it did)", lambda f, n=n, d=d: _raises_value_error(lambda: f(n, d)))
-            for n, d in [(10, 7), (4, 1), (30, 33)]]
+            for n, d in [(10, 7), (4, 1), (30, 33)]] + [
+        # so that a function that always raises ValueError does not earn this check
+        Case("sinusoidal_positional_encoding(10, 8): an even d_model must NOT raise ValueError (True = it did)",
+             lambda f: _raises_value_error(lambda: f(10, 8)))]
 
 
 def _with_table(cls, d, max_len, table, x):
@@ -68,12 +71,12 @@ def _module_cases(rng):
                 f"on x of shape [B={B}, T={T}, {d}]")
         cases.append(Case(desc, lambda cls, x=x, d=d, kw=kwargs: cls(d, **kw).eval()(x.clone())))
 
-    def buffer_flags(cls):
+    def buffers_and_parameters(cls):
         m = cls(12, max_len=30)
-        return np.array(["pe" in dict(m.named_buffers()), len(list(m.parameters())) == 0])
+        return [str(name) for name, _ in m.named_buffers()], len(list(m.parameters()))
 
     cases.append(Case("PositionalEncoding(12, max_len=30): is `pe` a buffer, and are there no trainable "
-                      "parameters? ([buffer, no parameters])", buffer_flags))
+                      "parameters? ([buffer, no parameters])", buffers_and_parameters, derive=_buffer_flags))
     return cases
 
 
@@ -89,19 +92,55 @@ def _max_len_cases(rng):
     ]
 
 
-def _dropout_flags(cls, x, p):
+def _buffer_flags(result) -> np.ndarray:
+    """derive (trusted side): (buffer names, number of parameter tensors) -> [pe is a buffer, no parameters]."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"expected (buffer names, number of parameters), got {type(result).__name__}")
+    names, n_params = result
+    if not isinstance(names, (list, tuple)) or isinstance(n_params, bool) or not isinstance(n_params, int):
+        raise TypeError("expected (a list of buffer names, a number of parameters)")
+    return np.array(["pe" in names, n_params == 0])
+
+
+def _dropout_outputs(cls, x, p):
+    """Runs in the sandbox: the module's outputs only (eval, eval again, train); the four answers
+    are decided from them by _dropout_flags, in the trusted process."""
     B, T, d = x.shape
     m = cls(d, max_len=T + 5, dropout=p)
     m.eval()
     clean, clean_again = m(x.clone()), m(x.clone())
     m.train()
     noisy = m(x.clone())
-    kept = noisy != 0
-    dropped = 1.0 - kept.float().mean().item()
-    scaled = bool(torch.allclose(noisy[kept], clean[kept] / (1.0 - p), rtol=1e-4, atol=1e-5))
-    eval_untouched = bool(torch.equal(clean, clean_again) and (clean != 0).all())
-    active = not torch.equal(noisy, clean)
-    return np.array([active, scaled, abs(dropped - p) < 0.04, eval_untouched])
+    return clean, clean_again, noisy
+
+
+def _numbers(value, what: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().double().numpy()
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        raise TypeError(f"the module returned {type(value).__name__} in {what}, not a tensor of numbers")
+    return value.astype(np.float64)
+
+
+def _dropout_flags(p: float):
+    """derive (trusted side) for the dropout cases: (clean, clean_again, noisy) -> [training mode
+    changes the output, kept entries are (x + pe) / (1 - p), about a fraction p is zeroed, evaluation
+    mode drops nothing]. p comes from the case itself, not from the sandbox."""
+    def flags(result) -> np.ndarray:
+        if not isinstance(result, (tuple, list)) or len(result) != 3:
+            raise TypeError(f"expected the module's three outputs, got {type(result).__name__}")
+        clean, clean_again, noisy = (_numbers(v, what) for v, what in
+                                     zip(result, ("evaluation mode", "evaluation mode (2nd call)", "training mode")))
+        same_shape = clean.shape == noisy.shape
+        kept = noisy != 0
+        dropped = 1.0 - float(kept.mean()) if kept.size else 1.0
+        scaled = same_shape and bool(np.allclose(noisy[kept], clean[kept] / (1.0 - p), rtol=1e-4, atol=1e-5))
+        eval_untouched = (clean.shape == clean_again.shape and bool(np.array_equal(clean, clean_again))
+                          and bool((clean != 0).all()))
+        active = not (same_shape and bool(np.array_equal(noisy, clean)))
+        return np.array([active, scaled, abs(dropped - p) < 0.04, eval_untouched])
+
+    return flags
 
 
 def _dropout_cases(rng):
@@ -111,7 +150,7 @@ def _dropout_cases(rng):
         cases.append(Case(f"dropout={p}, x of shape {list(shape)}; the four answers: [training mode changes "
                           f"the output, kept entries are (x + pe) / (1 - p), about a fraction p = {p} is zeroed, "
                           f"evaluation mode drops nothing]",
-                          lambda cls, x=x, p=p: _dropout_flags(cls, x, p)))
+                          lambda cls, x=x, p=p: _dropout_outputs(cls, x, p), derive=_dropout_flags(p)))
     return cases
 
 

@@ -153,10 +153,15 @@ class _NoBuiltinLabelSmoothing:
 
 
 def _guarded(f, *args):
-    """Run the loss under the label-smoothing guard; a scalar travels as (value [1], True)."""
+    """Run the loss under the label-smoothing guard (in the sandbox): the loss as it was returned."""
     with _NoBuiltinLabelSmoothing():
-        out = f(*args)
-    if isinstance(out, torch.Tensor):   # a 0-d array would come back from the sandbox as shape (1,)
+        return f(*args)
+
+
+def _loss_and_rank(out):
+    """derive (trusted side): the loss -> (the loss, [it is a 0-d tensor]), so that a loss of shape [1]
+    fails only the second part, with its own message. (A 0-d tensor comes back from the sandbox 0-d.)"""
+    if isinstance(out, torch.Tensor):
         return out.reshape(-1) if out.dim() == 0 else out, _flag(out.dim() == 0)
     return out, _flag(False)
 
@@ -176,7 +181,8 @@ def _ls_cases(rng):
             target.view(-1)[0] = (ignore + 1) % V  # ... and at least one that counts
         cases.append(Case(f"logits {list(logits.shape)}, target {list(target.shape)} with some positions = "
                           f"ignore_index {ignore}, epsilon={eps} (checks the loss, then that it is a 0-d tensor)",
-                          lambda f, x=logits, y=target, e=eps, i=ignore: _guarded(f, x.clone(), y.clone(), e, i)))
+                          lambda f, x=logits, y=target, e=eps, i=ignore: _guarded(f, x.clone(), y.clone(), e, i),
+                          derive=_loss_and_rank))
     return cases
 
 
@@ -187,7 +193,8 @@ def _ls_stability_cases(rng):
         target = torch.from_numpy(rng.integers(1, V, size=(10,)).astype(np.int64))
         target[::4] = 0
         cases.append(Case(f"large logits (scale {scale:g}): exp overflows and softmax underflows to 0",
-                          lambda f, x=logits, y=target: _guarded(f, x.clone(), y.clone(), 0.1, 0)))
+                          lambda f, x=logits, y=target: _guarded(f, x.clone(), y.clone(), 0.1, 0),
+                          derive=_loss_and_rank))
     return cases
 
 
@@ -698,22 +705,31 @@ def _exact_probs(logits, temperature, top_k):
     return torch.softmax(x, dim=-1).numpy()
 
 
-def _distribution(f, logits, temperature, top_k, seed=1234):
-    """(the draws' shape, a scalar of their dtype, frequencies per row snapped to the exact probabilities)."""
+def _draws(f, logits, temperature, top_k, seed=1234):
+    """Runs in the sandbox: N_DRAWS draws per row of `logits`, as the sampler returned them."""
     rows, V = logits.shape
     many = logits[:, None, :].expand(rows, N_DRAWS, V).contiguous()
-    draws = f(many, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(seed))
-    if not isinstance(draws, torch.Tensor):
-        return draws, None, None
-    p = _exact_probs(logits, temperature, top_k)
-    freq = np.zeros((rows, V))
-    if tuple(draws.shape) == (rows, N_DRAWS):
-        d = draws.detach().cpu().long()
-        for r in range(rows):
-            valid = d[r][(d[r] >= 0) & (d[r] < V)]
-            freq[r] = np.bincount(valid.numpy(), minlength=V)[:V] / N_DRAWS
-    snapped = np.where(np.abs(freq - p) <= SNAP, p, freq)
-    return torch.tensor(list(draws.shape)), torch.zeros(1, dtype=draws.dtype), snapped
+    return f(many, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(seed))
+
+
+def _distribution(logits, temperature, top_k):
+    """derive (trusted side) for the sampling cases: the draws -> (their shape, a scalar of their dtype,
+    frequencies per row snapped to the exact probabilities). The logits come from the case itself."""
+    def distribution(draws):
+        if not isinstance(draws, torch.Tensor):
+            return draws, None, None
+        rows, V = logits.shape
+        p = _exact_probs(logits, temperature, top_k)
+        freq = np.zeros((rows, V))
+        if tuple(draws.shape) == (rows, N_DRAWS) and not draws.dtype.is_complex:
+            d = draws.detach().cpu().long()
+            for r in range(rows):
+                valid = d[r][(d[r] >= 0) & (d[r] < V)]
+                freq[r] = np.bincount(valid.numpy(), minlength=V)[:V] / N_DRAWS
+        snapped = np.where(np.abs(freq - p) <= SNAP, p, freq)
+        return torch.tensor(list(draws.shape)), torch.zeros(1, dtype=draws.dtype), snapped
+
+    return distribution
 
 
 def _distinct_logits(rng, rows, V, spread=2.0):
@@ -729,7 +745,8 @@ def _sampling_cases(rng):
         logits = _distinct_logits(rng, rows, V, 1.5)
         cases.append(Case(f"{N_DRAWS:,} draws from each of {rows} rows of logits [{V}], temperature={T:g} "
                           f"(logits [{rows}, {N_DRAWS}, {V}] in one call, compared by frequency)",
-                          lambda f, x=logits, T=T: _distribution(f, x.clone(), T, None)))
+                          lambda f, x=logits, T=T: _draws(f, x.clone(), T, None),
+                          derive=_distribution(logits.clone(), T, None)))
     return cases
 
 
@@ -738,14 +755,26 @@ def _top_k_cases(rng):
     for rows, V, T, k in [(2, 8, 1.0, 3), (1, 6, 1.0, 1), (3, 10, 0.7, 5), (2, 6, 1.5, 2)]:
         logits = _distinct_logits(rng, rows, V, 1.0)
         cases.append(Case(f"{N_DRAWS:,} draws from each of {rows} rows of logits [{V}], temperature={T:g}, top_k={k}",
-                          lambda f, x=logits, T=T, k=k: _distribution(f, x.clone(), T, k)))
+                          lambda f, x=logits, T=T, k=k: _draws(f, x.clone(), T, k),
+                          derive=_distribution(logits.clone(), T, k)))
     return cases
 
 
-def _reproducible(f, logits, top_k):
+def _two_draws(f, logits, top_k):
+    """Runs in the sandbox: two calls with generators seeded alike, as the sampler returned them."""
     a = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
     b = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
-    return _flag(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b))
+    return a, b
+
+
+def _same_draws(result) -> np.ndarray:
+    """derive (trusted side): (a, b) -> [both are tensors and they are equal]."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"expected the two calls' draws, got {type(result).__name__}")
+    a, b = result
+    same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and a.shape == b.shape and torch.equal(a, b))
+    return _flag(same)
 
 
 def _raises_value_error(f, logits, temperature):
@@ -762,8 +791,9 @@ def _sampling_argument_cases(rng):
     logits = _distinct_logits(rng, 200, 9, 1.0)
     return [
         Case("two calls with generators seeded alike must draw the same tokens (returns whether they did)",
-             lambda f: _reproducible(f, logits, None)),
-        Case("the same with top_k=4", lambda f: _reproducible(f, logits, 4)),
+             lambda f: _two_draws(f, logits, None), derive=_same_draws),
+        Case("the same with top_k=4 (returns whether they did)", lambda f: _two_draws(f, logits, 4),
+             derive=_same_draws),
         Case("temperature=0 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, 0.0)),
         Case("temperature=-1 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, -1.0)),
     ]

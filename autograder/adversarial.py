@@ -229,7 +229,7 @@ HONESTY_BYPASSES = [
            "    return out, torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)\n", "zero"),
     Bypass("worker-thread", "import threading\nimport torch.nn.functional as F\n" + _SDPA +
            "    box = []\n    t = threading.Thread(target=lambda: box.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))\n"
-           "    t.start(); t.join()\n    return box[0], torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)\n", "zero"),
+           "    t.start(); t.join()\n    return box[0], torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)\n", "zero", review=True),
     Bypass("setprofile-off", "import sys, torch\n" + _SDPA + "    sys.setprofile(None)\n"
            "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n    if mask is not None:\n"
            "        scores = scores.masked_fill(~mask, float('-inf'))\n    w = torch.softmax(scores, -1)\n"

@@ -47,10 +47,17 @@ class Received:
 
 
 class Reader:
-    """Reads frames from `fd` on a thread of its own until the writer closes it or breaks a rule."""
+    """Reads frames from `fd` on a thread of its own until the writer closes it or breaks a rule.
 
-    def __init__(self, fd: int, max_frame: int = MAX_FRAME_BYTES, max_total: int = MAX_TOTAL_BYTES):
+    Only what the job allows is kept: cell numbers below `cells`, results only for the cells in
+    `result_cells` and only while that cell runs, one result and one timeout per cell. Frames the
+    student's code forges can therefore neither grow the grader's memory nor speak for a cell
+    that is not running."""
+
+    def __init__(self, fd: int, cells: int, result_cells: set[int], max_frame: int = MAX_FRAME_BYTES,
+                 max_total: int = MAX_TOTAL_BYTES):
         self.fd, self.max_frame, self.max_total = fd, max_frame, max_total
+        self.cells, self.result_cells = cells, result_cells
         self.state = Received()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -61,9 +68,12 @@ class Reader:
             return self.state.running, self.state.done
 
     def close(self, timeout: float = 5.0) -> Received:
-        """Wait for the reader to reach the end of the pipe (the writer is dead by now)."""
+        """Wait for the reader to reach the end of the pipe (the writer is dead by now); a copy of
+        what it has, taken under the lock (a leftover writer cannot change it afterwards)."""
         self.thread.join(timeout)
-        return self.state
+        with self.lock:
+            s = self.state
+            return Received(s.running, s.done, dict(s.results), list(s.timed_out), s.problem, s.total)
 
     def _read_exactly(self, n: int) -> bytes | None:
         chunks, left = [], n
@@ -100,13 +110,13 @@ class Reader:
         with self.lock:
             s = self.state
             s.total += HEADER.size + len(payload)
-            if kind == b"S":
+            if kind == b"S" and cell < self.cells:
                 s.running = cell
             elif kind == b"E":
                 s.running = None
-            elif kind == b"T":
+            elif kind == b"T" and cell == s.running and cell not in s.timed_out:
                 s.timed_out.append(cell)
-            elif kind == b"R":
+            elif kind == b"R" and cell == s.running and cell in self.result_cells and cell not in s.results:
                 s.results[cell] = payload
             elif kind == b"D":
                 s.done = True

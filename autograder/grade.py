@@ -49,6 +49,7 @@ c.Autograde.autograde_preprocessors = [
 ]
 c.OverwriteCells.add_missing_cells = True
 """
+_KIT_LOCK = threading.Lock()
 CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "status", "review", "sandbox"]
 
 
@@ -86,10 +87,11 @@ class Course:
 
     @property
     def kit(self) -> str:
-        """The runner's modules, copied once: all of the grader a sandbox can see."""
-        if self._kit is None:
-            self._kit = make_kit(self.root.parent / "kit")
-        return self._kit
+        """The runner's modules, copied once per run (under a lock: workers share the course)."""
+        with _KIT_LOCK:
+            if self._kit is None:
+                self._kit = make_kit(self.root.parent / "kit")
+            return self._kit
 
     def setup(self, solutions: Path = SOLUTIONS, only: list[str] | None = None) -> "Course":
         prepare_source_course(self.root, solutions, self.db_url, only)
@@ -352,6 +354,7 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
     else:
         course.lock = threading.Lock()
     course.extra_hidden = [str(Path(submissions).resolve())]
+    course.kit  # built once, before any worker starts a sandbox
     students = collect(Path(submissions), course.grade_ids())
     workers = workers or int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1)
     done: dict[str, list[NotebookResult]] = {}

@@ -94,6 +94,7 @@ def main() -> int:
 
     _hide_grader()
     shell = InteractiveShell.instance(colors="NoColor")
+    _close_setup_errors()  # from here on the student's code runs: it gets no way to the grader's stderr
     shell.showtraceback = _quiet_traceback(shell)  # keep tracebacks short; they are not graded
 
     current = [0]
@@ -139,12 +140,21 @@ def _quiet_traceback(shell):
     return show
 
 
+_SETUP_ERRORS: list[int] = []  # a copy of stderr, kept only while the runner sets itself up
+
+
+def _close_setup_errors() -> None:
+    while _SETUP_ERRORS:
+        os.close(_SETUP_ERRORS.pop())
+
+
 if __name__ == "__main__":
-    _err = os.dup(2)
+    _SETUP_ERRORS.append(os.dup(2))
     try:
         sys.exit(main())
-    except Exception:  # noqa: BLE001 - the runner's own failure (before or between cells): say why
+    except Exception:  # noqa: BLE001 - the runner's own failure while setting up: say why
         import traceback
 
-        os.write(_err, traceback.format_exc()[-2000:].encode(errors="replace"))
+        if _SETUP_ERRORS:
+            os.write(_SETUP_ERRORS[0], traceback.format_exc()[-2000:].encode(errors="replace"))
         os._exit(1)

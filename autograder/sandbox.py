@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .channel import Reader, Received
+from .channel import MAX_TOTAL_BYTES, Reader, Received
 
 SANDBOX_UID = 65534  # nobody
 SCRATCH = "/dev/shm"  # the namespaces fallback's private scratch (a tmpfs every Linux has)
@@ -58,6 +58,10 @@ SCRATCH_BYTES = 256 * 2**20
 # The runner's own modules: all the sandbox may import of the grader (never the hidden checks).
 KIT_FILES = ("__init__.py", "channel.py", "runner.py", "serialize.py",
              "checks/__init__.py", "checks/core.py", "checks/tensors.py")
+# /proc entries an unprivileged process must not write or read (the list Docker and runc mask).
+PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/bus", "/proc/irq")
+PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/latency_stats", "/proc/timer_list",
+               "/proc/timer_stats", "/proc/sched_debug")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
              "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/alternatives", "/etc/fonts",
              "/etc/matplotlibrc")
@@ -141,12 +145,23 @@ def _works(cmd: list[str]) -> bool:
 
 
 def make_kit(folder: Path) -> str:
-    """Copy the runner's modules (KIT_FILES, nothing else of the grader) into `folder`/autograder."""
+    """Copy the runner's modules (KIT_FILES, nothing else of the grader) into `folder`/autograder.
+    Built aside and renamed into place: a sandbox already importing from `folder` never sees a
+    half-written file."""
     source = Path(__file__).resolve().parent
+    staging = Path(tempfile.mkdtemp(prefix=".kit-", dir=folder.parent))
     for name in KIT_FILES:
-        target = folder / "autograder" / name
+        target = staging / "autograder" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source / name, target)
+    os.chmod(staging, 0o755)
+    if folder.exists():
+        old = folder.with_name(f".old-kit-{secrets.token_hex(4)}")
+        folder.rename(old)
+        staging.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(folder)
     return str(folder)
 
 
@@ -160,13 +175,18 @@ def bwrap_command(world: World) -> list[str]:
     """The `bwrap` arguments for one sandbox (the runner command follows them)."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
+            "--proc", "/proc", "--dev", "/dev",
             "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp", "--dir", "/tmp/job", "--dir", "/tmp/home"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
+    for path in PROC_READONLY:
+        args += ["--ro-bind-try", path, path]
+    for path in PROC_MASKED:
+        if os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
     for path in ETC_FILES:
         args += ["--ro-bind-try", path, path]
     for path in _python_roots() + world.readonly:
@@ -213,6 +233,7 @@ def _init_inside(spec_path: str) -> None:
         if path not in spec["keep"] and os.path.isdir(path) and \
                 _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES},mode=1777", "tmpfs", path):
             private.add(path)
+    _fresh_dev()
     grader = os.path.join(SCRATCH, ".grader")
     os.mkdir(grader)
     if not _mount("--bind", f"/proc/self/fd/{kit}", grader, fds=(kit,)):
@@ -225,7 +246,7 @@ def _init_inside(spec_path: str) -> None:
     _mount("-o", "remount,bind,ro", "/proc/sys")
     workdir = os.path.join(SCRATCH, "job")
     os.mkdir(workdir)
-    keep_writable = private | {"/proc", "/dev", "/dev/pts", "/dev/mqueue"}
+    keep_writable = private | {"/proc", "/dev", "/dev/shm"} | {f"/dev/{n}" for n in ("null", "zero", "full", "random", "urandom", "tty")}
     for mountpoint in _mountpoints():
         if mountpoint not in keep_writable and not mountpoint.startswith("/proc/"):
             _mount("-o", "remount,bind,ro", mountpoint)
@@ -235,6 +256,23 @@ def _init_inside(spec_path: str) -> None:
     os.environ.update(spec["env"])
     drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     os.execvp(drop[0], drop + [sys.executable, "-m", "autograder.runner"])
+
+
+def _fresh_dev() -> None:
+    """A minimal /dev (null, zero, full, random, urandom, tty) and a private /dev/shm: no disks."""
+    stage = "/tmp/.dev"
+    os.mkdir(stage)
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        open(os.path.join(stage, name), "w").close()
+        _mount("--bind", f"/dev/{name}", os.path.join(stage, name))
+    if not _mount("-t", "tmpfs", "-o", "size=64k,mode=755", "tmpfs", "/dev"):
+        raise SystemExit("sandbox: could not replace /dev")
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        open(os.path.join("/dev", name), "w").close()
+        _mount("--move", os.path.join(stage, name), os.path.join("/dev", name))
+    os.mkdir("/dev/shm")
+    _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES},mode=1777", "tmpfs", "/dev/shm")
+    os.symlink("/proc/self/fd", "/dev/fd")
 
 
 def _mountpoints() -> list[str]:
@@ -259,45 +297,70 @@ def _contains_needed(path: str) -> bool:
 
 
 # --------------------------------------------------------------------------- the parent side
-def _pids_cgroup(limit: int) -> Path | None:
-    """A pids cgroup with a random name capping the sandbox's processes (root only: RLIMIT_NPROC
-    does not bind root). The sandbox never sees /sys, so it cannot lift the cap."""
+def _cgroups(limits: Limits) -> list[Path]:
+    """Control groups with a random name capping the whole sandbox (root only): processes
+    (RLIMIT_NPROC does not bind root, and as an ordinary user it is shared by every sandbox of
+    that uid) and memory (RLIMIT_AS is per process). The sandbox never sees /sys, so it cannot
+    lift them. cgroup v1 (one hierarchy per controller) or v2 (one unified tree)."""
     if os.geteuid() != 0:
+        return []
+    name = f"attn-{secrets.token_hex(8)}"
+    wanted = {"pids": [("pids.max", str(limits.processes))],
+              "memory": [("memory.limit_in_bytes", str(limits.memory_bytes)), ("memory.max", str(limits.memory_bytes))]}
+    made = []
+    unified = Path("/sys/fs/cgroup")
+    if (unified / "cgroup.controllers").exists():  # v2: one group, both limits
+        group = _make_group(unified / name, [kv for kvs in wanted.values() for kv in kvs])
+        return [group] if group else []
+    for controller, settings in wanted.items():
+        group = _make_group(unified / controller / name, settings)
+        if group:
+            made.append(group)
+    return made
+
+
+def _make_group(group: Path, settings: list[tuple[str, str]]) -> Path | None:
+    try:
+        group.mkdir()
+    except OSError:
         return None
-    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-        if not (base / "cgroup.procs").exists():
-            continue
-        group = base / f"attn-{secrets.token_hex(8)}"
+    wrote = False
+    for key, value in settings:
         try:
-            group.mkdir()
-            (group / "pids.max").write_text(str(limit))
-            return group
+            (group / key).write_text(value)
+            wrote = True
         except OSError:
-            try:
-                group.rmdir()
-            except OSError:
-                pass
-    return None
+            continue
+    if not wrote:
+        _remove_group(group)
+        return None
+    return group
 
 
-def _preexec(group: Path | None, limits: Limits, mode: str):
+def _remove_group(group: Path) -> None:
+    try:
+        group.rmdir()
+    except OSError:
+        pass
+
+
+def _preexec(groups: list[Path], limits: Limits, mode: str):
     as_dict = {"memory_bytes": limits.memory_bytes, "processes": limits.processes, "file_bytes": limits.file_bytes}
 
     def apply():
-        if group is not None:
+        for group in groups:
             (group / "cgroup.procs").write_text(str(os.getpid()))
-        os.setsid()
         if mode == "bubblewrap" or mode.startswith("none"):
             _set_limits(as_dict, nproc=os.geteuid() != 0)
     return apply
 
 
 def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_fd: int, err_fd: int,
-            group: Path | None) -> subprocess.Popen:
+            groups: list[Path]) -> subprocess.Popen:
     env = _sandbox_env(mode, in_fd, out_fd)
     runner = [sys.executable, "-m", "autograder.runner"]
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd,
-                  pass_fds=(in_fd, out_fd), preexec_fn=_preexec(group, limits, mode))
+                  pass_fds=(in_fd, out_fd), start_new_session=True, preexec_fn=_preexec(groups, limits, mode))
     if mode == "bubblewrap":
         return subprocess.Popen(bwrap_command(world) + runner, env=env, **common)
     if mode.startswith("namespaces"):
@@ -307,7 +370,7 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
                            "file_bytes": limits.file_bytes}}
         spec_path = job / "sandbox.json"
         spec_path.write_text(json.dumps(spec))
-        cmd = ["unshare", "--mount", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
+        cmd = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "--kill-child"]
         if mode.endswith("(user)"):
             cmd.append("--map-root-user")
         cmd += [sys.executable, "-m", "autograder.sandbox", "init", str(spec_path)]
@@ -319,11 +382,15 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # unkillable (stuck in the kernel): leave it, go on grading
         pass
-    proc.wait()
 
 
 def _describe_exit(code: int | None, mode: str) -> tuple[str, str]:
@@ -337,7 +404,10 @@ def _describe_exit(code: int | None, mode: str) -> tuple[str, str]:
     if sig == signal.SIGXFSZ:
         return "crash", "a file grew past the size limit"
     if sig:
-        return "crash", f"the process died from signal {signal.Signals(sig).name}"
+        try:
+            return "crash", f"the process died from signal {signal.Signals(sig).name}"
+        except ValueError:
+            return "exit", f"the notebook ended the process (exit code {code}: os._exit or similar)"
     return "exit", f"the notebook ended the process (exit code {code}: os._exit or similar)"
 
 
@@ -349,18 +419,23 @@ def _inputs_file(inputs: dict) -> int:
         return os.open(f"/proc/self/fd/{fh.fileno()}", os.O_RDONLY)
 
 
-def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, group: Path | None,
-              started: float) -> tuple[Received, int | None, str]:
+def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
+              started: float, budget: int) -> tuple[Received, int | None, str]:
     """One sandbox run: (what came back, exit code or None when killed, the sandbox's own stderr)."""
     in_fd = _inputs_file(inputs)
     read_fd, write_fd = os.pipe()
     err = tempfile.TemporaryFile()
     try:
-        proc = _launch(mode, world, limits, job, in_fd, write_fd, err.fileno(), group)
+        proc = _launch(mode, world, limits, job, in_fd, write_fd, err.fileno(), groups)
+    except BaseException:
+        os.close(read_fd)
+        err.close()
+        raise
     finally:
         os.close(in_fd)
         os.close(write_fd)
-    reader = Reader(read_fd)
+    record_cells = {i for i, cell in enumerate(inputs["cells"]) if cell["kind"] == "record"}
+    reader = Reader(read_fd, len(inputs["cells"]), record_cells, max_total=budget)
     cell_started, last_cell, code = time.monotonic(), None, None
     while True:
         try:
@@ -385,6 +460,16 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     return received, code, errors
 
 
+MAX_INCIDENTS = 20
+
+
+def _add(result: JobResult, incident: Incident) -> None:
+    """Record an incident once (a restart re-runs interrupted cells), and at most MAX_INCIDENTS."""
+    known = {(x.cell, x.kind) for x in result.incidents}
+    if (incident.cell, incident.kind) not in known and len(result.incidents) < MAX_INCIDENTS:
+        result.incidents.append(incident)
+
+
 def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | None = None) -> JobResult:
     """Run the notebook described by `inputs` (cells, cell_timeout, checks) in the sandbox,
     restarting past bad cells. `job` is a grader-private folder (never visible inside)."""
@@ -392,23 +477,26 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
     mode = isolation_mode()
     result = JobResult(isolation=mode)
     inputs = dict(inputs, skip=sorted(inputs.get("skip", [])))
-    group = _pids_cgroup(limits.processes) if os.geteuid() == 0 and mode != "none" else None
-    if os.geteuid() == 0 and is_isolated(mode) and group is None:
+    groups = _cgroups(limits) if is_isolated(mode) else []
+    if os.geteuid() == 0 and is_isolated(mode) and not any(g.parent.name == "pids" or
+                                                           (g / "pids.max").exists() for g in groups):
         result.isolation = f"{mode}, processes not limited (no writable pids cgroup)"
-    started = time.monotonic()
+    started, budget = time.monotonic(), MAX_TOTAL_BYTES
     try:
         for _attempt in range(limits.restarts + 1):
-            received, code, errors = _run_once(mode, world, limits, job, inputs, group, started)
-            result.results.update(received.results)
+            received, code, errors = _run_once(mode, world, limits, job, inputs, groups, started, budget)
+            budget -= received.total
+            for cell, blob in received.results.items():
+                result.results.setdefault(cell, blob)
             for cell in received.timed_out:
-                result.incidents.append(Incident(cell, "timeout", f"the cell ran past its {limits.cell_seconds:g} s "
-                                                 "limit and was interrupted", points_kept=True))
+                _add(result, Incident(cell, "timeout", f"the cell ran past its {limits.cell_seconds:g} s "
+                                      "limit and was interrupted", points_kept=True))
             if received.done:
                 result.finished = True
                 break
-            if received.problem:
+            if received.problem or budget <= 0:
                 result.incidents.append(Incident(received.running if received.running is not None else -1,
-                                                 "channel", received.problem))
+                                                 "channel", received.problem or "the notebook sent too many results"))
                 break
             running = received.running
             if time.monotonic() - started > limits.notebook_seconds:
@@ -419,18 +507,15 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
             if running is None:  # died between cells or before the first: nothing to skip
                 if not received.results and errors.strip() and code not in (None, 0):
                     detail += f" [sandbox: {errors.strip().splitlines()[-1][:200]}]"
-                result.incidents.append(Incident(-1, kind, detail + " outside any cell"))
+                _add(result, Incident(-1, kind, detail + " outside any cell"))
                 break
             if code is None:
                 kind, detail = "timeout", f"the cell ran past its {limits.cell_seconds:g} s limit and ignored the interrupt"
-            result.incidents.append(Incident(running, kind, detail))
+            _add(result, Incident(running, kind, detail))
             inputs["skip"] = sorted(set(inputs["skip"]) | {running})
     finally:
-        if group is not None:
-            try:
-                group.rmdir()
-            except OSError:
-                pass
+        for group in groups:
+            _remove_group(group)
     result.seconds = time.monotonic() - started
     return result
 

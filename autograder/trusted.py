@@ -239,7 +239,7 @@ def _judge_cell(t: TestCell, outcomes, job: Job) -> Verdict:
 
 def _why_not_reached(i: int, run: JobResult) -> str:
     for incident in run.incidents:
-        if incident.cell == i and not incident.points_kept:
+        if incident.cell == i:
             return f"not graded: checking this cell {incident.detail}"
     before = [x for x in run.incidents if x.cell < i and not x.points_kept]
     if before:
@@ -259,7 +259,10 @@ def incidents_status(run: JobResult, job: Job) -> str:
                 where = f"the code cell starting {first!r}"
             else:
                 where = f"the checks of {cell['test']}"
-            after = "the points it earned stand" if x.points_kept else "skipped; the rest was graded"
+            if x.points_kept:
+                after = "the points it earned stand" if cell["kind"] == "code" else "this test scored 0"
+            else:
+                after = "skipped; the rest was graded"
             parts.append(f"{x.kind}: {where}: {x.detail} ({after})")
         else:
             parts.append(f"{x.kind}: {x.detail}")

@@ -36,6 +36,7 @@ def graded(course, tmp_path_factory):
     out = root / "out"
     paths = adversarial.probe_paths(REPO, out, listener.getsockname()[1])
     chosen = adversarial.write_class(root / "class", solved_notebook(course, ASSIGNMENT), course.release(ASSIGNMENT), paths)
+    chosen = chosen | _intake_attacks(root / "class", solved_notebook(course, ASSIGNMENT))
     out.mkdir()
     before = None
     try:
@@ -46,6 +47,40 @@ def graded(course, tmp_path_factory):
     finally:
         listener.close()
     return {r.student_id: r for r in results if r.notebook == ASSIGNMENT}, chosen, out, paths, before
+
+
+INTAKE = {  # student id -> what the grades table must say about them
+    "deep-json": "nests JSON 100,000 levels deep",
+    "overlap-zip": "share the same bytes",
+    "huge-notebook": "has 100,000 cells (limit 2,000)",
+}
+
+
+def _intake_attacks(folder, solved) -> dict:
+    """Submissions that attack the intake (refused, the batch goes on) and two students whose
+    names collide once sanitised (both graded)."""
+    from .test_limits import notebook, overlapping_zip
+
+    (folder / "deep-json").mkdir()
+    (folder / "deep-json" / f"{ASSIGNMENT}.ipynb").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    (folder / "overlap-zip.zip").write_bytes(overlapping_zip(400))
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": f"cell {i} " + "x" * 60} for i in range(100_000)]
+    (folder / "huge-notebook").mkdir()
+    (folder / "huge-notebook" / f"{ASSIGNMENT}.ipynb").write_bytes(notebook(cells=cells))
+    for name in ("Zoé Li", "Zoë Li"):
+        (folder / name).mkdir()
+        nbformat.write(solved, folder / name / f"{ASSIGNMENT}.ipynb")
+    return dict.fromkeys([*INTAKE, "Zoe_Li", "Zoe_Li-2"])
+
+
+def test_intake_attacks_are_refused_and_colliding_names_both_graded(graded):
+    results = graded[0]
+    for student, words in INTAKE.items():
+        assert results[student].score == 0 and words in results[student].status, results[student].status
+    for student in ("Zoe_Li", "Zoe_Li-2"):
+        r = results[student]
+        assert r.score == r.max_score, (r.status, [(c.grade_id, c.message[:100]) for c in r.cells if c.score < c.max_score])
+        assert "renamed to" in r.status, r.status
 
 
 def _fingerprints(out) -> dict[str, str]:
@@ -103,7 +138,7 @@ def test_batch_table_and_feedback_are_complete(graded):
     rows = [row for row in csv.DictReader((out / "grades.csv").open()) if row["notebook"] == ASSIGNMENT]
     assert {row["student_id"] for row in rows} == set(chosen)
     pages = list((out / "feedback").glob("*/*.html"))
-    assert len(pages) >= len(chosen) - 4  # all but the unreadable ones (and crashes of nbgrader: none)
+    assert len(pages) >= len(chosen) - 4 - len(INTAKE)  # all but the unreadable ones (and crashes of nbgrader: none)
     for page in pages:
         html = page.read_text()
         for secret in ("HIDDEN TESTS", "nb01.check", "most recent call last"):
@@ -120,7 +155,7 @@ def test_grader_files_unchanged_and_gradebook_whole(graded):
     assert _fingerprints(out) == before
     with sqlite3.connect(out / "gradebook.db") as db:
         students = {row[0] for row in db.execute("select id from student")}
-        assert set(chosen) - {"corrupt-json", "not-utf8"} <= students
+        assert set(chosen) - {"corrupt-json", "not-utf8"} - set(INTAKE) <= students
     assert results["solved"].score == results["solved"].max_score
 
 

@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: grade test build lab check clean venv train
 
-## make grade: set up, regenerate the student notebooks, grade the demo class, print the table
+## make grade: set up, regenerate the student notebooks, grade the demo class, print the table.
+## The instructor's demo: to grade your own notebook, run `attn-course check <notebook>`. The build
+## step refuses to overwrite a notebook in notebooks/ whose answers were edited (nothing is lost).
 grade: $(STAMP)
 	attn-course build
 	attn-course demo --out build/demo
@@ -18,8 +20,10 @@ test: $(STAMP)
 	python -m pytest
 
 ## make build: regenerate notebooks/ and the library code extracted from solutions/
+## (BUILD_ARGS=--overwrite-student-work to replace notebooks whose answers were edited)
+BUILD_ARGS ?=
 build: $(STAMP)
-	attn-course build
+	attn-course build $(BUILD_ARGS)
 
 ## make train: train the notebook-06 translator, evaluate it on the Multi30k test sets, record the
 ## results in results/translator.json (CONFIG=auto|gpu|cpu|quick, auto = gpu if CUDA is available; SRC, TGT)
@@ -29,9 +33,11 @@ TGT ?= de
 train: $(STAMP)
 	attn-course train --config $(CONFIG) --src $(SRC) --tgt $(TGT) --evaluate --record
 
-## make lab: JupyterLab on the student notebooks
+## make lab: JupyterLab on the student notebooks (LAB_ARGS="--no-browser --allow-root --port 8899"
+## go to `jupyter lab` as they are)
+LAB_ARGS ?=
 lab: $(STAMP)
-	attn-course lab
+	attn-course lab $(LAB_ARGS)
 
 venv: $(STAMP)
 

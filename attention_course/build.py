@@ -6,6 +6,8 @@
   convention). The code a learner reads is the code that runs.
 * Student notebooks: ``nbgrader generate_assignment`` turns each solution notebook into its
   student version in notebooks/ (solutions replaced by stubs, hidden tests removed, outputs cleared).
+  A notebook in notebooks/ whose answer cells a student has edited is never replaced silently:
+  the build stops and says which cells (``--overwrite-student-work`` replaces them anyway).
 
 Both are deterministic, so a test can rebuild into a temporary folder and compare.
 """
@@ -20,7 +22,21 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parent.parent
+
+
+def _course_root() -> Path:
+    """The course checkout: $ATTN_COURSE_ROOT if set; else the folder holding this package when it
+    has solutions/ (a checkout, or an editable install); else the current folder when it has
+    solutions/ (a `pip install .` run from the checkout); else the package's parent anyway."""
+    if os.environ.get("ATTN_COURSE_ROOT"):
+        return Path(os.environ["ATTN_COURSE_ROOT"]).resolve()
+    here = Path(__file__).resolve().parent.parent
+    if (here / "solutions").is_dir() or not (Path.cwd() / "solutions").is_dir():
+        return here
+    return Path.cwd().resolve()
+
+
+REPO = _course_root()
 SOLUTIONS = REPO / "solutions"
 NOTEBOOKS = REPO / "notebooks"
 LIBRARY = REPO / "attention_course"
@@ -33,6 +49,9 @@ SOLUTION_DELIMITERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 def assignments(root: Path = SOLUTIONS) -> list[str]:
     """Assignment names (folders of solutions/ holding a notebook of the same name), sorted."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"no solutions folder at {root}: run from the course checkout, "
+                                f"or set ATTN_COURSE_ROOT to it")
     return sorted(p.name for p in root.iterdir() if (p / f"{p.name}.ipynb").is_file())
 
 
@@ -154,19 +173,111 @@ def without_timings(nb):
     return nb
 
 
-def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS, only: list[str] | None = None) -> list[Path]:
-    """Regenerate the student notebooks into `out/<assignment>/` with nbgrader."""
-    written = []
+# --------------------------------------------------------------------------- student work
+class StudentWorkError(RuntimeError):
+    """Refused to replace notebooks whose answer cells a student has edited."""
+
+    def __init__(self, edits: dict[Path, list[str]]):
+        self.edits = edits
+        lines = ["refusing to overwrite student work: these notebooks hold answers that the new release would erase:"]
+        lines += [f"  {_shown(path)}: {', '.join(cells)}" for path, cells in edits.items()]
+        lines += ["To keep your work, copy it out of notebooks/ first:", "  mkdir -p my-work"]
+        lines += [f"  cp {_shown(path)} my-work/" for path in edits]
+        lines += ["and check your own notebook with `attn-course check` (`make grade` grades the instructor's demo class):",
+                  f"  attn-course check my-work/{next(iter(edits)).name}",
+                  "To throw these edits away and regenerate anyway: attn-course build --overwrite-student-work"]
+        super().__init__("\n".join(lines))
+
+
+def _shown(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def _answer_cells(nb) -> dict[str, nbformat.NotebookNode]:
+    """The nbgrader solution cells of a notebook, by grade_id."""
+    return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution") and c.metadata["nbgrader"].get("grade_id")}
+
+
+def _unchanged_since_release(cell) -> bool:
+    """True when the cell still holds what nbgrader released (its checksum, recorded in the release)."""
+    from nbgrader.utils import compute_checksum
+
+    recorded = cell.metadata.get("nbgrader", {}).get("checksum")
+    try:
+        return recorded is not None and compute_checksum(cell) == recorded
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def student_edits(existing, fresh) -> list[str]:
+    """grade_ids of the answer cells of `existing` (a notebook in notebooks/) that hold something
+    other than what `fresh` (the release about to replace it) has, i.e. a student's answers.
+
+    A cell that still matches the checksum nbgrader recorded when it was released is not student
+    work even if the fresh release differs (the instructor changed the stub): it is replaced."""
+    new = _answer_cells(fresh)
+    edited = []
+    for gid, cell in _answer_cells(existing).items():
+        if gid in new and cell.source == new[gid].source:
+            continue
+        if cell.source.strip() and not _unchanged_since_release(cell):
+            edited.append(gid)
+    return edited
+
+
+def find_student_work(releases: dict[Path, nbformat.NotebookNode]) -> dict[Path, list[str]]:
+    """{existing notebook: [edited answer cells]} for the targets in `releases` (path -> new notebook)."""
+    found = {}
+    for target, fresh in releases.items():
+        if not target.exists() or target.stat().st_size == 0:
+            continue
+        try:
+            existing = nbformat.read(target, as_version=4)
+        except Exception as err:  # unreadable: it may still be someone's work
+            found[target] = [f"(unreadable notebook: {type(err).__name__}; not replaced blindly)"]
+            continue
+        edited = student_edits(existing, fresh)
+        if edited:
+            found[target] = edited
+    return found
+
+
+def check_student_work(releases: dict[Path, nbformat.NotebookNode]) -> None:
+    edits = find_student_work(releases)
+    if edits:
+        raise StudentWorkError(edits)
+
+
+# --------------------------------------------------------------------------- student notebooks
+def release_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS,
+                      only: list[str] | None = None) -> dict[Path, nbformat.NotebookNode]:
+    """The student notebooks nbgrader generates, in memory: {target path in `out`: notebook}."""
+    releases = {}
     with tempfile.TemporaryDirectory(prefix="attn-build-") as tmp:
         course = Path(tmp) / "course"
         for a in prepare_source_course(course, solutions, only=only):
             release = course / "release" / a / f"{a}.ipynb"
-            nb = without_timings(nbformat.read(release, as_version=4))
-            target = out / a / f"{a}.ipynb"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, target)
-            written.append(target)
-    return written
+            releases[out / a / f"{a}.ipynb"] = without_timings(nbformat.read(release, as_version=4))
+    return releases
+
+
+def write_notebooks(releases: dict[Path, nbformat.NotebookNode], overwrite_student_work: bool = False) -> list[Path]:
+    """Write the releases, after checking that none replaces a student's answers (StudentWorkError)."""
+    if not overwrite_student_work:
+        check_student_work(releases)
+    for target, nb in releases.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target)
+    return list(releases)
+
+
+def generate_notebooks(out: Path = NOTEBOOKS, solutions: Path = SOLUTIONS, only: list[str] | None = None,
+                       overwrite_student_work: bool = False) -> list[Path]:
+    """Regenerate the student notebooks into `out/<assignment>/` with nbgrader. Nothing is written
+    when any existing notebook there holds a student's answers, unless `overwrite_student_work`."""
+    return write_notebooks(release_notebooks(out, solutions, only), overwrite_student_work)
 
 
 def execute_solution(assignment: str, solutions: Path = SOLUTIONS, timeout: int = 900) -> Path:
@@ -184,8 +295,15 @@ def execute_solution(assignment: str, solutions: Path = SOLUTIONS, timeout: int 
 
 
 def build(library: Path = LIBRARY, notebooks: Path = NOTEBOOKS, solutions: Path = SOLUTIONS,
-          only: list[str] | None = None, execute: bool = False) -> list[Path]:
+          only: list[str] | None = None, execute: bool = False, overwrite_student_work: bool = False) -> list[Path]:
     """Extract the library, then generate the student notebooks (after executing the solutions
-    first, with `execute`). Returns the files written."""
-    executed = [execute_solution(a, solutions) for a in select(solutions, only)] if execute else []
-    return executed + extract_library(solutions, library, only) + generate_notebooks(notebooks, solutions, only)
+    first, with `execute`). Returns the files written.
+
+    The student notebooks are generated and checked for student work before anything is written:
+    a refused build (StudentWorkError) changes nothing (but the solutions it executed, with `execute`)."""
+    names = select(solutions, only)
+    executed = [execute_solution(a, solutions) for a in names] if execute else []
+    releases = release_notebooks(notebooks, solutions, only)
+    if not overwrite_student_work:
+        check_student_work(releases)
+    return executed + extract_library(solutions, library, only) + write_notebooks(releases, overwrite_student_work=True)

@@ -2,18 +2,49 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import os
+import re
 import sys
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 from .build import NOTEBOOKS, REPO, bin_dir
 
+DISTRIBUTION = "attention-course"
+
+
+class UsageError(ValueError):
+    """A bad command-line argument, found before any work starts (exit status 2)."""
+
+
+def version() -> str:
+    """The installed distribution's version; from pyproject.toml when running from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        import tomllib
+
+        try:
+            return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+        except (OSError, KeyError, ValueError):
+            return "unknown"
+
 
 def _build(args) -> int:
-    from .build import build
+    from .build import StudentWorkError, build
 
-    for path in build(only=args.only or None, execute=args.execute):
-        print("wrote", path.relative_to(REPO))
+    try:
+        written = build(only=args.only or None, execute=args.execute,
+                        overwrite_student_work=args.overwrite_student_work)
+    except StudentWorkError as err:
+        print(f"attn-course build: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print("wrote", path.relative_to(REPO) if path.is_relative_to(REPO) else path)
     return 0
 
 
@@ -25,12 +56,151 @@ def _check(args) -> int:
     return 0 if result.score == result.max_score else 1
 
 
-def _grade(args) -> int:
-    from autograder.grade import format_table, grade
+# --------------------------------------------------------------------------- grade: arguments
+def _parse_due_date(assignment: str, value, where: str) -> datetime:
+    """An aware datetime in UTC; a date-time without a timezone is refused (it would be ambiguous)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            raise UsageError(f"{where}: due date {text!r} for {assignment} is not an ISO 8601 date-time; "
+                             f"write e.g. 2026-12-01T23:59:00+00:00 or 2026-12-01T23:59:00Z") from None
+    if not isinstance(value, datetime):
+        kind = "a date without a time" if isinstance(value, date) else type(value).__name__
+        raise UsageError(f"{where}: due date for {assignment} is {kind}; give a date-time with a timezone, "
+                         f"e.g. 2026-12-01T23:59:00Z")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise UsageError(f"{where}: due date {value.isoformat()} for {assignment} has no timezone; "
+                         f"add one (2026-12-01T23:59:00+01:00) or give it in UTC (2026-12-01T23:59:00Z)")
+    return value.astimezone(timezone.utc)
 
-    results = grade(Path(args.submissions), Path(args.out))
-    print(format_table(results))
-    return 0
+
+def _known_assignment(name: str, known: list[str], where: str) -> str:
+    if name not in known:
+        raise UsageError(f"{where}: unknown assignment {name!r}; choose from {', '.join(known)}")
+    return name
+
+
+def _due_dates(args, known: list[str]) -> dict[str, datetime]:
+    due: dict[str, datetime] = {}
+    if args.due_file:
+        import tomllib
+
+        path = Path(args.due_file)
+        if not path.is_file():
+            raise UsageError(f"--due-file: {path} does not exist" if not path.exists() else f"--due-file: {path} is not a file")
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise UsageError(f"--due-file: {path} is not valid TOML ({err}); write one line per assignment, "
+                             f'e.g. "01_similarity_attention" = 2026-12-01T23:59:00Z') from None
+        for name, value in table.items():
+            where = f"--due-file {path}"
+            due[_known_assignment(name, known, where)] = _parse_due_date(name, value, where)
+    for item in args.due or []:
+        name, sep, when = item.partition("=")
+        if not sep or not name.strip() or not when.strip():
+            raise UsageError(f"--due {item!r}: write ASSIGNMENT=DATE, e.g. --due 01_similarity_attention=2026-12-01T23:59:00Z")
+        name = _known_assignment(name.strip(), known, "--due")
+        due[name] = _parse_due_date(name, when, "--due")
+    return due
+
+
+def _check_roster(value: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise UsageError(f"--roster: {path} does not exist" if not path.exists() else f"--roster: {path} is not a file")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            header = next(csv.reader(fh), None)
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise UsageError(f"--roster: {path} is not a readable CSV file ({err})") from None
+    columns = [c.strip() for c in header or []]
+    if "id" not in columns:
+        raise UsageError(f"--roster: {path} needs a header row with an 'id' column (found: "
+                         f"{', '.join(columns) if columns else 'no header'}), e.g. id,first_name,last_name,email")
+    return path
+
+
+def _grade_arguments(args) -> dict:
+    """Check every argument of `grade` before any setup; the keyword arguments of grade()."""
+    from .build import assignments
+
+    submissions = Path(args.submissions)
+    if not submissions.exists():
+        raise UsageError(f"{submissions} does not exist: give the folder holding the submissions")
+    if not submissions.is_dir():
+        raise UsageError(f"{submissions} is not a folder: give the folder holding one sub-folder or zip per student")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out: {out} exists and is not a folder")
+    known = assignments()
+    chosen = [_known_assignment(a, known, "--assignment") for a in args.assignment or []]
+    students = []
+    for s in args.student or []:
+        if not s.strip() or "/" in s or "\\" in s or s in (".", ".."):
+            raise UsageError(f"--student {s!r}: give a student id (the name of their folder or zip)")
+        students.append(s.strip())
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: give at least 1")
+    return dict(assignments=list(dict.fromkeys(chosen)) or None, students=list(dict.fromkeys(students)) or None,
+                force=args.force, workers=args.workers, due=_due_dates(args, known),
+                roster=_check_roster(args.roster) if args.roster else None)
+
+
+# --------------------------------------------------------------------------- grade: outcome
+PROBLEMS = ("missing", "error", "crash", "timeout", "exit", "memory", "unreadable notebook")
+_PROBLEM = re.compile(r"^\s*(" + "|".join(PROBLEMS) + r")\b")
+
+
+def problems_of(status: str) -> list[str]:
+    """The kinds of trouble in a status ("ok", or parts such as "crash: ..." joined by "; ")."""
+    return list(dict.fromkeys(m.group(1) for part in status.split(";") if (m := _PROBLEM.match(part))))
+
+
+def outcome(results) -> tuple[int, str]:
+    """(exit status, one-line summary): 1 when any notebook crashed, timed out, errored or is missing."""
+    from collections import Counter
+
+    kinds = Counter()
+    bad = 0
+    for r in results:
+        found = problems_of(r.status)
+        bad += bool(found)
+        kinds.update(found)
+    students = len({r.student_id for r in results})
+    if not bad:
+        return 0, f"all {len(results)} notebooks of {students} students graded without problems"
+    detail = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    return 1, f"{bad} of {len(results)} notebooks ({students} students) had problems: {detail}; see the status column"
+
+
+def _readable(paths) -> None:
+    """Group- and world-readable outputs whatever created them (a temporary file is made 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    want = 0o044 & ~mask
+    for path in paths:
+        try:
+            mode = path.stat().st_mode & 0o777
+            if mode & want != want:
+                path.chmod(mode | want)
+        except OSError:
+            pass
+
+
+def _grade(args) -> int:
+    from autograder import grade as grading
+
+    options = _grade_arguments(args)  # UsageError -> exit 2, before any setup
+    out = Path(args.out)
+    results = grading.grade(Path(args.submissions), out, **options)
+    _readable(out / name for name in ("grades.csv", "grades_wide.csv", "report.html", "results.json"))
+    print(grading.format_table(results))
+    status, summary = outcome(results)
+    print(summary, file=sys.stderr if status else sys.stdout)
+    return status
 
 
 def _demo(args) -> int:
@@ -51,8 +221,12 @@ def _bench(args) -> int:
 
 
 def _lab(args) -> int:
+    """JupyterLab on notebooks/; every option after `lab` goes to `jupyter lab` as it is."""
     os.environ["PATH"] = bin_dir() + os.pathsep + os.environ.get("PATH", "")
-    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}", *args.extra]
+    extra = list(args.jupyter_args)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}", *extra]
     os.execv(sys.executable, cmd)
     return 0  # pragma: no cover
 
@@ -83,20 +257,46 @@ def _evaluate(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def group_readable_umask() -> int:
+    """Let the group and others read what we write (grades, feedback): clear the umask's read and
+    search bits for them, keep the rest of the user's umask. Returns the previous umask."""
+    old = os.umask(0)
+    os.umask(old & ~0o055)
+    return old
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attn-course", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("build", help="regenerate notebooks/ and the library code from solutions/")
+    p = sub.add_parser("build", help="regenerate notebooks/ and the library code from solutions/",
+                       description="Regenerate notebooks/ and the library code from solutions/. Refuses to replace "
+                                   "a notebook in notebooks/ whose answer cells someone has edited.")
     p.add_argument("--only", action="append", metavar="ASSIGNMENT", help="rebuild just this assignment (repeatable)")
     p.add_argument("--execute", action="store_true",
                    help="first run the solution notebooks top to bottom and save their outputs")
+    p.add_argument("--overwrite-student-work", action="store_true",
+                   help="replace notebooks in notebooks/ even when their answer cells were edited (the edits are lost)")
     p.set_defaults(func=_build)
     p = sub.add_parser("check", help="self-check one notebook: per exercise pass / fail (why) / not attempted")
     p.add_argument("notebook", help="path of your .ipynb")
     p.set_defaults(func=_check)
-    p = sub.add_parser("grade", help="grade a class: a folder with one sub-folder or zip per student, or nbgrader's submitted/")
-    p.add_argument("submissions")
+    p = sub.add_parser("grade", help="grade a class: a folder with one sub-folder or zip per student, or nbgrader's submitted/",
+                       description="Grade a class. Exit status: 0 when every notebook was graded, 1 when any "
+                                   "crashed, timed out, errored or is missing, 2 for a bad argument.")
+    p.add_argument("submissions", help="folder with one sub-folder or zip per student, or nbgrader's submitted/")
     p.add_argument("--out", default="build/grading", help="where the gradebook, grades.csv and feedback go")
+    p.add_argument("--assignment", action="append", metavar="NAME", help="grade only this notebook (repeatable)")
+    p.add_argument("--student", action="append", metavar="ID", help="grade only this student (repeatable)")
+    p.add_argument("--force", action="store_true", help="regrade even what an earlier run already graded")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="students graded in parallel (default: $ATTN_GRADE_WORKERS, else one per core)")
+    p.add_argument("--due", action="append", metavar="NAME=DATE",
+                   help="due date of a notebook, ISO 8601 with a timezone, e.g. "
+                        "01_similarity_attention=2026-12-01T23:59:00Z (repeatable; overrides --due-file)")
+    p.add_argument("--due-file", metavar="TOML",
+                   help='due dates, one line per notebook: "01_similarity_attention" = 2026-12-01T23:59:00Z')
+    p.add_argument("--roster", metavar="CSV", help="class list: a CSV file with an 'id' column (nbgrader's format)")
     p.set_defaults(func=_grade)
     p = sub.add_parser("demo", help="generate the demo class from the solutions, grade it, print the table")
     p.add_argument("--out", default="build/demo")
@@ -135,12 +335,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="build/bench")
     p.add_argument("--assignment", action="append", help="only these notebooks (repeatable; default: all)")
     p.set_defaults(func=_bench)
-    p = sub.add_parser("lab", help="open JupyterLab on the student notebooks")
-    p.add_argument("extra", nargs=argparse.REMAINDER)
+    p = sub.add_parser("lab", help="open JupyterLab on the student notebooks (other options go to `jupyter lab`)",
+                       usage="%(prog)s [JUPYTER LAB OPTIONS ...], e.g. --no-browser --allow-root --port 8899")
     p.set_defaults(func=_lab)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    group_readable_umask()
+    cli = parser()
+    try:
+        args, unknown = cli.parse_known_args(argv)
+        if args.command == "lab":
+            args.jupyter_args = unknown
+        elif unknown:
+            cli.error(f"unrecognized arguments: {' '.join(unknown)}")
+    except SystemExit as stop:  # --help, --version, argparse's own errors (status 2)
+        return stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
     try:
         return args.func(args)
+    except UsageError as err:
+        print(f"attn-course {args.command}: error: {err}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError) as err:
         print(f"attn-course {args.command}: {err}", file=sys.stderr)
         return 2

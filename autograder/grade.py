@@ -9,6 +9,7 @@ Layout of the output folder DIR:
 from __future__ import annotations
 
 import csv
+from datetime import datetime, timezone
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ from attention_course.build import (
 
 from . import trusted
 from .sandbox import Limits, World, _contains_needed, make_kit, run_notebook_job
-from .submissions import StudentSubmission, collect, parse_notebook
+from .submissions import StudentSubmission, collect_all, parse_notebook
 
 # nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call: noise.
 warnings.filterwarnings("ignore", message=".*not in session.*")
@@ -50,7 +51,8 @@ c.Autograde.autograde_preprocessors = [
 c.OverwriteCells.add_missing_cells = True
 """
 _KIT_LOCK = threading.Lock()
-CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "status", "review", "sandbox"]
+CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "late_penalty", "timestamp", "status", "review",
+               "sandbox", "source_file"]
 
 
 @dataclass
@@ -72,6 +74,9 @@ class NotebookResult:
     cells: list[CellResult] = field(default_factory=list)
     review: str = ""  # code the honesty pass could not decide: for a human to look at
     sandbox: str = ""  # which sandbox ran the notebook (sandbox.isolation_mode)
+    late_penalty: float = 0.0  # from the gradebook (nbgrader's AssignLatePenalties)
+    timestamp: str = ""  # the submission time nbgrader recorded (UTC, ISO 8601)
+    source_file: str = ""  # the file graded, relative to the class folder, and where its time came from
 
 
 # --------------------------------------------------------------------------- the course
@@ -125,6 +130,17 @@ class Course:
             finally:
                 os.environ.pop("ATTN_VERDICTS", None)
         return None
+
+    def set_late_penalty(self, method: str) -> None:
+        """nbgrader's late-submission plugin: "none" (late is recorded, no points taken) or "zero"
+        (a late notebook scores 0). Kept in the course's nbgrader_config.py for later runs."""
+        if method not in ("none", "zero"):
+            raise ValueError(f"unknown late penalty {method!r}: use 'none' or 'zero'")
+        config = self.root / "nbgrader_config.py"
+        lines = [line for line in config.read_text().splitlines() if "LateSubmissionPlugin.penalty_method" not in line]
+        lines.append(f'c.LateSubmissionPlugin.penalty_method = "{method}"')
+        config.write_text("\n".join(lines) + "\n")
+        self._api = None
 
     def source(self, assignment: str) -> nbformat.NotebookNode:
         return nbformat.read(self.root / "source" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -215,7 +231,7 @@ def _load_submission(data: bytes) -> tuple[dict | None, str | None]:
 
 
 def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
-                   limits: Limits | None = None) -> NotebookResult:
+                   limits: Limits | None = None, timestamp: datetime | None = None) -> NotebookResult:
     """Run one notebook in the sandbox, judge it outside, record it in nbgrader's gradebook."""
     limits = limits or Limits()
     student_nb, problem = _load_submission(data)
@@ -238,6 +254,8 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     nbformat.write(normalized, target / f"{assignment}.ipynb")
+    if timestamp is not None:  # nbgrader's own file: autograde records it, AssignLatePenalties uses it
+        (target / "timestamp.txt").write_text(timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
     failure = course.autograde_with_verdicts(assignment, student, verdict_file)
     if failure:
         status = "error: nbgrader: " + failure
@@ -250,16 +268,19 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     return result
 
 
-def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = None) -> list[NotebookResult]:
-    """Grade every notebook of one student; a failure is reported in `status`, never raised."""
+def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = None,
+              assignments: list[str] | None = None) -> list[NotebookResult]:
+    """Grade every notebook of one student (or those of `assignments`); a failure is reported in
+    `status`, never raised."""
     results = []
-    for assignment in course.assignments:
+    for assignment in assignments or course.assignments:
         if assignment not in sub.notebooks:
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           "missing: no notebook for this assignment was submitted"))
             continue
         try:
-            results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits))
+            stamp = getattr(sub, "timestamps", {}).get(assignment)
+            results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp))
         except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           f"error: the grader failed on this notebook ({type(err).__name__}: {err})"[:400]))
@@ -282,7 +303,9 @@ def write_csv(results: list[NotebookResult], path: Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(CSV_COLUMNS)
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
-            writer.writerow([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", r.status, r.review, r.sandbox])
+            writer.writerow([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
+                             r.timestamp, r.status, r.review, r.sandbox, r.source_file])
+    os.chmod(fh.name, 0o644)  # readable by the group (NamedTemporaryFile makes 0600)
     os.replace(fh.name, path)
 
 
@@ -309,40 +332,138 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
     return "\n".join(lines)
 
 
-def _fingerprint(sub: StudentSubmission, solutions: Path) -> str:
-    h = hashlib.sha256()
-    for a in sorted(sub.notebooks):
-        h.update(a.encode() + b"\0" + hashlib.sha256(sub.notebooks[a]).digest())
-    for nb in sorted(solutions.glob("*/*.ipynb")):
-        h.update(nb.name.encode() + hashlib.sha256(nb.read_bytes()).digest())
+def _fingerprint(sub: StudentSubmission, assignment: str, solutions: Path) -> str:
+    """What a saved result depends on: the notebook, its submission time and the solution."""
+    h = hashlib.sha256(assignment.encode() + b"\0" + hashlib.sha256(sub.notebooks.get(assignment, b"")).digest())
+    stamp = getattr(sub, "timestamps", {}).get(assignment)
+    h.update(str(stamp).encode())
+    source = solutions / assignment / f"{assignment}.ipynb"
+    if source.exists():
+        h.update(hashlib.sha256(source.read_bytes()).digest())
     return h.hexdigest()
 
 
-def _save_student(path: Path, fingerprint: str, results: list[NotebookResult]) -> None:
-    payload = {"fingerprint": fingerprint,
-               "results": [r.__dict__ | {"cells": [c.__dict__ for c in r.cells]} for r in results]}
+def _record_path(out: Path, student: str, assignment: str) -> Path:
+    return out / "students" / student / f"{assignment}.json"
+
+
+def _save_result(path: Path, fingerprint: str, result: NotebookResult) -> None:
+    payload = {"fingerprint": fingerprint, "result": result.__dict__ | {"cells": [c.__dict__ for c in result.cells]}}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, path)
 
 
-def _load_student(path: Path, fingerprint: str) -> list[NotebookResult] | None:
+def _load_result(path: Path, fingerprint: str | None = None) -> NotebookResult | None:
+    """A saved result (any, or only one made from the same files when `fingerprint` is given)."""
     try:
         payload = json.loads(path.read_text())
-    except (OSError, ValueError):
+        if fingerprint is not None and payload.get("fingerprint") != fingerprint:
+            return None
+        r = payload["result"]
+        return NotebookResult(**{**r, "cells": [CellResult(**c) for c in r["cells"]]})
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    if payload.get("fingerprint") != fingerprint:
-        return None
-    return [NotebookResult(**{**r, "cells": [CellResult(**c) for c in r["cells"]]}) for r in payload["results"]]
+
+
+def set_due_dates(course: Course, due: dict[str, datetime]) -> None:
+    """Due dates into nbgrader's gradebook (naive UTC, as nbgrader stores them)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url) as gb:
+        for assignment, when in due.items():
+            gb.update_or_create_assignment(assignment, duedate=when.astimezone(timezone.utc).replace(tzinfo=None))
+
+
+def import_roster(course: Course, roster: Path) -> list[str]:
+    """Students from a CSV with an `id` column (and optional first_name, last_name, email), into
+    the gradebook, so a student who submits nothing still has a row."""
+    from nbgrader.api import Gradebook
+
+    with open(roster, newline="", encoding="utf-8-sig") as fh:
+        rows = list(csv.DictReader(fh))
+    if rows and "id" not in rows[0]:
+        raise ValueError(f"{roster}: the roster needs an 'id' column (found: {', '.join(rows[0])})")
+    ids = []
+    with Gradebook(course.db_url) as gb:
+        for row in rows:
+            sid = (row.get("id") or "").strip()
+            if sid:
+                extra = {k: row[k].strip() for k in ("first_name", "last_name", "email") if row.get(k)}
+                gb.update_or_create_student(sid, **extra)
+                ids.append(sid)
+    return ids
+
+
+def class_results(course: Course, out: Path) -> list[NotebookResult]:
+    """Every student the gradebook knows × every assignment: scores (manual overrides included)
+    and late penalties from the gradebook, status and messages from the saved runs. The one source
+    of grades.csv, the wide CSV and the report, whatever this run graded."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(course.db_url) as gb:
+        students = sorted(s.id for s in gb.students)
+        penalties = {}
+        for assignment in course.assignments:
+            for sid in students:
+                try:
+                    sub = gb.find_submission(assignment, sid)
+                    penalties[sid, assignment] = (float(sub.late_submission_penalty or 0),
+                                                  sub.timestamp.isoformat() + "Z" if sub.timestamp else "")
+                except MissingEntry:
+                    pass
+    results = []
+    for sid in students:
+        for assignment in course.assignments:
+            saved = _load_result(_record_path(out, sid, assignment))
+            if (sid, assignment) in penalties:
+                status = saved.status if saved else "ok"
+                r = read_result(course, sid, assignment, status)
+                if saved:
+                    messages = {c.grade_id: c.message for c in saved.cells}
+                    for c in r.cells:
+                        c.message = c.message if c.score >= c.max_score else messages.get(c.grade_id, c.message)
+                    r.review, r.sandbox, r.source_file = saved.review, saved.sandbox, saved.source_file
+                r.late_penalty, r.timestamp = penalties[sid, assignment]
+            else:
+                r = saved or NotebookResult(sid, assignment, 0.0, course.max_score(assignment),
+                                            "missing: no notebook for this assignment was submitted")
+            results.append(r)
+    return results
+
+
+def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
+    """One row per student, one column per notebook (score after late penalty), and the total:
+    the shape an LMS gradebook import expects."""
+    notebooks = sorted({r.notebook for r in results})
+    by_student: dict[str, dict[str, NotebookResult]] = {}
+    for r in results:
+        by_student.setdefault(r.student_id, {})[r.notebook] = r
+    tops = {n: next(r.max_score for r in results if r.notebook == n) for n in notebooks}
+    with tempfile.NamedTemporaryFile("w", newline="", dir=path.parent, delete=False, suffix=".tmp") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student_id", *notebooks, "total", "max_total"])
+        for sid in sorted(by_student):
+            finals = [max(by_student[sid][n].score - by_student[sid][n].late_penalty, 0.0) if n in by_student[sid] else 0.0
+                      for n in notebooks]
+            writer.writerow([sid, *(f"{x:g}" for x in finals), f"{sum(finals):g}", f"{sum(tops.values()):g}"])
+    os.chmod(fh.name, 0o644)
+    os.replace(fh.name, path)
 
 
 def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: bool = True,
-          workers: int | None = None, limits: Limits | None = None) -> list[NotebookResult]:
-    """Grade every student in SUBMISSIONS into OUT, in parallel; one result per student and notebook.
+          workers: int | None = None, limits: Limits | None = None, *, assignments: list[str] | None = None,
+          students: list[str] | None = None, force: bool = False, due: dict[str, datetime] | None = None,
+          roster: Path | None = None, late_penalty: str | None = None) -> list[NotebookResult]:
+    """Grade the students in SUBMISSIONS into OUT, in parallel; return the whole class's table.
 
-    Resumable: each finished student is saved (atomically) with a fingerprint of their files and
-    of the solutions; running the same command again after an interruption grades only the rest.
+    `assignments` / `students` restrict what is graded (the rest of the gradebook is untouched);
+    `force` regrades even what is saved. Resumable: each graded notebook is saved (atomically)
+    with a fingerprint of its file, its submission time and its solution, so running the same
+    command again grades only what is new or changed. grades.csv, grades_wide.csv and
+    report.html are rebuilt from the gradebook after every run: earlier runs, other folders,
+    roster students and formgrader's manual grades all show.
     """
     from tqdm import tqdm
 
@@ -355,32 +476,47 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
         course.lock = threading.Lock()
     course.extra_hidden = [str(Path(submissions).resolve())]
     course.kit  # built once, before any worker starts a sandbox
-    students = collect(Path(submissions), course.grade_ids())
+    if late_penalty:
+        course.set_late_penalty(late_penalty)
+    if due:
+        set_due_dates(course, due)
+    if roster:
+        import_roster(course, roster)
+    intake = collect_all(Path(submissions), course.grade_ids())
+    subs = [s for s in intake.students if not students or s.student_id in students]
+    if progress and intake.ignored:
+        print(f"not graded ({len(intake.ignored)} files; each with the reason):")
+        for path, why in intake.ignored:
+            print(f"  {path}: {why}")
+    chosen = assignments or course.assignments
     workers = workers or int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1)
-    done: dict[str, list[NotebookResult]] = {}
-    csv_lock = threading.Lock()
+    done: list[NotebookResult] = []
     started = time.time()
 
     def one(sub: StudentSubmission) -> None:
-        fingerprint = _fingerprint(sub, solutions)
-        saved = out / "students" / f"{sub.student_id}.json"
-        results = _load_student(saved, fingerprint)
-        if results is None:
-            results = grade_one(course, sub, limits)
-            problems = [f"{k}: {v}" for k, v in sub.problems.items()]
-            for r in results:
-                if problems:
-                    r.status = r.status + " (" + "; ".join(problems) + ")"
-            _save_student(saved, fingerprint, results)
-        with csv_lock:
-            done[sub.student_id] = results
-            write_csv([r for rs in done.values() for r in rs], out / "grades.csv")
+        _enrol(course, sub.student_id)
+        todo, results = [], []
+        for assignment in chosen:
+            fingerprint = _fingerprint(sub, assignment, solutions)
+            saved = None if force else _load_result(_record_path(out, sub.student_id, assignment), fingerprint)
+            if saved is None:
+                todo.append((assignment, fingerprint))
+            else:
+                results.append(saved)
+        for (assignment, fingerprint), r in zip(todo, grade_one(course, sub, limits, [a for a, _ in todo])):
+            notes = [f"{k}: {v}" for k, v in sub.problems.items()]
+            if notes:
+                r.status = r.status + " (" + "; ".join(notes) + ")"
+            r.source_file = sub.origins.get(assignment, "")
+            _save_result(_record_path(out, sub.student_id, assignment), fingerprint, r)
+            results.append(r)
+        done.extend(results)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(tqdm(pool.map(one, students), total=len(students), desc="grading", unit="student",
-                  disable=not progress))
-    results = [r for s in students for r in done[s.student_id]]
+        list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
+    results = class_results(course, out)
     write_csv(results, out / "grades.csv")
+    write_wide_csv(results, out / "grades_wide.csv")
     collect_feedback(course, out)
     from .report import class_report
 
@@ -388,6 +524,15 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
     (out / "results.json").write_text(json.dumps(
         [r.__dict__ | {"cells": [c.__dict__ for c in r.cells]} for r in results], indent=1))
     if progress:
-        print(f"graded {len(students)} students in {time.time() - started:.0f} s "
-              f"({workers} in parallel) -> {out / 'grades.csv'}")
-    return results
+        print(f"graded {len(subs)} students in {time.time() - started:.0f} s "
+              f"({workers} in parallel) -> {out / 'grades.csv'} ({len({r.student_id for r in results})} in the gradebook)")
+    graded = {(s.student_id) for s in subs}
+    return [r for r in results if r.student_id in graded and r.notebook in chosen]
+
+
+def _enrol(course: Course, student: str) -> None:
+    """The student into the gradebook (even with nothing to grade): they then have rows."""
+    from nbgrader.api import Gradebook
+
+    with course.lock, Gradebook(course.db_url) as gb:
+        gb.update_or_create_student(student)

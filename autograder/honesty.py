@@ -976,7 +976,8 @@ def _with_spelling(why: str, fact: _Fact) -> str:
     return f"{why}{shown}; {_ADVICE}"
 
 
-def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, set[str]]]) -> Iterator[tuple[str, tuple[str, ...] | None, str]]:
+def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, set[str]]],
+                   reached_by: tuple[str, ...] = ()) -> Iterator[tuple[str, tuple[str, ...] | None, str]]:
     """(severity, exercises or None = by reach, reason) of a fact wherever it is in the notebook."""
     if fact.kind == "path":
         path = fact.path
@@ -985,9 +986,13 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
             yield FORBIDDEN, tuple(r.graded for r in rules), _GRADER.format(path=path)
             return
         hit = tuple(r.graded for r in rules if _uses_reference(path, r.reference_module, refs[r.graded][1]))
-        if hit:
+        if hit:  # forbidden where the answer key is used; an unused import only flagged
             ref = next(r.reference_module for r in rules if r.graded == hit[0])
-            yield FORBIDDEN, hit, _REFERENCE.format(ref=ref)
+            used = tuple(g for g in hit if g in reached_by)
+            if used:
+                yield FORBIDDEN, used, _REFERENCE.format(ref=ref)
+            else:
+                yield REVIEW, None, _REFERENCE.format(ref=ref) + _REVIEW_NOTE
         if path in _SWITCHES:
             yield FORBIDDEN, tuple(r.graded for r in rules if r.banned), _SWITCH_OFF.format(path=path)
             return
@@ -1019,7 +1024,7 @@ def scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
     for u in nb.units:
         reached_by = tuple(r.graded for r in rules if id(u) in reach[r.graded])
         for fact in nb.walks[id(u)].facts:
-            for severity, exercises, reason in _anywhere_hits(rules, fact, refs):
+            for severity, exercises, reason in _anywhere_hits(rules, fact, refs, reached_by):
                 for ex in (exercises if exercises is not None else reached_by) or (None,):
                     hits.append(_Hit(severity, ex, u.cell, _line(fact.node, u), reason))
     for cell, magic in nb.notes:

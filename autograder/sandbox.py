@@ -171,12 +171,20 @@ def _python_roots() -> list[str]:
     return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr")
 
 
+def bwrap_scratch(world: World) -> str:
+    """The private writable folder inside bubblewrap: /tmp, unless the course itself lives under
+    /tmp (then /tmp stays read-only and the scratch is /scratch)."""
+    bound = _python_roots() + world.readonly
+    return "/scratch" if any(Path(p).is_relative_to("/tmp") for p in bound) else "/tmp"
+
+
 def bwrap_command(world: World) -> list[str]:
     """The `bwrap` arguments for one sandbox (the runner command follows them)."""
+    scratch = bwrap_scratch(world)
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--proc", "/proc", "--dev", "/dev",
-            "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp", "--dir", "/tmp/job", "--dir", "/tmp/home"]
+            "--size", str(SCRATCH_BYTES), "--tmpfs", scratch, "--dir", f"{scratch}/job", "--dir", f"{scratch}/home"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -197,13 +205,13 @@ def bwrap_command(world: World) -> list[str]:
     for stub, target in world.stubs:
         if any(Path(target).is_relative_to(r) for r in world.readonly + _python_roots()):
             args += ["--ro-bind", stub, target]
-    args += ["--ro-bind", world.kit, GRADER_DIR, "--remount-ro", "/", "--chdir", "/tmp/job"]
+    args += ["--ro-bind", world.kit, GRADER_DIR, "--remount-ro", "/", "--chdir", f"{scratch}/job"]
     return args
 
 
-def _sandbox_env(mode: str, in_fd: int, out_fd: int) -> dict:
+def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp") -> dict:
     """A small, explicit environment: no instructor secrets, one thread per library."""
-    scratch = "/tmp" if mode == "bubblewrap" else SCRATCH
+    scratch = scratch if mode == "bubblewrap" else SCRATCH
     keep = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
     home = f"{scratch}/home" if mode == "bubblewrap" else f"{scratch}/job"
     grader = GRADER_DIR if mode == "bubblewrap" else f"{SCRATCH}/.grader"
@@ -357,7 +365,7 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
 
 def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_fd: int, err_fd: int,
             groups: list[Path]) -> subprocess.Popen:
-    env = _sandbox_env(mode, in_fd, out_fd)
+    env = _sandbox_env(mode, in_fd, out_fd, bwrap_scratch(world) if mode == "bubblewrap" else SCRATCH)
     runner = [sys.executable, "-m", "autograder.runner"]
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd,
                   pass_fds=(in_fd, out_fd), start_new_session=True, preexec_fn=_preexec(groups, limits, mode))

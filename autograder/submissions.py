@@ -1,14 +1,34 @@
-"""Collect a class's submissions, whatever shape they arrive in.
+"""Collect a class's submissions, whatever shapes they arrive in, all from one class folder.
 
-Accepted layouts of SUBMISSIONS:
-* one folder per student: ``<student_id>/*.ipynb`` (any depth below it);
+Every layout below is read, together, from the class folder (the folder passed to ``collect``):
+* one folder per student: ``<student_id>/**/*.ipynb`` (any depth below it; an empty folder is a
+  student who submitted nothing);
 * one zip per student: ``<student_id>.zip`` holding the notebooks (any depth);
-* nbgrader's tree: ``submitted/<student_id>/<assignment>/<notebook>.ipynb`` (pass the
-  ``submitted`` folder or its parent).
+* nbgrader's tree: ``submitted/<student_id>/<assignment>/<notebook>.ipynb`` with nbgrader's
+  ``timestamp.txt`` beside the notebook (the ``submitted`` folder inside the class folder, or the
+  class folder itself being such a tree: then each student is a student folder, as above);
+* files at the top of the class folder named as learning platforms export them (see
+  ``flat_name``): Canvas ``smithjane_123456_7890_<file>.ipynb`` (``smithjane_LATE_123456_7890_...``),
+  Moodle ``Jane Smith_12345_assignsubmission_file_<file>.ipynb`` (also as a folder),
+  Blackboard ``<assignment>_<user>_attempt_2026-11-20-14-03-11_<file>.ipynb``, and a plain
+  ``<student_id>_<assignment>.ipynb`` / ``<student_id>-<assignment>.ipynb`` where the assignment
+  part is a known assignment's name. Zips named in any of these ways hold that student's notebooks.
+  (A zip holding several platform users' files, the platform's download of the whole class left
+  zipped, is not read as one student's: it is reported, to be unzipped into the class folder.)
+
+Student ids: within one layout every folder, zip or platform user is a student of its own (ids
+that collide after clean-up get a suffix, reported); the same id from two layouts (``alice/``,
+``submitted/alice/`` and ``alice_01_similarity_attention.ipynb``) is one student, merged.
 
 Each notebook is matched to an assignment by its file name, tolerating the renames that
 browsers and students make (``01_similarity_attention (1).ipynb``, ``Copy of ...``), then by
-its leading number, then by the graded cells it contains.
+its leading number, then by the graded cells it contains. Each has a submission time: nbgrader's
+``timestamp.txt`` beside it, else its zip entry's date, else the file's modification time. When a
+student has several versions of one assignment (``draft/`` and ``final/``, two zips, a folder and
+a flat file), the newest is graded and both are named in the student's ``problems``.
+
+Nothing is skipped silently: ``collect_all`` returns every file it did not grade (not a notebook,
+checkpoints, ``__MACOSX``, hidden, unmatched, refused, older versions) with the reason.
 
 Everything here is untrusted and bounded: a file past a limit below is reported in the
 student's ``problems`` and skipped, the rest of the class is collected as usual, and
@@ -16,12 +36,17 @@ student's ``problems`` and skipped, the rest of the class is collected as usual,
 """
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
+import struct
 import unicodedata
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 
 from .limits import ZIP_TAIL_BYTES, json_depth, overlapping_members, zip_directory_problem
@@ -31,13 +56,21 @@ MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # a notebook file, or a zip member's infl
 MAX_JSON_DEPTH = 100  # nesting of JSON arrays/objects; json.loads recurses once per level
 MAX_CELLS = 2_000  # cells in one notebook; nbgrader spends ~6 ms per cell, 100,000 take 10 min
 MAX_SOURCE_CHARS = 2_000_000  # characters of cell source in one notebook, all cells together
-# ---- one student (a folder or a zip)
+# ---- one student (a folder, a zip, or one platform user's files at the top of the class folder)
 MAX_STUDENT_FILES = 500  # members of a student's zip, or .ipynb files in a student's folder
 MAX_STUDENT_BYTES = 200 * 1024 * 1024  # notebook bytes read for one student, zip or folder
 MAX_COMPRESSION_RATIO = 200  # inflated / compressed size of a zip member; notebooks reach ~10
+MAX_FOLDER_ENTRIES = 20 * MAX_STUDENT_FILES  # files and folders looked at in one student's folder
+MAX_LISTED = 100  # ignored files listed one by one per student folder or zip; the rest are counted
+MAX_TIMESTAMP_BYTES = 1024  # nbgrader's timestamp.txt holds ~30
+SAME_TIME = timedelta(seconds=2)  # versions this close count as saved together (zip dates: 2 s steps)
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's record of the submission time, beside the notebooks
+_NBGRADER_FOLDERS = ("source", "release", "autograded", "feedback")  # beside submitted/: not students
 _SKIPPED_NAMES = ("__MACOSX", ".ipynb_checkpoints")
+_MACOSX = "macOS metadata (made by the Finder's Compress), not a submission"
+_CHECKPOINTS = "Jupyter's autosave checkpoints, not the saved notebook"
 
 
 @dataclass
@@ -45,8 +78,14 @@ class StudentSubmission:
     student_id: str
     notebooks: dict[str, bytes] = field(default_factory=dict)  # assignment -> notebook bytes
     problems: dict[str, str] = field(default_factory=dict)  # assignment or file -> what went wrong
+    timestamps: dict[str, datetime] = field(default_factory=dict)  # assignment -> submitted (aware, UTC)
+    origins: dict[str, str] = field(default_factory=dict)  # assignment -> "path in class folder (time source)"
 
 
+@dataclass
+class Intake:
+    students: list[StudentSubmission]
+    ignored: list[tuple[str, str]]  # (path relative to the class folder, why it was not graded)
 # --------------------------------------------------------------------------- one notebook
 def parse_notebook(data: bytes) -> tuple[dict | None, str | None]:
     """(notebook, None) or (None, why it cannot be graded), never raising, whatever `data` is.
@@ -158,55 +197,189 @@ def _match(name: str, grade_ids, assignments: dict[str, set[str]]) -> str | None
     return None
 
 
-def _add(sub: StudentSubmission, name: str, data: bytes, assignments: dict[str, set[str]]) -> None:
-    """File one notebook under its assignment, or say in `problems` why not.
+# --------------------------------------------------------------------------- submission times
+def parse_timestamp(raw: bytes | str) -> datetime | None:
+    """The time in nbgrader's timestamp.txt ('2026-11-20 14:03:11.123456 UTC'), aware and in UTC,
+    or None for anything unreadable. A time without a zone is read as UTC, as nbgrader does."""
+    if isinstance(raw, bytes):
+        if len(raw) > MAX_TIMESTAMP_BYTES:
+            return None
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    text = raw.strip().lstrip("\ufeff")
+    if not text or len(text) > 100:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # dateutil warns about zone names it does not know
+            when = _timestamp_parser()(text)
+    except Exception:  # noqa: BLE001 - whatever the parser raises, the file is unreadable
+        return None
+    if not isinstance(when, datetime):
+        return None
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
 
-    A file past a limit is refused here, so nbgrader never sees it. A file that is merely not a
-    notebook (bad JSON, not UTF-8) is kept when its name matches, and graded as unreadable."""
-    notebook, problem, over_limit = _parse(data)
-    if over_limit:
-        sub.problems[name] = problem
-        return
-    a = _match(name, lambda: _ids_in(notebook) if notebook else set(), assignments)
-    if a is None:
-        sub.problems[name] = "not recognised as any assignment's notebook" + (f" ({problem})" if problem else "")
-    elif a in sub.notebooks:
-        sub.problems[name] = f"a second notebook for {a}; graded the first one found"
-    else:
-        sub.notebooks[a] = data
+
+@functools.lru_cache(maxsize=1)
+def _timestamp_parser():
+    """nbgrader's own parser (imported only when a timestamp.txt is found: ~2 s), else dateutil's."""
+    try:
+        from nbgrader.utils import parse_utc
+        return parse_utc
+    except Exception:  # noqa: BLE001 - nbgrader missing or broken: fall back
+        pass
+    try:
+        from dateutil.parser import parse
+        return parse
+    except ImportError:
+        return lambda text: datetime.fromisoformat(text.replace(" UTC", "+00:00"))
 
 
-# --------------------------------------------------------------------------- one student
+def _file_time(path: Path) -> datetime:
+    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+
+
+def _zip_time(info: zipfile.ZipInfo) -> datetime | None:
+    """A zip member's date: the extended-timestamp field (UTC) when the zip has one, else the DOS
+    date, which carries no time zone and is read as UTC; None for an impossible date."""
+    extra = info.extra
+    at = 0
+    while at + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, at)
+        body = extra[at + 4:at + 4 + size]
+        if tag == 0x5455 and len(body) >= 5 and body[0] & 1:
+            try:
+                return datetime.fromtimestamp(struct.unpack_from("<i", body, 1)[0], timezone.utc)
+            except (ValueError, OverflowError, OSError):
+                break
+        at += 4 + size
+    try:
+        return datetime(*info.date_time, tzinfo=timezone.utc)
+    except (ValueError, TypeError):
+        return None
+
+
+def _when(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# --------------------------------------------------------------------------- names of files at the top
+@dataclass(frozen=True)
+class FlatName:
+    """Who a file at the top of the class folder belongs to, read from its name."""
+    platform: str  # "canvas", "moodle", "blackboard" or "plain"
+    student: str  # the raw student id (before clean-up)
+    user: str  # the platform's user id ("" when the name has none)
+    file: str  # the name to match an assignment with (the student's original file name)
+
+
+_CANVAS = re.compile(r"^(?P<name>[^_]+)(?P<late>_late)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$", re.I)
+_MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<file>.*)$", re.I)
+_BLACKBOARD = re.compile(r"^.+_(?P<name>[^_]+)_attempt_\d{4}(?:-\d\d){5}(?:_(?P<file>.+))?$")
+_COPIES = re.compile(r"(\s*\(\d+\)|[-_ ]copy\d*)+$", re.I)  # what browsers and file managers append
+
+
+def flat_name(name: str, assignments, suffix: str = ".ipynb") -> FlatName | None:
+    """The owner of a notebook (or zip, or folder) at the top of the class folder, from its name:
+
+    * Canvas: ``<name>_<user id>_<submission id>_<file>``, or ``<name>_LATE_<user id>_...``
+      (the name has no '_'; both ids are digits);
+    * Moodle: ``<full name>_<user id>_assignsubmission_<plugin>_<file>``;
+    * Blackboard: ``<assignment>_<user>_attempt_<YYYY-MM-DD-hh-mm-ss>[_<file>]``;
+    * plain: ``<student id>_<assignment>`` or ``<student id>-<assignment>``, the assignment part
+      being a known assignment's name (any case, '_', '-' or ' ' between words, browser copy
+      suffixes such as ' (1)' allowed).
+    `name` is the file name without `suffix`; None when it follows none of these."""
+    stem = name[:-len(suffix)] if suffix and name.lower().endswith(suffix) else name
+    for platform, pattern in (("canvas", _CANVAS), ("moodle", _MOODLE), ("blackboard", _BLACKBOARD)):
+        m = pattern.match(stem)
+        if m and m.group("name").strip():
+            groups = m.groupdict()
+            file = (groups.get("file") or "") + (suffix if groups.get("file") else "")
+            return FlatName(platform, m.group("name").strip(), groups.get("uid") or "", file)
+    plain = _COPIES.sub("", stem)
+    for a in sorted(assignments, key=len, reverse=True):
+        words = r"[-_ ]+".join(re.escape(w) for w in re.split(r"[-_ ]+", a) if w)
+        m = re.fullmatch(rf"(?P<name>.*?[^-_ ])[-_ ]+{words}", plain, re.I)
+        if m:
+            return FlatName("plain", m.group("name"), "", a + suffix)
+    return None
+
+
+# --------------------------------------------------------------------------- student ids
+def _safe_id(raw: str) -> str:
+    """A student id for a folder or zip name: kept when plain, else accents dropped ('Zoé Li' ->
+    'Zoe_Li') and any other odd character replaced by '_'."""
+    if STUDENT_ID.match(raw):
+        return raw
+    plain = "".join(c for c in unicodedata.normalize("NFKD", raw) if not unicodedata.combining(c))
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", plain).lstrip("._@-")[:64] or "student"
+
+
+def _with_suffix(base: str, k: int) -> str:
+    suffix = f"-{k}"
+    return base[:64 - len(suffix)] + suffix
+
+
+def _distinct_ids(items: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, str]]]:
+    """A student id for each (layout, entry name, raw id), in order, each with the problems to
+    report: a renamed id, or a suffix ('Zoe_Li-2') when an earlier entry of the same layout already
+    has the id (alice/ and alice.zip, 'Zoé Li/' and 'Zoë Li/': graded separately). Entries of
+    different layouts with the same id share it: one student, merged (alice/ and submitted/alice/).
+    Deterministic: the earlier entry keeps the id. A suffix never takes an id that any entry, of
+    any layout, would get on its own (a real 'alice-2/' keeps 'alice-2')."""
+    bases = [_safe_id(raw) for _, _, raw in items]
+    reserved = set(bases)
+    owners: dict[tuple[str, str], int] = {}  # (layout, id) -> index of the entry that has it
+    used: set[str] = set()
+    result: list[tuple[str, dict[str, str]]] = []
+    for (layout, entry, raw), base in zip(items, bases):
+        problems: dict[str, str] = {}
+        sid = base
+        if (layout, base) in owners:
+            k = 2
+            while _with_suffix(base, k) in reserved or _with_suffix(base, k) in used:
+                k += 1
+            sid = _with_suffix(base, k)
+            owner = owners[layout, base]
+            _, first_problems = result[owner]
+            first = items[owner][1]
+            problems[entry] = (f"graded as student id {sid!r}, because {first!r} is already graded as {base!r}; "
+                               "if both are the same student, merge them and grade again")
+            first_problems[entry] = f"another submission, {entry!r}, is graded separately as student id {sid!r}"
+        elif sid != raw:
+            problems[entry] = f"student id {raw!r} renamed to {sid!r}"
+        owners[layout, sid] = len(result)
+        used.add(sid)
+        result.append((sid, problems))
+    return result
+
+
+# --------------------------------------------------------------------------- what is never a submission
+def _skip_reason(path: str, is_dir: bool = False) -> tuple[str, str] | None:
+    """(the leading part of `path` to report, why) when `path` is, or is inside, something that is
+    never a submission: __MACOSX, .ipynb_checkpoints, a hidden file or folder. Else None."""
+    parts = PurePosixPath(path).parts
+    for i, part in enumerate(parts):
+        head = "/".join(parts[:i + 1])
+        if part == "__MACOSX":
+            return head, _MACOSX
+        if part == ".ipynb_checkpoints":
+            return head, _CHECKPOINTS
+        if part.startswith("."):
+            return head, "hidden " + ("file" if i == len(parts) - 1 and not is_dir else "folder")
+    return None
+
+
 def _skipped(name: str) -> bool:
-    return any(part in name for part in _SKIPPED_NAMES)
-
-
-def _from_folder(student_id: str, folder: Path, assignments) -> StudentSubmission:
-    """A student's notebooks from a folder, any depth; each file read with a bounded read."""
-    sub = StudentSubmission(student_id)
-    budget = MAX_STUDENT_BYTES
-    paths = [p for p in sorted(folder.rglob("*.ipynb"))
-             if not _skipped(str(p.relative_to(folder))) and not p.is_symlink() and p.is_file()]
-    if len(paths) > MAX_STUDENT_FILES:
-        sub.problems[folder.name] = (f"the folder holds {len(paths):,} notebooks (limit {MAX_STUDENT_FILES:,}); "
-                                     f"read the first {MAX_STUDENT_FILES:,} in name order")
-    for path in paths[:MAX_STUDENT_FILES]:
-        size = path.stat().st_size
-        if size > MAX_NOTEBOOK_BYTES:
-            sub.problems[path.name] = _too_large(size)
-            continue
-        with path.open("rb") as fh:
-            data = fh.read(min(MAX_NOTEBOOK_BYTES, budget) + 1)
-        if _over_budget(sub, path.name, len(data), budget):
-            break
-        budget -= len(data)
-        _add(sub, path.name, data, assignments)
-    return sub
+    return _skip_reason(name) is not None
 
 
 def _over_budget(sub: StudentSubmission, name: str, size: int, budget: int) -> bool:
     """True (and a problem recorded) when reading `name` went past the student's byte budget;
-    a file over MAX_NOTEBOOK_BYTES on its own is left to _add, which names the limit."""
+    a file over MAX_NOTEBOOK_BYTES on its own is left to the parser, which names the limit."""
     if size <= budget or size > MAX_NOTEBOOK_BYTES:
         return False
     sub.problems[name] = (f"stopped reading: this student's notebooks add up to more than "
@@ -214,26 +387,7 @@ def _over_budget(sub: StudentSubmission, name: str, size: int, budget: int) -> b
     return True
 
 
-def _from_zip(student_id: str, archive: Path, assignments) -> StudentSubmission:
-    """A student's notebooks from a zip, read into memory (nothing is extracted), after checking
-    that its directory is small and honest: no zip bombs, no overlapping members."""
-    sub = StudentSubmission(student_id)
-    try:
-        problem = _archive_problem(archive)
-        if problem:
-            sub.problems[archive.name] = f"zip refused: {problem}; zip only the notebooks, with an ordinary tool"
-            return sub
-        with zipfile.ZipFile(archive) as zf:
-            problem = _members_problem(zf.infolist())
-            if problem:
-                sub.problems[archive.name] = f"zip refused: {problem}"
-                return sub
-            _read_members(sub, zf, assignments)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error):
-        sub.problems[archive.name] = "not a readable zip file"
-    return sub
-
-
+# --------------------------------------------------------------------------- zips, checked before reading
 def _archive_problem(archive: Path) -> str | None:
     """Why a zip's central directory is too big to list (checked before zipfile parses it)."""
     with archive.open("rb") as fh:
@@ -273,108 +427,388 @@ def _member_problem(info: zipfile.ZipInfo) -> str | None:
     return None
 
 
-def _read_members(sub: StudentSubmission, zf: zipfile.ZipFile, assignments) -> None:
-    """Read each notebook member with a bounded read: the sizes in the directory are not trusted."""
-    budget = MAX_STUDENT_BYTES
-    for info in _notebook_members(zf.infolist()):
-        problem = _member_problem(info)
-        if problem:
-            sub.problems[info.filename] = problem
-            continue
-        try:
-            with zf.open(info) as fh:
-                data = fh.read(min(MAX_NOTEBOOK_BYTES, budget) + 1)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError,
-                zlib.error) as err:
-            sub.problems[info.filename] = f"could not be read from the zip ({type(err).__name__}: {str(err)[:120]})"
-            continue
-        if _over_budget(sub, info.filename, len(data), budget):
-            return
-        budget -= len(data)
-        _add(sub, info.filename, data, assignments)
-
-
 # --------------------------------------------------------------------------- the class
-def _safe_id(raw: str) -> str:
-    """A student id for a folder or zip name: kept when plain, else accents dropped ('Zoé Li' ->
-    'Zoe_Li') and any other odd character replaced by '_'."""
-    if STUDENT_ID.match(raw):
-        return raw
-    plain = "".join(c for c in unicodedata.normalize("NFKD", raw) if not unicodedata.combining(c))
-    return re.sub(r"[^A-Za-z0-9_.@-]", "_", plain).lstrip("._@-")[:64] or "student"
+_ENTRIES = "folders and zips"  # layouts, for student ids: entries of one layout never merge
+_SUBMITTED = "nbgrader's submitted/"
+_ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error)
 
 
-def _with_suffix(base: str, k: int) -> str:
-    suffix = f"-{k}"
-    return base[:64 - len(suffix)] + suffix
+@dataclass
+class _Source:
+    """Where one student's files are, as found: a folder, a zip, or a platform user's files."""
+    layout: str
+    label: str  # the entry named in messages about its student id
+    raw_id: str
+    items: list[tuple[str, Path, str]] = field(default_factory=list)  # (folder/zip/file, path, name to match)
 
 
-def _assign_ids(names: list[tuple[str, str]]) -> list[tuple[str, dict[str, str]]]:
-    """Distinct student ids for (entry name, raw id) pairs, in order, each with the problems to
-    report: a renamed id, or a suffix ('Zoe_Li-2') when an earlier entry already has the id.
-
-    Deterministic: the earlier entry keeps the id. A suffix never takes an id that some entry
-    would get on its own (a real 'alice-2/' keeps 'alice-2')."""
-    bases = [_safe_id(raw) for _, raw in names]
-    reserved = set(bases)
-    owners: dict[str, int] = {}  # id -> index of the entry that has it
-    result: list[tuple[str, dict[str, str]]] = []
-    for (entry, raw), base in zip(names, bases):
-        problems: dict[str, str] = {}
-        sid = base
-        if base in owners:
-            k = 2
-            while _with_suffix(base, k) in reserved or _with_suffix(base, k) in owners:
-                k += 1
-            sid = _with_suffix(base, k)
-            _, first_problems = result[owners[base]]
-            first = names[owners[base]][0]
-            problems[entry] = (f"graded as student id {sid!r}, because {first!r} is already graded as {base!r}; "
-                               "if both are the same student, merge them and grade again")
-            first_problems[entry] = f"another submission, {entry!r}, is graded separately as student id {sid!r}"
-        elif sid != raw:
-            problems[entry] = f"student id {raw!r} renamed to {sid!r}"
-        owners[sid] = len(result)
-        result.append((sid, problems))
-    return result
+@dataclass
+class _Version:
+    path: str  # relative to the class folder
+    when: datetime
+    source: str  # where `when` came from: timestamp.txt, zip entry date, file time
+    data: bytes
 
 
-def _entries(root: Path) -> list[tuple[Path, str]]:
-    """(path, raw student id) of every student folder and zip, in sorted order."""
-    found = []
-    for entry in sorted(root.iterdir()):
-        if entry.name.startswith("."):
-            continue
-        if entry.is_dir():
-            found.append((entry, entry.name))
-        elif entry.suffix.lower() == ".zip":
-            found.append((entry, entry.stem))
-    return found
+def _newest(versions: list[_Version]) -> _Version:
+    """The version to grade: the newest; of versions within SAME_TIME of it, the last in name order
+    ("final/" after "draft/", "(2)" after "(1)"): copied folders get near-equal times in any order."""
+    latest = max(v.when for v in versions)
+    return max((v for v in versions if latest - v.when <= SAME_TIME), key=lambda v: v.path)
 
 
-def _collect_one(entry: Path, sid: str, assignments) -> StudentSubmission:
-    """One student's submission; a failure to read it becomes a problem, never an exception."""
-    try:
-        if entry.is_dir():
-            return _from_folder(sid, entry, assignments)
-        return _from_zip(sid, entry, assignments)
-    except Exception as err:  # noqa: BLE001 - one student's files never stop the class's collection
-        return StudentSubmission(sid, problems={entry.name: f"could not be read ({type(err).__name__}: {str(err)[:200]})"})
+class _Lister:
+    """The junk of one folder or zip, for the ignored list: MAX_LISTED files one by one, then a count."""
+
+    def __init__(self, intake: _Intake, where: str):
+        self.intake, self.where, self.seen, self.more = intake, where, set(), 0
+
+    def add(self, path: str, why: str) -> None:
+        if path in self.seen:
+            return
+        self.seen.add(path)
+        if len(self.seen) <= MAX_LISTED:
+            self.intake.ignore(path, why)
+        else:
+            self.more += 1
+
+    def close(self) -> None:
+        if self.more:
+            self.intake.ignore(self.where, f"{self.more:,} more files in it not graded (not listed one by one)")
 
 
-def collect(submissions: Path, assignments: dict[str, set[str]]) -> list[StudentSubmission]:
-    """Every student's notebooks, keyed by assignment. `assignments` maps name -> grade ids.
+class _Intake:
+    """One pass over a class folder; see collect_all."""
 
-    Every folder and zip is graded under an id of its own (collisions get a suffix, reported in
-    `problems`); files past the limits above are reported and skipped, never raised."""
+    def __init__(self, root: Path, assignments: dict[str, set[str]]):
+        self.root, self.assignments = root, assignments
+        self.ignored: list[tuple[str, str]] = []
+        self.sources: list[_Source] = []
+        self.users: dict[tuple[str, str, str], _Source] = {}  # platform user -> their files
+        self.students: dict[str, StudentSubmission] = {}
+        self.versions: dict[tuple[str, str], list[_Version]] = {}  # (student, assignment) -> versions
+        self.stamps: dict[object, datetime | None] = {}  # folder (or zip, folder) -> its timestamp.txt
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def ignore(self, path: str, why: str) -> None:
+        self.ignored.append((path, why))
+
+    def problem(self, sub: StudentSubmission, key: str, path: str, why: str) -> None:
+        """A file of this student's not graded: said in their problems (status) and the ignored list."""
+        if sub.problems.get(key, why) != why:
+            key = path  # two files of the same name (merged layouts): keep both
+        sub.problems[key] = why
+        self.ignore(path, why)
+
+    # ---- finding the students
+    def run(self) -> Intake:
+        self.scan(self.root, _ENTRIES)
+        ids = _distinct_ids([(s.layout, s.label, s.raw_id) for s in self.sources])
+        for source, (sid, problems) in zip(self.sources, ids):
+            sub = self.students.setdefault(sid, StudentSubmission(sid))
+            sub.problems.update(problems)
+            self.read(sub, source)
+        self.choose_versions()
+        return Intake(list(self.students.values()), sorted(self.ignored))
+
+    def scan(self, folder: Path, layout: str) -> None:
+        """Sort the entries of the class folder (or of its submitted/) into sources and junk."""
+        submitted = folder / "submitted"
+        nbgrader_course = layout == _ENTRIES and submitted.is_dir() and not submitted.is_symlink()
+        for entry in sorted(folder.iterdir()):
+            rel, name = self.rel(entry), entry.name
+            skip = _skip_reason(name, entry.is_dir())
+            if skip:
+                self.ignore(rel, skip[1])
+            elif entry.is_symlink():
+                self.ignore(rel, "a symbolic link: not followed")
+            elif entry.is_dir() and nbgrader_course and name == "submitted":
+                self.scan(entry, _SUBMITTED)
+            elif entry.is_dir() and nbgrader_course and name in _NBGRADER_FOLDERS:
+                self.ignore(rel, f"nbgrader's {name}/ folder, not a student's (students are read from submitted/)")
+            elif entry.is_dir():  # a student's folder; a platform's name (Moodle) says whose
+                self.add(layout, entry, "folder", flat_name(name, {}, suffix=""), name)
+            elif entry.is_file() and name.lower().endswith(".zip"):
+                self.add(layout, entry, "zip", flat_name(name, self.assignments, suffix=".zip"), entry.stem)
+            elif entry.is_file() and name.lower().endswith(".ipynb"):
+                flat = flat_name(name, self.assignments)
+                if flat is None:
+                    self.ignore(rel, "a notebook beside the students' folders whose name names no student: name it "
+                                     "<student>_<assignment>.ipynb, or put it in a folder named after the student")
+                else:
+                    self.add(layout, entry, "file", flat, name)
+            elif entry.is_file():
+                self.ignore(rel, "not a notebook (.ipynb), a zip or a student's folder")
+            else:
+                self.ignore(rel, "not a regular file or folder")
+
+    def add(self, layout: str, path: Path, kind: str, flat: FlatName | None, raw: str) -> None:
+        if flat is None:
+            self.sources.append(_Source(layout, path.name, raw, [(kind, path, path.name)]))
+            return
+        user = (flat.platform, flat.student, flat.user)
+        if user not in self.users:  # a platform user's files are one student; two users, two students
+            self.users[user] = _Source(f"{flat.platform} files", path.name, flat.student)
+            self.sources.append(self.users[user])
+        self.users[user].items.append((kind, path, flat.file or path.name))
+
+    # ---- reading them
+    def read(self, sub: StudentSubmission, source: _Source) -> None:
+        budget = [MAX_STUDENT_BYTES, 0]  # bytes left, files read: for a platform user's loose files
+        for kind, path, match_name in source.items:
+            try:
+                if kind == "folder":
+                    self.read_folder(sub, path)
+                elif kind == "zip":
+                    self.read_zip(sub, path)
+                else:
+                    self.read_file(sub, path, match_name, budget)
+            except Exception as err:  # noqa: BLE001 - one student's files never stop the class's collection
+                why = f"could not be read ({type(err).__name__}: {str(err)[:200]})"
+                self.problem(sub, path.name, self.rel(path), why)
+
+    def read_file(self, sub: StudentSubmission, path: Path, match_name: str, budget: list[int],
+                  time: tuple[datetime, str] | None = None) -> bool:
+        """Offer one notebook file, read with a bounded read; False once the student's budget is spent."""
+        rel = self.rel(path)
+        budget[1] += 1
+        if budget[1] > MAX_STUDENT_FILES:
+            self.problem(sub, path.name, rel, f"not read: this student has more than {MAX_STUDENT_FILES:,} notebooks")
+            return True
+        size = path.stat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            self.problem(sub, path.name, rel, _too_large(size))
+            return True
+        with path.open("rb") as fh:
+            data = fh.read(min(MAX_NOTEBOOK_BYTES, budget[0]) + 1)
+        if _over_budget(sub, path.name, len(data), budget[0]):
+            self.ignore(rel, sub.problems[path.name])
+            return False
+        budget[0] -= len(data)
+        when, source = time or (_file_time(path), "file time")
+        self.offer(sub, path.name, match_name, rel, data, when, source)
+        return True
+
+    def read_folder(self, sub: StudentSubmission, folder: Path) -> None:
+        """A student's notebooks from a folder, any depth, with the time of each; the rest listed."""
+        listed = _Lister(self, self.rel(folder))
+        notebooks, stamps, seen, pending = [], [], 0, [folder]
+        while pending and seen <= MAX_FOLDER_ENTRIES:  # depth first, in name order, without recursion
+            here = pending.pop()
+            try:
+                with os.scandir(here) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as err:
+                listed.add(self.rel(here), f"could not be read ({err.strerror or type(err).__name__})")
+                continue
+            folders = []
+            for entry in entries[:MAX_FOLDER_ENTRIES + 1 - seen]:
+                seen += 1
+                path, is_dir = here / entry.name, entry.is_dir(follow_symlinks=False)
+                skip = _skip_reason(entry.name, is_dir)
+                if skip:
+                    listed.add(self.rel(path), skip[1])
+                elif entry.is_symlink():
+                    listed.add(self.rel(path), "a symbolic link: not followed")
+                elif is_dir:
+                    folders.append(path)
+                elif not entry.is_file(follow_symlinks=False):
+                    listed.add(self.rel(path), "not a regular file")
+                elif entry.name.lower().endswith(".ipynb"):
+                    notebooks.append(path)
+                elif entry.name == TIMESTAMP_FILE:
+                    stamps.append(path)
+                else:
+                    listed.add(self.rel(path), "not a notebook")
+            pending.extend(reversed(folders))
+        if seen > MAX_FOLDER_ENTRIES:
+            self.problem(sub, folder.name, self.rel(folder), f"stopped looking after {MAX_FOLDER_ENTRIES:,} files and "
+                                                             "folders in this folder; the rest were not read")
+        notebooks.sort()
+        beside = {p.parent for p in notebooks}
+        for path in stamps:
+            if path.parent not in beside:
+                listed.add(self.rel(path), "nbgrader's timestamp.txt, with no notebook beside it")
+        if len(notebooks) > MAX_STUDENT_FILES:
+            sub.problems[folder.name] = (f"the folder holds {len(notebooks):,} notebooks "
+                                         f"(limit {MAX_STUDENT_FILES:,}); read the first {MAX_STUDENT_FILES:,} "
+                                         "in name order")
+            for path in notebooks[MAX_STUDENT_FILES:]:
+                listed.add(self.rel(path), f"not read: past the first {MAX_STUDENT_FILES:,} notebooks of the folder")
+        budget = [MAX_STUDENT_BYTES, 0]
+        for k, path in enumerate(notebooks[:MAX_STUDENT_FILES]):
+            if not self.read_file(sub, path, path.name, budget, self.folder_time(path)):
+                for rest in notebooks[k + 1:MAX_STUDENT_FILES]:
+                    listed.add(self.rel(rest), f"not read: past the student's {_mib(MAX_STUDENT_BYTES)} of notebooks")
+                break
+        listed.close()
+
+    def folder_time(self, path: Path) -> tuple[datetime, str]:
+        """A notebook's submission time: nbgrader's timestamp.txt beside it, else the file's time."""
+        folder = path.parent
+        if folder not in self.stamps:
+            stamp, when = folder / TIMESTAMP_FILE, None
+            if stamp.is_file() and not stamp.is_symlink():
+                with stamp.open("rb") as fh:
+                    raw = fh.read(MAX_TIMESTAMP_BYTES + 1)
+                when = parse_timestamp(raw)
+                if when is None:
+                    self.ignore(self.rel(stamp), f"not a time nbgrader wrote ({raw[:60]!r}): the notebooks' file times "
+                                                 "are used instead")
+            self.stamps[folder] = when
+        when = self.stamps[folder]
+        return (when, TIMESTAMP_FILE) if when else (_file_time(path), "file time")
+
+    def read_zip(self, sub: StudentSubmission, archive: Path) -> None:
+        """A student's notebooks from a zip, read into memory (nothing is extracted), after checking
+        that its directory is small and honest: no zip bombs, no overlapping members."""
+        rel = self.rel(archive)
+        try:
+            problem = _archive_problem(archive)
+            if problem:
+                self.problem(sub, archive.name, rel,
+                             f"zip refused: {problem}; zip only the notebooks, with an ordinary tool")
+                return
+            with zipfile.ZipFile(archive) as zf:
+                infos = zf.infolist()
+                problem = _members_problem(infos)
+                if problem:
+                    self.problem(sub, archive.name, rel, f"zip refused: {problem}")
+                    return
+                self.read_members(sub, archive, zf, infos)
+        except _ZIP_ERRORS:
+            self.problem(sub, archive.name, rel, "not a readable zip file")
+
+    def read_members(self, sub: StudentSubmission, archive: Path, zf: zipfile.ZipFile,
+                     infos: list[zipfile.ZipInfo]) -> None:
+        """Read each notebook member with a bounded read: the sizes in the directory are not trusted."""
+        rel = self.rel(archive)
+        listed = _Lister(self, rel)
+        notebooks = _notebook_members(infos)
+        users = sorted({(f.student, f.user) for f in (flat_name(PurePosixPath(i.filename).name, {}) for i in notebooks)
+                        if f is not None})
+        if len(users) > 1:  # not one student's zip: the platform's download of the whole class
+            self.problem(sub, archive.name, rel, f"zip not read: it holds the notebooks of {len(users)} students as a "
+                         f"learning platform names them ({', '.join(repr(u) for u, _ in users[:3])}"
+                         f"{', ...' if len(users) > 3 else ''}): unzip it into the class folder and grade again")
+            return
+        stamps: dict[PurePosixPath, zipfile.ZipInfo] = {}
+        for info in sorted(infos, key=lambda i: i.filename):
+            skip = _skip_reason(info.filename, info.is_dir())
+            if skip:
+                listed.add(f"{rel}/{skip[0]}", skip[1])
+            elif info.is_dir() or info.filename.lower().endswith(".ipynb"):
+                continue
+            elif PurePosixPath(info.filename).name == TIMESTAMP_FILE:
+                stamps[PurePosixPath(info.filename).parent] = info
+            else:
+                listed.add(f"{rel}/{info.filename}", "not a notebook")
+        beside = {PurePosixPath(i.filename).parent for i in notebooks}
+        for folder, info in stamps.items():
+            if folder not in beside:
+                listed.add(f"{rel}/{info.filename}", "nbgrader's timestamp.txt, with no notebook beside it")
+        budget = MAX_STUDENT_BYTES
+        for k, info in enumerate(notebooks):
+            path = f"{rel}/{info.filename}"
+            problem = _member_problem(info)
+            if problem:
+                self.problem(sub, info.filename, path, problem)
+                continue
+            try:
+                with zf.open(info) as fh:
+                    data = fh.read(min(MAX_NOTEBOOK_BYTES, budget) + 1)
+            except _ZIP_ERRORS as err:
+                self.problem(sub, info.filename, path,
+                             f"could not be read from the zip ({type(err).__name__}: {str(err)[:120]})")
+                continue
+            if _over_budget(sub, info.filename, len(data), budget):
+                self.ignore(path, sub.problems[info.filename])
+                for rest in notebooks[k + 1:]:
+                    listed.add(f"{rel}/{rest.filename}",
+                               f"not read: past the student's {_mib(MAX_STUDENT_BYTES)} of notebooks")
+                break
+            budget -= len(data)
+            when, source = self.member_time(archive, zf, info, stamps)
+            self.offer(sub, info.filename, info.filename, path, data, when, source)
+        listed.close()
+
+    def member_time(self, archive: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                    stamps: dict[PurePosixPath, zipfile.ZipInfo]) -> tuple[datetime, str]:
+        """A member's submission time: a timestamp.txt beside it, its entry's date, the zip's time."""
+        folder = PurePosixPath(info.filename).parent
+        if folder in stamps:
+            key = (archive, folder)
+            if key not in self.stamps:
+                stamp, when = stamps[folder], None
+                if stamp.file_size <= MAX_TIMESTAMP_BYTES and _member_problem(stamp) is None:
+                    try:
+                        with zf.open(stamp) as fh:
+                            when = parse_timestamp(fh.read(MAX_TIMESTAMP_BYTES + 1))
+                    except _ZIP_ERRORS:
+                        when = None
+                if when is None:
+                    self.ignore(f"{self.rel(archive)}/{stamp.filename}",
+                                "not a time nbgrader wrote: the zip entries' dates are used instead")
+                self.stamps[key] = when
+            if self.stamps[key]:
+                return self.stamps[key], TIMESTAMP_FILE
+        when = _zip_time(info)
+        return (when, "zip entry date") if when else (_file_time(archive), "file time")
+
+    # ---- one notebook, and the versions of one assignment
+    def offer(self, sub: StudentSubmission, key: str, match_name: str, path: str, data: bytes,
+              when: datetime, source: str) -> None:
+        """File one notebook as a version of its assignment, or say why not.
+
+        A file past a limit is refused here, so nbgrader never sees it. A file that is merely not a
+        notebook (bad JSON, not UTF-8) is kept when its name matches, and graded as unreadable."""
+        notebook, problem, over_limit = _parse(data)
+        if over_limit:
+            self.problem(sub, key, path, problem)
+            return
+        a = _match(match_name, lambda: _ids_in(notebook) if notebook else set(), self.assignments)
+        if a is None:
+            why = "not recognised as any assignment's notebook" + (f" ({problem})" if problem else "")
+            self.problem(sub, key, path, why)
+            return
+        self.versions.setdefault((sub.student_id, a), []).append(_Version(path, when, source, data))
+
+    def choose_versions(self) -> None:
+        """Grade the newest version of each assignment; name the others in problems and ignored."""
+        for (sid, a), versions in self.versions.items():
+            sub = self.students[sid]
+            best = _newest(versions)
+            sub.notebooks[a] = best.data
+            sub.timestamps[a] = best.when
+            sub.origins[a] = f"{best.path} ({best.source})"
+            others = sorted((v for v in versions if v is not best), key=lambda v: (v.when, v.path), reverse=True)
+            if not others:
+                continue
+            graded = f"{best.path} ({_when(best.when)})"
+            notes = []
+            for v in others:
+                older = best.when - v.when > SAME_TIME
+                notes.append(f"{v.path} ({'older' if older else 'same time, earlier in name order'}, {_when(v.when)})")
+                self.ignore(v.path, f"{'an older' if older else 'another'} version of {a} for student {sid!r}: "
+                                    f"graded {graded} instead")
+            sub.problems[a] = f"graded {graded}, ignored " + ", ".join(notes)
+
+
+def collect_all(submissions: Path, assignments: dict[str, set[str]]) -> Intake:
+    """Every student of a class folder, whatever the layouts in it (see the module's docstring),
+    with their notebooks keyed by assignment, and every file that was not graded, with why.
+    `assignments` maps name -> grade ids.
+
+    Files past the limits above are reported and skipped, never raised; a student whose folder,
+    zip or files hold no notebook is still a student (graded as missing)."""
     submissions = Path(submissions)
     if not submissions.is_dir():
         raise FileNotFoundError(f"{submissions} is not a folder of submissions (one sub-folder or zip per student)")
-    root = submissions / "submitted" if (submissions / "submitted").is_dir() else submissions
-    entries = _entries(root)
-    students = []
-    for (entry, _), (sid, problems) in zip(entries, _assign_ids([(e.name, raw) for e, raw in entries])):
-        sub = _collect_one(entry, sid, assignments)
-        sub.problems = problems | sub.problems
-        students.append(sub)
-    return students
+    return _Intake(submissions, assignments).run()
+
+
+def collect(submissions: Path, assignments: dict[str, set[str]]) -> list[StudentSubmission]:
+    """collect_all's students: every student's notebooks, keyed by assignment."""
+    return collect_all(submissions, assignments).students

@@ -80,7 +80,7 @@ def test_intake_attacks_are_refused_and_colliding_names_both_graded(graded):
     for student in ("Zoe_Li", "Zoe_Li-2"):
         r = results[student]
         assert r.score == r.max_score, (r.status, [(c.grade_id, c.message[:100]) for c in r.cells if c.score < c.max_score])
-        assert "renamed to" in r.status, r.status
+        assert "Zoe_Li" in r.status and ("Zoé Li" in r.status or "Zoë Li" in r.status), r.status
 
 
 def _fingerprints(out) -> dict[str, str]:

@@ -6,8 +6,8 @@ import nbformat
 import pytest
 
 from attention_course.build import (
-    LIBRARY, NOTEBOOKS, assignments, execute_solution, extract_library, extract_module,
-    generate_notebooks, notebook_path, select,
+    LIBRARY, NOTEBOOKS, StudentWorkError, assignments, build, execute_solution, extract_library, extract_module,
+    generate_notebooks, notebook_path, select, student_edits,
 )
 
 STALE = "is stale: run `make build` (attn-course build) and commit the result"
@@ -73,3 +73,120 @@ def test_execute_solution_saves_outputs_without_timestamps(tmp_path):
     executed = nbformat.read(execute_solution("99_tiny", tmp_path, timeout=120), as_version=4)
     assert executed.cells[0].outputs[0]["text"] == "42 99_tiny\n"   # ran in its own folder
     assert "execution" not in executed.cells[0].metadata
+
+
+# --------------------------------------------------------------------------- student work is never lost
+def _tiny_solution(solutions, stub_signature="def double(x):"):
+    """A one-exercise nbgrader source notebook, solutions/99_tiny/99_tiny.ipynb."""
+    folder = solutions / "99_tiny"
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = lambda gid, **kw: {"nbgrader": {"grade_id": gid, "locked": False, "schema_version": 3,
+                                           "solution": False, "grade": False, "task": False, **kw}}
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Tiny\nDouble a number."),
+        nbformat.v4.new_code_cell("#| default_exp tiny"),
+        nbformat.v4.new_code_cell(f"#| export\n{stub_signature}\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION",
+                                  metadata=meta("double", solution=True)),
+        nbformat.v4.new_code_cell("assert double(2) == 4", metadata=meta("test_double", grade=True, locked=True, points=1)),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "99_tiny.ipynb")
+    return folder / "99_tiny.ipynb"
+
+
+def _answer(nb, gid="double"):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+
+
+def test_student_edits_are_answer_cells_that_differ_from_the_release_and_from_their_checksum():
+    from nbgrader.utils import compute_checksum
+
+    released = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "def f(x):\n    raise NotImplementedError()",
+        metadata={"nbgrader": {"grade_id": "f", "solution": True, "grade": False, "locked": False, "schema_version": 3}})])
+    cell = released.cells[0]
+    cell.metadata.nbgrader["checksum"] = compute_checksum(cell)
+    fresh = nbformat.from_dict(released)
+    assert student_edits(released, fresh) == []                      # untouched
+    typed = nbformat.from_dict(released)
+    typed.cells[0].source = "def f(x):\n    return x"
+    assert student_edits(typed, fresh) == ["f"]                      # a student's answer
+    assert student_edits(typed, typed) == []                         # the same as what would be written
+    changed = nbformat.from_dict(fresh)
+    changed.cells[0].source = "def f(x, y):\n    raise NotImplementedError()"
+    assert student_edits(released, changed) == []                    # the instructor changed the stub
+    assert student_edits(typed, changed) == ["f"]
+    blanked = nbformat.from_dict(released)
+    blanked.cells[0].source = "  \n"
+    assert student_edits(blanked, fresh) == []                       # nothing to lose
+    unchecked = nbformat.from_dict(typed)
+    del unchecked.cells[0].metadata.nbgrader["checksum"]
+    assert student_edits(unchecked, fresh) == ["f"]                  # no checksum: keep it, to be safe
+
+
+@pytest.mark.slow
+def test_build_refuses_to_overwrite_a_students_answers(tmp_path, monkeypatch):
+    """For real, with nbgrader, on a copy of the layout: solutions/ -> notebooks/ and the library."""
+    monkeypatch.chdir(tmp_path)
+    solutions, notebooks, library = tmp_path / "solutions", tmp_path / "notebooks", tmp_path / "lib"
+    _tiny_solution(solutions)
+    [first] = build(library, notebooks, solutions)[-1:]
+    assert first == notebooks / "99_tiny" / "99_tiny.ipynb"
+    pristine = first.read_bytes()
+    assert "raise NotImplementedError()" in _answer(nbformat.read(first, as_version=4)).source
+    assert generate_notebooks(notebooks, solutions) == [first] and first.read_bytes() == pristine  # deterministic
+
+    # a student runs the notebook without typing anything: outputs, execution counts; rebuilt freely
+    nb = nbformat.read(first, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.execution_count = 1
+            cell.outputs = [nbformat.v4.new_output("error", ename="NotImplementedError", evalue="", traceback=[])]
+    nbformat.write(nb, first)
+    build(library, notebooks, solutions)
+    assert first.read_bytes() == pristine
+
+    # a student types an answer: build stops, names notebook and cell, and changes nothing
+    nb = nbformat.read(first, as_version=4)
+    _answer(nb).source = "#| export\ndef double(x):\n    return x + x  # my answer"
+    nbformat.write(nb, first)
+    edited = first.read_bytes()
+    assert "return 2 * x" in (library / "tiny.py").read_text()
+    (library / "tiny.py").unlink()
+    with pytest.raises(StudentWorkError) as refused:
+        build(library, notebooks, solutions)
+    message = str(refused.value)
+    assert "notebooks/99_tiny/99_tiny.ipynb: double" in message
+    assert "cp notebooks/99_tiny/99_tiny.ipynb my-work/" in message
+    assert "attn-course check my-work/99_tiny.ipynb" in message and "--overwrite-student-work" in message
+    assert refused.value.edits == {first: ["double"]}
+    assert first.read_bytes() == edited and not (library / "tiny.py").exists()  # nothing written
+    with pytest.raises(StudentWorkError):
+        generate_notebooks(notebooks, solutions)
+    assert first.read_bytes() == edited
+
+    # the instructor changes the stub of a notebook nobody touched: rebuilt without a word
+    other = tmp_path / "other"
+    (other / "99_tiny").mkdir(parents=True)
+    (other / "99_tiny" / "99_tiny.ipynb").write_bytes(pristine)
+    _tiny_solution(solutions, stub_signature="def double(x: float) -> float:")
+    [regenerated] = generate_notebooks(other, solutions)
+    assert "def double(x: float) -> float:" in _answer(nbformat.read(regenerated, as_version=4)).source
+
+    # ... but the student's edit still stops it, and --overwrite-student-work replaces it
+    with pytest.raises(StudentWorkError):
+        generate_notebooks(notebooks, solutions)
+    build(library, notebooks, solutions, overwrite_student_work=True)
+    assert first.read_bytes() == regenerated.read_bytes()
+
+
+@pytest.mark.slow
+def test_build_refuses_an_unreadable_notebook_it_would_replace(tmp_path):
+    solutions, notebooks = tmp_path / "solutions", tmp_path / "notebooks"
+    _tiny_solution(solutions)
+    target = notebooks / "99_tiny" / "99_tiny.ipynb"
+    target.parent.mkdir(parents=True)
+    target.write_text('{"cells": [ half a notebook')
+    with pytest.raises(StudentWorkError, match="unreadable notebook"):
+        generate_notebooks(notebooks, solutions)
+    assert target.read_text() == '{"cells": [ half a notebook'

@@ -42,3 +42,48 @@ def test_readme_results_table_is_generated_from_the_results_file():
     readme = (REPO / "README.md").read_text()
     block = readme.split("<!-- results table: generated -->\n", 1)[1].split("<!-- end results table -->", 1)[0]
     assert block == table(RESULTS_FILE), "README's results table is stale: regenerate it with python -m attention_course.results"
+
+
+def _declared():
+    """{name: (Requirement, where)} for pyproject's dependencies and optional extras."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {}
+    groups = [("dependencies", project.get("dependencies", []))]
+    groups += [(f"optional-dependencies.{k}", v) for k, v in project.get("optional-dependencies", {}).items()]
+    for where, specs in groups:
+        for spec in specs:
+            req = Requirement(spec)
+            declared[canonicalize_name(req.name)] = (req, where)
+    return declared
+
+
+def test_pyproject_declares_every_pinned_package_with_a_range_admitting_the_pin():
+    from packaging.utils import canonicalize_name
+
+    declared = _declared()
+    pins = {canonicalize_name(name): version for name, version in _pins((REPO / "requirements.txt").read_text().splitlines()).items()}
+    for name, version in pins.items():
+        assert name in declared, f"{name}=={version} is in requirements.txt but not declared in pyproject.toml"
+        req, where = declared[name]
+        assert req.specifier.contains(version, prereleases=True), \
+            f"pyproject.toml {where}: {req} does not admit the pinned {name}=={version}"
+    for name, (req, where) in declared.items():
+        ops = {s.operator for s in req.specifier}
+        assert "==" not in ops and "===" not in ops, f"{req}: pyproject declares ranges, the pins are in requirements.txt"
+        assert ops & {">=", ">", "~="} and ops & {"<", "<=", "~="}, f"{req} ({where}): give a bounded range, e.g. >=X.Y,<X+1"
+        assert name in pins, f"{req} ({where}) is declared in pyproject.toml but not pinned in requirements.txt"
+    assert str(declared["torch"][0].specifier) in ("<2.14,>=2.13", ">=2.13,<2.14")
+    assert declared["torch"][1] == "dependencies"
+
+
+def test_runtime_and_test_dependencies_are_separated():
+    declared = _declared()
+    for name in ("pytest", "nbval"):
+        assert declared[name][1] == "optional-dependencies.test", f"{name} is test-only: it belongs in the test extra"
+    for name in ("torch", "numpy", "nbgrader", "nbformat", "nbclient", "tqdm", "cloudpickle", "jupyterlab"):
+        assert declared[name][1] == "dependencies", f"{name} is needed at run time"

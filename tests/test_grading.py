@@ -3,6 +3,7 @@ without hidden tests, the submission layouts, and the student self-check."""
 from __future__ import annotations
 
 import csv
+import shutil
 import zipfile
 
 import nbformat
@@ -144,7 +145,7 @@ def test_grading_is_resumable_and_idempotent(course, tmp_path):
     first = grade(root, out, progress=False)
     table = (out / "grades.csv").read_text()
 
-    (out / "students" / "ben.json").unlink()              # ben was being graded when it stopped
+    shutil.rmtree(out / "students" / "ben")               # ben was being graded when it stopped
     (out / "grades.csv").write_text(table[: len(table) // 2])  # and the table is half written
     ann_job = out / "jobs" / f"ann--{A01}" / "verdicts.json"
     ann_stamp = ann_job.stat().st_mtime_ns

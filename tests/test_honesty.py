@@ -189,20 +189,24 @@ def test_a_library_function_of_the_exercise_name_is_forbidden():
 
 
 def test_the_course_reference_is_forbidden_however_it_is_imported():
+    """Used where an exercise reaches it: forbidden for that exercise (and what builds on it).
+    Imported but never used: flagged for review, no points taken (its other answers are its own)."""
     spellings = ["from attention_course.attention import scaled_dot_product_attention as ref\n",
                  "from attention_course import attention as ref\n",
                  "import attention_course.attention\n"]
     for spelling in spellings:
-        cells = [HEAD, spelling, HONEST_SDPA]
-        f = one(scan(cells, rules("02")), FORBIDDEN)
-        assert (f.exercises, f.cell) == (graded("02"), 1) and "reference" in f.reason, spelling
+        unused = scan([HEAD, spelling, HONEST_SDPA], rules("02"))
+        assert not only(unused, FORBIDDEN) and "reference" in one(unused, REVIEW).reason, spelling
+    used = ["from attention_course.attention import scaled_dot_product_attention\n"]
+    f = one(scan([HEAD, *used], rules("02")), FORBIDDEN)
+    assert "scaled_dot_product_attention" in f.exercises and "reference" in f.reason
     # a re-export from another course module is the reference all the same
     reexport = ["import torch\nfrom attention_course.train import greedy_decode as g\n"]
-    assert one(scan(reexport, rules("06")), FORBIDDEN).exercises == graded("06")
+    assert any("reference" in f.reason for f in scan(reexport, rules("06")))
     # ... and so is a constant import_module
     dynamic = ["import importlib\n", "def softmax(x, axis=-1):\n"
                                     "    return importlib.import_module('attention_course.similarity').softmax(x, axis)\n"]
-    assert any(f.exercises == graded("01") and "reference" in f.reason for f in only(scan(dynamic, rules("01")), FORBIDDEN))
+    assert any("softmax" in f.exercises and "reference" in f.reason for f in only(scan(dynamic, rules("01")), FORBIDDEN))
 
 
 def test_code_built_from_strings_is_review_not_forbidden():

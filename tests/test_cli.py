@@ -1,0 +1,399 @@
+"""`attn-course` on the command line: --version, `lab` options passed to Jupyter, `grade`'s
+arguments checked before any setup (exit 2), its exit status from the results (1 when a notebook
+crashed, timed out, errored or is missing), group-readable outputs, and `pip install .`."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+import autograder.grade
+from attention_course import cli
+from attention_course.build import REPO, StudentWorkError, assignments
+from autograder.grade import NotebookResult, write_csv
+
+A01, A02 = "01_similarity_attention", "02_queries_keys_values"
+
+
+@pytest.fixture(autouse=True)
+def _keep_umask():
+    old = os.umask(0o022)
+    os.umask(old)
+    yield
+    os.umask(old)
+
+
+@pytest.fixture
+def never_grade(monkeypatch):
+    """grade() must not be reached: argument errors come before any setup."""
+    def fail(*args, **kwargs):
+        raise AssertionError("grade() was called although the arguments are bad")
+    monkeypatch.setattr(autograder.grade, "grade", fail)
+
+
+@pytest.fixture
+def fake_grade(monkeypatch):
+    """grade() replaced: records its arguments, writes grades.csv as the real one does, returns `results`."""
+    calls = []
+
+    def fake(submissions, out, **kwargs):
+        calls.append((submissions, out, kwargs))
+        write_csv(fake.results, Path(out) / "grades.csv")
+        return fake.results
+
+    fake.results = []
+    fake.calls = calls
+    monkeypatch.setattr(autograder.grade, "grade", fake)
+    return fake
+
+
+@pytest.fixture
+def subs(tmp_path):
+    folder = tmp_path / "submissions"
+    (folder / "alice").mkdir(parents=True)
+    return folder
+
+
+def run_grade(capsys, *args) -> tuple[int, str, str]:
+    started = time.monotonic()
+    code = cli.main(["grade", *map(str, args)])
+    assert time.monotonic() - started < 20, "argument checks must not wait for the course setup"
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --------------------------------------------------------------------------- --version, lab
+def test_version(capsys):
+    assert cli.main(["--version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"attn-course {cli.version()}"
+    assert cli.version() == "0.1.0"
+
+
+def test_version_falls_back_to_pyproject(monkeypatch):
+    import importlib.metadata
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert cli.version() == "0.1.0"
+
+
+@pytest.mark.parametrize("extra", [
+    ["--allow-root", "--no-browser", "--port", "8899"],
+    ["--no-browser", "--port=8899", "--ServerApp.token=abc"],
+    [],
+])
+def test_lab_passes_every_option_to_jupyter_lab(monkeypatch, extra):
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append((exe, cmd)))
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))  # _lab puts this venv's bin first on PATH
+    assert cli.main(["lab", *extra]) == 0
+    [(exe, cmd)] = calls
+    assert exe == sys.executable
+    assert cmd[:4] == [sys.executable, "-m", "jupyter", "lab"]
+    assert cmd[4] == f"--notebook-dir={REPO / 'notebooks'}"
+    assert cmd[5:] == extra
+
+
+def test_other_commands_still_refuse_unknown_options(capsys):
+    assert cli.main(["build", "--allow-root"]) == 2
+    assert "unrecognized arguments: --allow-root" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- grade: bad arguments
+def test_submissions_folder_must_exist(tmp_path, capsys, never_grade):
+    out = tmp_path / "out"
+    code, _, err = run_grade(capsys, tmp_path / "nowhere", "--out", out)
+    assert code == 2 and "nowhere does not exist" in err
+    assert not out.exists()
+
+
+def test_submissions_must_be_a_folder(tmp_path, capsys, never_grade):
+    archive = tmp_path / "class.zip"
+    archive.write_bytes(b"PK")
+    code, _, err = run_grade(capsys, archive, "--out", tmp_path / "out")
+    assert code == 2 and "is not a folder" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_must_not_be_a_file(subs, tmp_path, capsys, never_grade):
+    (tmp_path / "out").write_text("")
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out")
+    assert code == 2 and "--out" in err and "not a folder" in err
+
+
+def test_assignment_must_be_known_and_the_error_lists_them(subs, tmp_path, capsys, never_grade):
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out", "--assignment", A01, "--assignment", "01_similarity")
+    assert code == 2
+    assert "--assignment" in err and "'01_similarity'" in err
+    assert all(a in err for a in assignments())
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("student", ["", "../alice", "a/b", ".."])
+def test_student_must_be_an_id(subs, tmp_path, capsys, never_grade, student):
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out", "--student", student)
+    assert code == 2 and "--student" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("workers", ["0", "-3", "two"])
+def test_workers_must_be_a_positive_number(subs, tmp_path, capsys, never_grade, workers):
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out", "--workers", workers)
+    assert code == 2 and "--workers" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("due, message", [
+    (f"{A01}=2026-12-01T23:59:00", "has no timezone"),
+    (f"{A01}=2026-12-01", "has no timezone"),
+    (f"{A01}=1 December 2026", "not an ISO 8601 date-time"),
+    (f"{A01}=2026-13-01T23:59:00Z", "not an ISO 8601 date-time"),
+    ("2026-12-01T23:59:00Z", "write ASSIGNMENT=DATE"),
+    (f"{A01}=", "write ASSIGNMENT=DATE"),
+    ("01_similarity=2026-12-01T23:59:00Z", "unknown assignment '01_similarity'; choose from"),
+])
+def test_due_must_name_a_known_assignment_and_an_aware_date(subs, tmp_path, capsys, never_grade, due, message):
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out", "--due", due)
+    assert code == 2 and "--due" in err and message in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    (f'"{A01}" = 2026-12-01T23:59:00', "has no timezone"),          # TOML local date-time
+    (f'"{A01}" = 2026-12-01', "a date without a time"),              # TOML local date
+    (f'"{A01}" = "tomorrow"', "not an ISO 8601 date-time"),
+    (f'"{A01}" = 5', "int"),
+    ('"01_similarity" = 2026-12-01T23:59:00Z', "unknown assignment '01_similarity'"),
+    (f'{A01} = ', "not valid TOML"),
+])
+def test_due_file_must_be_toml_mapping_known_assignments_to_aware_dates(subs, tmp_path, capsys, never_grade, text, message):
+    due = tmp_path / "due.toml"
+    due.write_text(text + "\n")
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out", "--due-file", due)
+    assert code == 2 and "--due-file" in err and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_due_file_must_exist(subs, tmp_path, capsys, never_grade):
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out", "--due-file", tmp_path / "due.toml")
+    assert code == 2 and "--due-file" in err and "does not exist" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "does not exist"),
+    ("", "needs a header row with an 'id' column (found: no header)"),
+    ("student,email\nalice,a@x\n", "needs a header row with an 'id' column (found: student, email)"),
+    (b"\xff\xfe\x00i\x00d", "not a readable CSV"),
+])
+def test_roster_must_be_a_csv_with_an_id_column(subs, tmp_path, capsys, never_grade, text, message):
+    roster = tmp_path / "roster.csv"
+    if isinstance(text, bytes):
+        roster.write_bytes(text)
+    elif text is not None:
+        roster.write_text(text)
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out", "--roster", roster)
+    assert code == 2 and "--roster" in err and message in err
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- grade: what reaches grade()
+def test_arguments_reach_grade(subs, tmp_path, capsys, fake_grade):
+    due = tmp_path / "due.toml"
+    due.write_text(f'"{A01}" = 2026-12-01T23:59:00Z\n"{A02}" = 2026-12-08T23:59:00+01:00\n')
+    roster = tmp_path / "roster.csv"
+    roster.write_text("\ufeffid,first_name,last_name,email\nalice,Alice,A,alice@example.org\n")
+    out = tmp_path / "out"
+    code, _, _ = run_grade(capsys, subs, "--out", out, "--assignment", A01, "--assignment", A02, "--assignment", A01,
+                           "--student", "alice", "--student", "bob", "--force", "--workers", "3",
+                           "--due-file", due, "--due", f"{A01}=2026-12-02T09:00:00+09:00", "--roster", roster)
+    assert code == 0
+    [(submissions, out_arg, kwargs)] = fake_grade.calls
+    assert submissions == subs and out_arg == out
+    assert kwargs == {
+        "assignments": [A01, A02], "students": ["alice", "bob"], "force": True, "workers": 3,
+        "due": {A01: datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc),   # --due overrides the file
+                A02: datetime(2026, 12, 8, 22, 59, tzinfo=timezone.utc)},
+        "roster": roster,
+    }
+    assert all(d.tzinfo is timezone.utc for d in kwargs["due"].values())
+
+
+def test_defaults_reach_grade(subs, tmp_path, capsys, fake_grade):
+    assert run_grade(capsys, subs, "--out", tmp_path / "out")[0] == 0
+    [(_, _, kwargs)] = fake_grade.calls
+    assert kwargs == {"assignments": None, "students": None, "force": False, "workers": None, "due": {}, "roster": None}
+
+
+# --------------------------------------------------------------------------- grade: exit status
+def _results(*statuses):
+    return [NotebookResult(f"s{i}", A01, 1.0 if s == "ok" else 0.0, 2.0, s) for i, s in enumerate(statuses)]
+
+
+def test_exit_0_when_every_notebook_was_graded(subs, tmp_path, capsys, fake_grade):
+    fake_grade.results = _results("ok", "ok")
+    code, out, err = run_grade(capsys, subs, "--out", tmp_path / "out")
+    assert code == 0
+    assert "all 2 notebooks of 2 students graded without problems" in out
+    assert "s0" in out and "s1" in out  # the table
+
+
+@pytest.mark.parametrize("status, kind", [
+    ("missing: no notebook", "missing"),
+    ("error: nbgrader: ValueError: x", "error"),
+    ("crash: the kernel died (signal 9)", "crash"),
+    ("timeout: notebook took over 300 s", "timeout"),
+    ("exit: the notebook called exit(3)", "exit"),
+    ("memory: over 6 GB", "memory"),
+    ("unreadable notebook: not JSON", "unreadable notebook"),
+    ("ok; timeout: cell test_x was interrupted (the points it earned stand)", "timeout"),
+    ("crash: kernel died; memory: over 6 GB (x.ipynb: a second notebook for 01; graded the first one found)", "crash"),
+])
+def test_exit_1_with_a_summary_when_a_notebook_went_wrong(subs, tmp_path, capsys, fake_grade, status, kind):
+    fake_grade.results = _results("ok", status, "ok")
+    code, out, err = run_grade(capsys, subs, "--out", tmp_path / "out")
+    assert code == 1
+    [summary] = err.strip().splitlines()
+    assert summary.startswith("1 of 3 notebooks (3 students) had problems: ") and f"1 {kind}" in summary
+
+
+def test_summary_counts_each_kind(subs, tmp_path, capsys, fake_grade):
+    fake_grade.results = _results("missing: x", "missing: y", "crash: z; memory: w", "ok")
+    code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out")
+    assert code == 1
+    assert "3 of 4 notebooks (4 students) had problems: 2 missing, 1 crash, 1 memory" in err
+
+
+def test_a_note_about_the_submission_is_not_a_problem():
+    assert cli.problems_of("ok (Copy of 01.ipynb: a second notebook for 01; graded the first one found)") == []
+    assert cli.problems_of("ok") == []
+    assert cli.problems_of("crash: x; timeout: y") == ["crash", "timeout"]
+
+
+def test_outputs_are_group_readable(subs, tmp_path, capsys, fake_grade):
+    os.umask(0o077)  # a strict user umask: the CLI still lets the group read
+    fake_grade.results = _results("ok")
+    out = tmp_path / "out"
+    assert run_grade(capsys, subs, "--out", out)[0] == 0
+    mode = stat.S_IMODE((out / "grades.csv").stat().st_mode)
+    assert mode & 0o044 == 0o044, oct(mode)
+    assert os.umask(0o022) == 0o022  # what main() set: read and search for group and others
+
+
+def test_umask_keeps_the_users_other_restrictions():
+    os.umask(0o027)
+    cli.group_readable_umask()
+    assert os.umask(0o022) == 0o022
+    os.umask(0o002)
+    cli.group_readable_umask()
+    assert os.umask(0o022) == 0o002
+
+
+# --------------------------------------------------------------------------- build
+def test_build_reports_student_work_and_exits_1(monkeypatch, capsys, tmp_path):
+    import attention_course.build
+
+    nb = REPO / "notebooks" / A01 / f"{A01}.ipynb"
+
+    def refuse(**kwargs):
+        assert kwargs["overwrite_student_work"] is False
+        raise StudentWorkError({nb: ["normalize_rows", "softmax"]})
+    monkeypatch.setattr(attention_course.build, "build", refuse)
+    monkeypatch.chdir(REPO)
+    assert cli.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert f"notebooks/{A01}/{A01}.ipynb: normalize_rows, softmax" in err
+    assert f"cp notebooks/{A01}/{A01}.ipynb my-work/" in err
+    assert f"attn-course check my-work/{A01}.ipynb" in err and "--overwrite-student-work" in err
+
+    seen = []
+    monkeypatch.setattr(attention_course.build, "build", lambda **kw: seen.append(kw) or [])
+    assert cli.main(["build", "--overwrite-student-work", "--only", A01]) == 0
+    assert seen == [{"only": [A01], "execute": False, "overwrite_student_work": True}]
+
+
+# --------------------------------------------------------------------------- pip install .
+RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "nbgrader", "jupyterlab", "notebook", "ipykernel", "nbformat",
+           "nbconvert", "nbclient", "sacrebleu", "tokenizers", "cloudpickle"]
+
+
+@pytest.fixture(scope="module")
+def source_copy(tmp_path_factory):
+    """The package's sources, copied: building never writes build/ or *.egg-info into the checkout."""
+    import shutil
+
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "LICENSE", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for package in ("attention_course", "autograder"):
+        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return src
+
+
+def _pip(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_wheel_declares_the_runtime_dependencies(source_copy, tmp_path):
+    from packaging.requirements import Requirement
+
+    built = _pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), ".", cwd=source_copy)
+    assert built.returncode == 0, built.stderr
+    [wheel] = tmp_path.glob("attention_course-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        names = zf.namelist()
+    requires = [Requirement(line.split(":", 1)[1].strip()) for line in metadata.splitlines()
+                if line.startswith("Requires-Dist:")]
+    runtime = {r.name.lower(): r for r in requires if r.marker is None}
+    test = {r.name.lower(): r for r in requires if r.marker is not None and r.marker.evaluate({"extra": "test"})}
+    assert sorted(runtime) == sorted(RUNTIME)
+    assert str(runtime["torch"].specifier) in ("<2.14,>=2.13", ">=2.13,<2.14")
+    assert runtime["torch"].specifier.contains("2.13.0") and not runtime["torch"].specifier.contains("2.14.0")
+    assert runtime["nbgrader"].specifier.contains("0.9.6") and not runtime["nbgrader"].specifier.contains("0.10.0")
+    assert sorted(test) == ["nbval", "pytest"]
+    assert "Provides-Extra: test" in metadata
+    assert "autograder/nbgrader_config.py" in names and "attention_course/cli.py" in names
+    assert any(n.endswith("entry_points.txt") for n in names)
+
+
+@pytest.mark.slow
+def test_pip_install_gives_a_working_cli(source_copy, tmp_path):
+    """`pip install .` (without dependencies, offline: they come from this venv) gives an
+    `attn-course` that imports, knows its version and finds the course from the checkout."""
+    target = tmp_path / "site"
+    done = _pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), ".", cwd=source_copy)
+    assert done.returncode == 0, done.stderr
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    env.pop("ATTN_COURSE_ROOT", None)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    imported = subprocess.run([sys.executable, "-c", "import attention_course.cli as c, autograder.grade; print(c.__file__)"],
+                              cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0, imported.stderr
+    assert Path(imported.stdout.strip()).is_relative_to(target), "imported the checkout, not the installed copy"
+
+    script = target / "bin" / "attn-course"
+    assert script.exists()
+    run = lambda *args, cwd: subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env,
+                                             capture_output=True, text=True, timeout=300)
+    version = run("--version", cwd=elsewhere)
+    assert version.returncode == 0 and version.stdout.strip() == "attn-course 0.1.0", version.stderr
+    # run from the course checkout, the installed CLI finds solutions/ there
+    (elsewhere / "class").mkdir()
+    refused = run("grade", str(elsewhere / "class"), "--out", str(elsewhere / "out"), "--assignment", "nope", cwd=REPO)
+    assert refused.returncode == 2 and "unknown assignment 'nope'; choose from " + ", ".join(assignments()) in refused.stderr
+    assert not (elsewhere / "out").exists()
+    # anywhere else, it says where it looked
+    lost = run("grade", str(elsewhere / "class"), "--out", str(elsewhere / "out"), cwd=elsewhere)
+    assert lost.returncode == 2 and "no solutions folder" in lost.stderr and "ATTN_COURSE_ROOT" in lost.stderr

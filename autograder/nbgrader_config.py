@@ -22,10 +22,30 @@ c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"Warning"
 
 # Feedback: never show hidden tests, nor tracebacks that could quote them (see plugins.py).
+# The page (templates/feedback) names each test cell with its exercise, shows the
+# student's own outputs (bounded when the submission was normalized, sanitized here), wraps
+# long lines, and loads no script: math is drawn as SVG when the page is written
+# (plugins.markdown2html), so it renders offline and the page is one self-contained file.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "autograder.plugins.ScrubHiddenTests",
+    "autograder.plugins.NameTestCells",
     "nbconvert.preprocessors.sanitize.SanitizeHTML",  # student markdown and outputs: no <script>, no on* handlers
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 c.SanitizeHTML.enabled = True  # nbconvert's preprocessors are off unless enabled
+
+
+def _feedback_templates():
+    """autograder/templates (this file is exec'd from each course's config: no __file__ of its own)."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("autograder")
+    return os.path.join(os.path.dirname(spec.origin), "templates") if spec and spec.origin else None
+
+
+if _feedback_templates():
+    c.HTMLExporter.extra_template_basedirs = [_feedback_templates()]
+    c.HTMLExporter.template_name = "feedback"  # the name nbgrader's API insists on (NbGraderAPI.generate_feedback)
+    c.HTMLExporter.filters = {"markdown2html": "autograder.plugins.markdown2html"}

@@ -1,8 +1,20 @@
-"""nbgrader preprocessors of our own."""
+"""nbgrader preprocessors of our own, and what the feedback page needs (templates/feedback).
+
+* ScrubHiddenTests, NameTestCells: feedback notebooks safe to hand out, test cells named.
+* TrustedVerdicts: autograde without running anything of the student's.
+* student_outputs: the bounded copy of a student's outputs that feedback shows back to them.
+* markdown2html: markdown with its math rendered here (matplotlib's mathtext, inline SVG):
+  feedback pages load no script at all, MathJax included, and render math offline.
+"""
 from __future__ import annotations
 
+import hashlib
+import html
 import re
+import threading
+import time
 
+from jinja2 import pass_context
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -29,6 +41,22 @@ class ScrubHiddenTests(NbGraderPreprocessor):
         return nb, resources
 
 
+class NameTestCells(NbGraderPreprocessor):
+    """Feedback: each test cell gets the name of the exercise it tests (cell metadata
+    `attn_exercise`, shown by templates/feedback), the way grades.csv and the report name it."""
+
+    def preprocess(self, nb, resources):
+        from .grade import exercise_of
+
+        graded = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+                  if c.metadata.get("nbgrader", {}).get("solution") and c.metadata["nbgrader"].get("grade_id")}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
+                cell.metadata["attn_exercise"] = exercise_of(meta["grade_id"], graded)
+        return nb, resources
+
+
 class TrustedVerdicts(NbGraderPreprocessor):
     """Stands in for nbgrader's Execute during `autograde`: nothing of the student's runs here.
 
@@ -37,6 +65,11 @@ class TrustedVerdicts(NbGraderPreprocessor):
     This writes each verdict into its cell as nbgrader expects it — no output for a pass, an
     error output carrying the message for a fail — so nbgrader's own SaveAutoGrades records the
     points, and feedback and exports work unchanged.
+
+    Every other code cell gets back the outputs the student submitted (bounded and filtered by
+    `student_outputs` when the submission was normalized; nbgrader's ClearOutput empties
+    `outputs` before this runs, so they travel in the cell's metadata): feedback shows them;
+    nothing runs them.
     """
 
     def preprocess(self, nb, resources):
@@ -51,13 +84,316 @@ class TrustedVerdicts(NbGraderPreprocessor):
         with open(path) as fh:
             verdicts = json.load(fh)
         for cell in nb.cells:
+            kept = cell.metadata.pop(FEEDBACK_OUTPUTS, None)
             if cell.cell_type != "code":
                 continue
             cell.outputs = []
+            cell.execution_count = None
             meta = cell.metadata.get("nbgrader", {})
             if meta.get("grade") and not meta.get("solution"):
                 verdict = verdicts.get(meta.get("grade_id"), {"passed": False, "message": "not graded"})
                 if not verdict["passed"]:
                     cell.outputs = [new_output("error", ename="Failed", evalue=verdict["message"],
                                                traceback=[f"Failed: {verdict['message']}"])]
+            elif isinstance(kept, dict):
+                cell.outputs, _ = student_outputs(kept.get("outputs"), NOTEBOOK_OUTPUT_LIMIT)
+                count = kept.get("execution_count")
+                cell.execution_count = count if _is_count(count) else None
         return nb, resources
+
+
+# --------------------------------------------------------------------------- the student's outputs
+FEEDBACK_OUTPUTS = "attn_feedback_outputs"  # cell metadata: {"outputs": [...], "execution_count": n}
+CELL_OUTPUT_LIMIT = 200_000  # characters of outputs per cell shown in feedback
+NOTEBOOK_OUTPUT_LIMIT = 1_000_000  # ... and per notebook
+TOO_LARGE = "[output too large for feedback]"
+_KEPT_DATA = ("text/plain", "text/html", "text/markdown", "image/png", "image/jpeg")  # never scripts, SVG, widgets
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_EVALUE_LIMIT = 2_000
+
+
+def _text(value) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return None
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9
+
+
+def student_outputs(raw, budget: int) -> tuple[list, int]:
+    """The outputs of one submitted code cell as feedback may show them, and their size.
+
+    Only streams, rich displays (text, sanitized HTML/markdown, PNG/JPEG) and errors (type and
+    message, never the traceback) are kept, without their metadata; a cell whose outputs are
+    larger than CELL_OUTPUT_LIMIT, or than the `budget` left to its notebook, shows TOO_LARGE instead.
+    """
+    from nbformat.v4 import new_output
+
+    kept, size = [], 0
+    for out in raw if isinstance(raw, list) else []:
+        if not isinstance(out, dict):
+            continue
+        kind = out.get("output_type")
+        if kind == "stream":
+            text = _text(out.get("text"))
+            if text is None:
+                continue
+            new = new_output("stream", name="stderr" if out.get("name") == "stderr" else "stdout", text=text)
+            n = len(text)
+        elif kind in ("display_data", "execute_result"):
+            data = out.get("data") if isinstance(out.get("data"), dict) else {}
+            shown = {}
+            for mime in _KEPT_DATA:
+                value = _text(data.get(mime))
+                if value is not None and mime.startswith("image/"):
+                    value = "".join(value.split())
+                    value = value if _BASE64.fullmatch(value) else None
+                if value is not None:
+                    shown[mime] = value
+            if not shown:
+                continue
+            if kind == "execute_result":
+                count = out.get("execution_count")
+                new = new_output(kind, data=shown, execution_count=count if _is_count(count) else None)
+            else:
+                new = new_output(kind, data=shown)
+            n = sum(len(v) for v in shown.values())
+        elif kind == "error":
+            ename, evalue = _text(out.get("ename")), _text(out.get("evalue"))
+            ename = _ANSI.sub("", ename or "Error")[:200]
+            evalue = _ANSI.sub("", evalue or "")[:_EVALUE_LIMIT]
+            new = new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+            n = len(ename) + len(evalue)
+        else:
+            continue
+        size += n + 50  # an empty output still costs something: no million empty outputs
+        if size > min(CELL_OUTPUT_LIMIT, budget):
+            return [new_output("stream", name="stdout", text=TOO_LARGE + "\n")], 0
+        kept.append(new)
+    return kept, size
+
+
+# --------------------------------------------------------------------------- math, offline
+# Feedback must render math without a network: MathJax is not installed anywhere in the
+# environment (JupyterLab ships it only inside its webpack bundles), so each formula is drawn
+# here with matplotlib's mathtext (a pinned dependency) as a small inline SVG. mathtext knows
+# most of TeX's math; what it does not know is rewritten (_MATHTEXT), matrices and cases are
+# laid out in HTML around it, and anything else is shown as its TeX source.
+_MATH_LOCK = threading.Lock()  # matplotlib is not thread-safe; the grader runs feedback in threads
+MATH_MAX_CHARS = 1_500  # longer formulas are shown as TeX (bounded parsing time)
+MATH_RENDERS_PER_PAGE = 600  # new formulas drawn per page, and seconds spent drawing them;
+MATH_SECONDS_PER_PAGE = 20.0  # past either, formulas are shown as TeX (a course page: ~1 s)
+_MATHTEXT = [  # TeX that mathtext lacks -> what it has
+    (re.compile(r"\\(?:big|Big|bigg|Bigg)[lrm]?(?![a-zA-Z])"), ""),
+    (re.compile(r"\\le(?![a-zA-Z])"), r"\\leq"),
+    (re.compile(r"\\ge(?![a-zA-Z])"), r"\\geq"),
+    (re.compile(r"\\ne(?![a-zA-Z])"), r"\\neq"),
+    (re.compile(r"\\[lr]Vert(?![a-zA-Z])"), r"\\Vert"),
+    (re.compile(r"\\[lr]vert(?![a-zA-Z])"), "|"),
+    (re.compile(r"\\[dt]frac(?![a-zA-Z])"), r"\\frac"),
+    (re.compile(r"\\displaystyle(?![a-zA-Z])"), ""),
+    (re.compile(r"\\(?:operatorname|textrm)(?![a-zA-Z])"), r"\\mathrm"),
+]
+_ENV = re.compile(r"\\begin\{(matrix|pmatrix|bmatrix|Bmatrix|vmatrix|Vmatrix|cases)\}(.*?)\\end\{\1\}", re.S)
+def _mathtext(tex: str) -> str:
+    tex = " ".join(tex.split())
+    for pattern, replacement in _MATHTEXT:
+        tex = pattern.sub(replacement, tex)
+    return _underbrace(tex)
+
+
+def _group(tex: str, start: int) -> int:
+    """Index just past the brace group opening at `start` (-1 when unbalanced)."""
+    depth = 0
+    for i in range(start, len(tex)):
+        if tex[i] == "{" and tex[i - 1:i] != "\\":
+            depth += 1
+        elif tex[i] == "}" and tex[i - 1:i] != "\\":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return -1
+
+
+def _underbrace(tex: str) -> str:
+    r"""`\underbrace{A}_{B}` -> `\underset{B}{A}` (mathtext has no braces under formulas)."""
+    while (at := tex.find("\\underbrace{")) >= 0:
+        a_end = _group(tex, at + len("\\underbrace"))
+        if a_end < 0:
+            return tex
+        a = tex[at + len("\\underbrace{"):a_end - 1]
+        rest = tex[a_end:].lstrip()
+        if rest.startswith("_{") and (b_end := _group(rest, 1)) > 0:
+            tex = tex[:at] + "\\underset{" + rest[2:b_end - 1] + "}{" + a + "}" + rest[b_end:]
+        else:
+            tex = tex[:at] + "{" + a + "}" + tex[a_end:]
+    return tex
+
+
+def _draw(tex: str) -> str | None:
+    """One formula (mathtext syntax, no dollars) as an inline SVG sized in em, or None."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.mathtext import MathTextParser
+
+    size = 12.0
+    with _MATH_LOCK, matplotlib.rc_context({"mathtext.fontset": "cm", "svg.fonttype": "path",
+                                            "svg.hashsalt": "attn"}):
+        try:
+            prop = FontProperties(size=size)
+            width, height, depth, *_ = MathTextParser("path").parse(f"${tex}$", dpi=72, prop=prop)
+            if not (0 < width < 5000 and 0 < height < 2000):
+                return None
+            fig = Figure(figsize=(width / 72, height / 72))
+            fig.text(0, depth / height, f"${tex}$", fontproperties=prop)
+            buf = io.BytesIO()
+            fig.savefig(buf, dpi=72, format="svg", transparent=True)
+        except Exception:  # noqa: BLE001 - anything mathtext cannot draw is shown as TeX
+            return None
+    svg = buf.getvalue().decode()
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>|<!--.*?-->|<defs>\s*<style[^>]*>.*?</style>\s*</defs>"
+                 r'|<g id="patch_1">.*?</g>', "", svg, flags=re.S)
+    prefix = "m" + hashlib.sha1(tex.encode()).hexdigest()[:10] + "-"
+    svg = re.sub(r'\bid="', 'id="' + prefix, svg)
+    svg = re.sub(r'href="#', 'href="#' + prefix, svg)
+    box = re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg)
+    box_w, box_h = (float(box.group(1)), float(box.group(2))) if box else (width, height)
+    em = lambda pt: f"{pt / size:.3f}em"  # noqa: E731
+    size_attrs = (f'width="{em(box_w)}" height="{em(box_h)}" style="vertical-align: -{em(depth * box_h / height)}" '
+                  f'role="img" aria-label="{html.escape(tex)}" focusable="false"')
+    svg = re.sub(r'width="[^"]*" height="[^"]*"', lambda _: size_attrs, svg, count=1)
+    return re.sub(r"\s+", " ", svg).replace("> <", "><").strip()
+
+
+def _tex_shown(tex: str, display: bool) -> str:
+    """A formula mathtext cannot draw, as its TeX source (escaped)."""
+    dollars = "$$" if display else "$"
+    return f'<code class="math-tex">{dollars}{html.escape(tex)}{dollars}</code>'
+
+
+_SVG_CACHE: dict[str, str | None] = {}  # the course's formulas recur on every student's page
+
+
+class _Budget:
+    """The formulas one page may still draw, and for how long (those already drawn, for any
+    page, are free): a student's page cannot hold the grader up with thousands of formulas."""
+
+    def __init__(self, left: int = MATH_RENDERS_PER_PAGE, seconds: float = MATH_SECONDS_PER_PAGE):
+        self.left, self.deadline = left, time.monotonic() + seconds
+
+    def svg(self, tex: str) -> str | None:
+        if tex in _SVG_CACHE:
+            return _SVG_CACHE[tex]
+        if self.left <= 0 or time.monotonic() > self.deadline:
+            return None
+        self.left -= 1
+        if len(_SVG_CACHE) >= 8192:
+            _SVG_CACHE.clear()
+        _SVG_CACHE[tex] = _draw(tex)
+        return _SVG_CACHE[tex]
+
+
+def _environment(kind: str, body: str, budget: _Budget) -> str | None:
+    rows = [r for r in re.split(r"\\\\", body) if r.strip()] or [""]
+    cells = [[c.strip() for c in r.split("&")] for r in rows]
+    columns = max(len(r) for r in cells)
+    parts = []
+    for row in cells:
+        for c in row + [""] * (columns - len(row)):
+            svg = budget.svg(c) if c else ""
+            if svg is None:
+                return None
+            parts.append(f"<span>{svg}</span>")
+    return (f'<span class="m-env m-{kind}"><span class="m-grid" style="grid-template-columns: repeat({columns}, auto)">'
+            + "".join(parts) + "</span></span>")
+
+
+def render_math(tex: str, display: bool, budget: _Budget | None = None) -> str:
+    """HTML for one formula: SVG where mathtext can draw it, else its TeX source, escaped."""
+    budget = budget or _Budget()
+    source = tex.strip()
+    wrap = ("<span class=\"math-display\">{}</span>" if display else "<span class=\"math-inline\">{}</span>")
+    if not source or len(source) > MATH_MAX_CHARS:
+        return _tex_shown(source, display)
+    tex = _mathtext(source)
+    pieces, at = [], 0
+    for m in _ENV.finditer(tex):
+        pieces.append(("tex", tex[at:m.start()]))
+        pieces.append((m.group(1), m.group(2)))
+        at = m.end()
+    pieces.append(("tex", tex[at:]))
+    out = []
+    for kind, body in pieces:
+        if kind == "tex":
+            if not body.strip():
+                continue
+            part = budget.svg(body.strip())
+        else:
+            part = _environment(kind, body, budget)
+        if part is None:
+            return _tex_shown(source, display)
+        out.append(part)
+    return wrap.format("".join(out))
+
+
+def _renderer_class():
+    from nbconvert.filters.markdown_mistune import IPythonRenderer
+
+    class OfflineMathRenderer(IPythonRenderer):
+        """nbconvert's markdown renderer with math drawn here and no harmful links.
+
+        SanitizeHTML (bleach) has already run over the markdown *source*, so `<`, `>` and `&`
+        arrive as entities; math and code are unescaped before they are drawn or re-escaped,
+        so `<pad>` shows as <pad>, not &lt;pad&gt;."""
+
+        def __init__(self, budget: _Budget):
+            super().__init__(escape=False, allow_harmful_protocols=False)
+            self.budget = budget
+
+        def block_math(self, body: str) -> str:
+            return render_math(html.unescape(body), True, self.budget)
+
+        def inline_math(self, body: str) -> str:
+            return render_math(html.unescape(body), False, self.budget)
+
+        def latex_environment(self, name: str, body: str) -> str:
+            if name.rstrip("*") in ("equation", "displaymath"):
+                return render_math(html.unescape(body), True, self.budget)
+            return render_math(html.unescape(f"\\begin{{{name}}}{body}\\end{{{name}}}"), True, self.budget)
+
+        def multiline_math(self, text: str) -> str:
+            return render_math(html.unescape(text.strip().strip("$")), True, self.budget)
+
+        def codespan(self, text: str) -> str:
+            return super().codespan(html.unescape(text))
+
+        def block_code(self, code: str, info=None) -> str:
+            return super().block_code(html.unescape(code), info)
+
+        def _embed_image_or_attachment(self, src: str) -> str:
+            return "" if src.startswith("attachment:") else src  # normalized notebooks carry none
+
+    return OfflineMathRenderer
+
+
+@pass_context
+def markdown2html(context, source: str) -> str:
+    """The `markdown2html` filter of the feedback page (nbgrader_config.py): markdown to HTML,
+    math drawn as SVG. A page draws at most MATH_RENDERS_PER_PAGE new formulas."""
+    from nbconvert.filters.markdown_mistune import MarkdownWithMath
+
+    resources = context.get("resources")
+    budget = resources.get("attn_math_budget") if isinstance(resources, dict) else None
+    if budget is None:
+        budget = _Budget()
+        if isinstance(resources, dict):
+            resources["attn_math_budget"] = budget
+    return MarkdownWithMath(renderer=_renderer_class()(budget)).render(source)

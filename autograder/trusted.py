@@ -99,14 +99,17 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     """The student's notebook as nbgrader should see it: grade metadata restored from the source
     for the first cell of each known grade_id, dropped from duplicates and unknown ids (so an
     edited `points`, a renamed grade_id or a duplicated cell can neither earn nor crash), and the
-    course's kernelspec."""
+    course's kernelspec. The outputs of each code cell are carried, bounded and filtered, in its
+    metadata (plugins.student_outputs, plugins.TrustedVerdicts): feedback shows them, nothing runs them."""
+    from .plugins import FEEDBACK_OUTPUTS, NOTEBOOK_OUTPUT_LIMIT, _is_count, student_outputs
+
     source_meta = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]
                    for c in source_nb.cells if "nbgrader" in c.metadata}
     source_type = {c.metadata["nbgrader"]["grade_id"]: c.cell_type
                    for c in source_nb.cells if "nbgrader" in c.metadata}
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": source_nb.metadata.get("kernelspec", {}),
                                             "language_info": {"name": "python"}})
-    seen = set()
+    seen, output_budget = set(), NOTEBOOK_OUTPUT_LIMIT
     for cell in student_nb.get("cells", []):
         ctype = cell.get("cell_type")
         src = cell.get("source", "")
@@ -126,6 +129,13 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
             seen.add(gid)
             new.metadata["nbgrader"] = dict(source_meta[gid])
             new.metadata["nbgrader"].pop("checksum", None)
+        test_cell = new.metadata.get("nbgrader", {}).get("grade") and not new.metadata["nbgrader"].get("solution")
+        if ctype == "code" and not test_cell:  # a test cell shows its verdict only
+            outputs, used = student_outputs(cell.get("outputs"), output_budget)
+            output_budget -= used
+            if outputs:
+                count = cell.get("execution_count")
+                new.metadata[FEEDBACK_OUTPUTS] = {"outputs": outputs, "execution_count": count if _is_count(count) else None}
         nb.cells.append(new)
     for i, cell in enumerate(nb.cells):
         cell.id = f"cell-{i:04d}"

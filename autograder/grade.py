@@ -206,23 +206,41 @@ def read_result(course: Course, student: str, assignment: str, status: str = "ok
 
 
 def sandbox_world(course: Course, assignment: str, job: Path) -> World:
-    """What the student's code may see: the student-facing library (minus this notebook's
-    reference module) and the course's data, read-only; everything else of the course is absent
-    (bubblewrap) or hidden (the namespaces fallback's deny-list)."""
+    """What the student's code may see (see `world_for`), for a notebook of the grading course."""
+    return world_for(course.root / "source" / assignment / f"{assignment}.ipynb", job, course.kit,
+                     [str(course.root.parent), *course.extra_hidden])
+
+
+def world_for(source: Path, job: Path, kit: str, hidden: list[str]) -> World:
+    """The student-facing library (minus the reference module of the notebook `source`) and the
+    course's data, read-only; everything else of the course is absent (bubblewrap) or hidden
+    (the namespaces fallback's deny-list, which also covers `hidden`)."""
     job.mkdir(parents=True, exist_ok=True)
     hide = [str(REPO / "solutions"), str(REPO / ".git"), str(REPO / "tests"), str(REPO / "build"),
-            str(REPO / "autograder"), str(course.root.parent), str(LIBRARY / "__pycache__"),
-            *course.extra_hidden, str(Path.home())]
+            str(REPO / "autograder"), str(LIBRARY / "__pycache__"), *hidden, str(Path.home())]
     stubs = []
-    exported = extract_module(course.root / "source" / assignment / f"{assignment}.ipynb")
+    exported = extract_module(source)
     if exported:
         ref_stub = job / "reference_stub.py"
         ref_stub.write_text(f'raise ImportError("attention_course.{exported[0]} is the reference for this '
                             f'notebook: it is not available while your own code is graded")\n')
         stubs.append((str(ref_stub), str(LIBRARY / f"{exported[0]}.py")))
     readonly = [str(LIBRARY)] + [str(REPO / d) for d in ("data",) if (REPO / d).is_dir()]
-    return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p)],
-                 kit=course.kit)
+    return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p)], kit=kit)
+
+
+def verdicts_in_sandbox(source: Path, nb, hidden: list[str], limits: Limits | None = None) -> dict[str, dict]:
+    """The trusted path for one notebook already in memory (nbgrader's own `autograde`, run
+    without `attn-course grade`): sandboxed run, verdicts judged here. {grade_id: {passed, message}}."""
+    source_nb = nbformat.read(source, as_version=4)
+    tests = trusted.test_cells(source_nb)
+    job = trusted.build_job(trusted.normalize_submission(nb, source_nb), tests)
+    limits = limits or Limits()
+    with tempfile.TemporaryDirectory(prefix="attn-autograde-") as tmp:
+        folder = Path(tmp) / "job"
+        world = world_for(source, folder, make_kit(Path(tmp) / "kit"), hidden)
+        run = run_notebook_job(folder, trusted.job_inputs(job, tests, limits.cell_seconds), world, limits)
+    return {k: v.__dict__ for k, v in trusted.judge_job(job, tests, run).items()}
 
 
 def _load_submission(data: bytes) -> tuple[dict | None, str | None]:

@@ -79,10 +79,11 @@ class TrustedVerdicts(NbGraderPreprocessor):
         from nbformat.v4 import new_output
 
         path = os.environ.get("ATTN_VERDICTS")
-        if not path:
-            raise RuntimeError("ATTN_VERDICTS is not set: run grading through `attn-course grade`")
-        with open(path) as fh:
-            verdicts = json.load(fh)
+        if path:  # `attn-course grade` decided the verdicts already
+            with open(path) as fh:
+                verdicts = json.load(fh)
+        else:  # nbgrader's own autograde (formgrader's button, the command line): the same trusted path
+            verdicts = self._verdicts_now(nb, resources)
         for cell in nb.cells:
             kept = cell.metadata.pop(FEEDBACK_OUTPUTS, None)
             if cell.cell_type != "code":
@@ -100,6 +101,25 @@ class TrustedVerdicts(NbGraderPreprocessor):
                 count = kept.get("execution_count")
                 cell.execution_count = count if _is_count(count) else None
         return nb, resources
+
+    def _verdicts_now(self, nb, resources) -> dict:
+        """Run the notebook in the sandbox and judge it outside, as `attn-course grade` does."""
+        import os
+        from pathlib import Path
+
+        from .grade import verdicts_in_sandbox
+
+        coursedir = self.config.CourseDirectory
+        root = Path(coursedir.get("root") or os.getcwd())
+        info = resources["nbgrader"]
+        source = root / coursedir.get("source_directory", "source") / info["assignment"] / f"{info['notebook']}.ipynb"
+        if not source.is_file():
+            raise RuntimeError(f"the source notebook {source} is missing: the verdicts cannot be decided "
+                               "(nothing was deleted; check CourseDirectory.source_directory)")
+        hidden = [str(root / coursedir.get(key, default)) for key, default in
+                  (("submitted_directory", "submitted"), ("autograded_directory", "autograded"),
+                   ("feedback_directory", "feedback"), ("source_directory", "source"))]
+        return verdicts_in_sandbox(source, nb, hidden + [str(root)])
 
 
 # --------------------------------------------------------------------------- the student's outputs

@@ -1,0 +1,38 @@
+# The repository is an nbgrader course root: an instructor's usual commands work from here.
+#
+#   nbgrader generate_assignment 01_similarity_attention   # solutions/ -> build/nbgrader/release/
+#   nbgrader collect / zip_collect ...                      # -> build/nbgrader/submitted/<student>/<assignment>/
+#   nbgrader autograde 01_similarity_attention             # student code runs in the course's sandbox,
+#                                                            verdicts are judged outside it (TrustedVerdicts)
+#   nbgrader generate_feedback / export / formgrader        # as usual
+#
+# The source notebooks are solutions/ (reference answers and hidden tests). The student release
+# the course ships, notebooks/, is written by `attn-course build`, which also extracts the library
+# and refuses to overwrite a student's edits: nbgrader's own release goes to build/nbgrader/release.
+# Everything nbgrader writes here lives under build/nbgrader/ (ignored by git).
+import os
+
+c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads the file
+_root = os.path.dirname(os.path.abspath(__file__))
+exec(open(os.path.join(_root, "autograder", "nbgrader_config.py")).read())  # the course's shared settings
+
+c.CourseDirectory.root = _root
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = os.path.join("build", "nbgrader", "release")
+c.CourseDirectory.submitted_directory = os.path.join("build", "nbgrader", "submitted")
+c.CourseDirectory.autograded_directory = os.path.join("build", "nbgrader", "autograded")
+c.CourseDirectory.feedback_directory = os.path.join("build", "nbgrader", "feedback")
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(_root, "build", "nbgrader", "gradebook.db")
+os.makedirs(os.path.join(_root, "build", "nbgrader"), exist_ok=True)
+
+# autograde never runs student code in nbgrader's own kernel: TrustedVerdicts runs it in the
+# sandbox and judges the returned values outside (the same path as `attn-course grade`).
+c.Autograde.autograde_preprocessors = [
+    "autograder.plugins.TrustedVerdicts",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.OverwriteCells.add_missing_cells = True

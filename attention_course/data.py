@@ -10,8 +10,14 @@ in ``data/multi30k/SHA256SUMS``. Where they come from, in order:
 3. a download from GitHub into the cache, with a progress bar.
 
 A file whose checksum does not match is never used; the error names it. Nothing that verified
-is ever deleted. See ``data/multi30k/README.md`` for the citation and the terms of use
-(non-commercial research and educational purposes).
+is ever deleted.
+
+``multi30k_availability`` says, without hanging, whether Multi30k can be had here (cache, mirror,
+or a download with a short timeout); notebook 06 falls back to the toy corpus when it cannot,
+with a message that says so and how to get the real data.
+
+See ``data/multi30k/README.md`` for the citation and the terms of use (non-commercial research
+and educational purposes).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,6 +92,12 @@ def _mismatch(path: Path, expected: str, got: str, what_to_do: str) -> ChecksumM
                             f"  {what_to_do}")
 
 
+BAD_CACHE = ("the cached copy is damaged or not the pinned version. "
+             "Delete that file and run again to fetch it afresh (it was left in place).")
+BAD_MIRROR = (f"the mirror does not hold the pinned file; fix the mirror "
+              f"or unset {MIRROR_ENV} to download it instead (nothing was changed).")
+
+
 def _download(url: str, target: Path, expected: str, progress: bool = True, timeout: float = 30) -> None:
     """Download `url` to `target` through a temporary file; only a verified file is moved into place."""
     from tqdm.auto import tqdm
@@ -129,8 +142,7 @@ def multi30k_file(split: str, lang: str, mirror: str | os.PathLike | None = None
         got = sha256(cached)
         if got == expected:
             return cached
-        raise _mismatch(cached, expected, got, "the cached copy is damaged or not the pinned version. "
-                        "Delete that file and run again to fetch it afresh (it was left in place).")
+        raise _mismatch(cached, expected, got, BAD_CACHE)
     mirror_dir = _mirror_dir(mirror)
     problems = []
     if mirror_dir is not None:
@@ -138,8 +150,7 @@ def multi30k_file(split: str, lang: str, mirror: str | os.PathLike | None = None
         if candidate.is_file():
             got = sha256(candidate)
             if got != expected:
-                raise _mismatch(candidate, expected, got, "the mirror does not hold the pinned file; fix the mirror "
-                                f"or unset {MIRROR_ENV} to download it instead (nothing was changed).")
+                raise _mismatch(candidate, expected, got, BAD_MIRROR)
             return candidate
         problems.append(f"the mirror {mirror_dir} has no {name}")
     if download:
@@ -161,6 +172,103 @@ def multi30k_file(split: str, lang: str, mirror: str | os.PathLike | None = None
         f"    and put them in {cache};\n"
         f"  * or set {MIRROR_ENV}=/path/to/folder (or pass mirror=...) to a folder that holds them.\n"
         f"Their checksums are in {manifest}.")
+
+
+NOTEBOOK_SPLITS = ("train", "val", "test_2016_flickr")   # what notebook 06 reads
+
+
+@dataclass(frozen=True)
+class Availability:
+    """What `multi30k_availability` found. True when Multi30k can be had; `corpus` is then
+    "multi30k", else "toy" (the fallback); `message` is the sentence to show either way."""
+    available: bool
+    source: str | None   # "cache", "mirror", "download" (or "cache+mirror", ...); None when unavailable
+    detail: str          # where the files are, or why they cannot be had
+    reason: str = "no mirror, no network"   # in short, why not (when unavailable)
+
+    def __bool__(self) -> bool:
+        return self.available
+
+    @property
+    def corpus(self) -> str:
+        return "multi30k" if self.available else "toy"
+
+    @property
+    def message(self) -> str:
+        if self.available:
+            return f"Multi30k is available ({self.detail})."
+        sentences = len(read_lines(TOY / "train.en"))
+        return (f"Multi30k is not available here ({self.reason}): the cells below use the "
+                f"{sentences}-sentence toy corpus (data/toy/) instead. For the real data, set {MIRROR_ENV} to a "
+                f"folder holding the raw Multi30k files (see data/multi30k/README.md), or connect to the "
+                f"internet, and run again.\n({self.detail})")
+
+
+def multi30k_availability(src: str = "en", tgt: str = "de", splits=NOTEBOOK_SPLITS, mirror=None,
+                          cache_dir: str | os.PathLike | None = None, download: bool = True,
+                          timeout: float = 10, progress: bool = True, manifest: Path = MANIFEST,
+                          base_url: str = BASE_URL) -> Availability:
+    """Whether the Multi30k files of `splits` x {src, tgt} can be had here, without hanging.
+
+    Each file is looked for, verified, in the cache and then in the mirror (the ``mirror`` argument or
+    ``ATTN_MULTI30K_MIRROR``). Missing ones are downloaded into the cache (what the loader would do
+    next), each connection allowed `timeout` seconds; the first failed download ends the attempt,
+    and the answer is then "not available" (``Availability.corpus == "toy"``), never an exception.
+
+    What is *not* a quiet fallback: a damaged cached file or a mirror file with the wrong checksum
+    (`ChecksumMismatch`, as from the loader), and a mirror that was asked for but cannot provide
+    the files when downloading fails too (`DataUnavailable`): whoever set a mirror wants the real
+    data (CI does), so that is an error to fix, not a reason to train on the toy corpus."""
+    sums = read_manifest(manifest)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache()
+    mirror_dir = _mirror_dir(mirror)
+    sources, missing = [], []
+    for split in splits:
+        for lang in (src, tgt):
+            name = file_name(split, lang)
+            if name not in sums:
+                raise ValueError(f"{name} is not listed in the manifest {manifest}")
+            found = None
+            for where, folder, advice in (("cache", cache, BAD_CACHE), ("mirror", mirror_dir, BAD_MIRROR)):
+                if folder is not None and (folder / name).is_file():
+                    got = sha256(folder / name)          # checked as the loader checks it
+                    if got != sums[name]:
+                        raise _mismatch(folder / name, sums[name], got, advice)
+                    found = where
+                    break
+            if found:
+                sources.append(found)
+            else:
+                missing.append(name)
+    problems = []
+    if missing and mirror_dir is not None:
+        problems.append(f"the mirror {mirror_dir} has no {missing[0]}")
+    if missing and download:
+        for name in list(missing):
+            url = base_url + name
+            try:
+                _download(url, cache / name, sums[name], progress, timeout=timeout)
+            except ChecksumMismatch as err:      # e.g. a captive portal's page: discarded, nothing changed
+                problems.append(str(err).splitlines()[0] + f" (from {url})")
+                break
+            except (urllib.error.URLError, OSError, TimeoutError) as err:
+                problems.append(f"downloading {url} failed ({getattr(err, 'reason', err)})")
+                break
+            missing.remove(name)
+            sources.append("download")
+    elif missing:
+        problems.append("downloading is switched off")
+    if missing:
+        if mirror_dir is not None:
+            raise DataUnavailable(
+                f"Multi30k is not available although a mirror was asked for: {'; '.join(problems)}.\n"
+                f"Fix the mirror (it must hold {', '.join(missing)}), or unset {MIRROR_ENV} "
+                f"to fall back to the toy corpus.")
+        return Availability(False, None, "; ".join(problems) + f"; not in the cache {cache}: {', '.join(missing)}",
+                            "no mirror, no network" if download else "no mirror, downloading switched off")
+    where = "+".join(dict.fromkeys(sources))
+    folders = {"cache": str(cache), "mirror": str(mirror_dir), "download": f"downloaded into {cache}"}
+    return Availability(True, where, ", ".join(f"{w}: {folders[w]}" for w in dict.fromkeys(sources)))
 
 
 def read_lines(path: Path) -> list[str]:

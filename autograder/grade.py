@@ -291,7 +291,7 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
     """Grade every notebook of one student (or those of `assignments`); a failure is reported in
     `status`, never raised."""
     results = []
-    for assignment in assignments or course.assignments:
+    for assignment in course.assignments if assignments is None else assignments:
         if assignment not in sub.notebooks:
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           "missing: no notebook for this assignment was submitted"))
@@ -521,7 +521,8 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
                 todo.append((assignment, fingerprint))
             else:
                 results.append(saved)
-        for (assignment, fingerprint), r in zip(todo, grade_one(course, sub, limits, [a for a, _ in todo])):
+        graded = grade_one(course, sub, limits, [a for a, _ in todo]) if todo else []
+        for (assignment, fingerprint), r in zip(todo, graded):
             notes = [f"{k}: {v}" for k, v in sub.problems.items()]
             if notes:
                 r.status = r.status + " (" + "; ".join(notes) + ")"

@@ -143,3 +143,77 @@ def test_toy_corpus(tmp_path, repo):
     module.main(tmp_path)
     for path in tmp_path.iterdir():
         assert path.read_bytes() == (repo / "data" / "toy" / path.name).read_bytes(), path.name
+
+
+# --------------------------------------------------------------------------- is Multi30k available? (notebook 06)
+def _no_network(calls):
+    def download(url, target, expected, progress=True, timeout=30):
+        calls.append((url, timeout))
+        raise data.urllib.error.URLError("[Errno -2] Name or service not known")
+    return download
+
+
+def test_offline_without_mirror_falls_back_to_the_toy_corpus_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv(data.MIRROR_ENV, raising=False)
+    calls = []
+    monkeypatch.setattr(data, "_download", _no_network(calls))
+    found = data.multi30k_availability("en", "de", cache_dir=tmp_path / "empty-cache", progress=False)
+    assert not found and found.available is False and found.source is None
+    assert found.corpus == "toy"
+    assert len(calls) == 1, "the first failed download ends the attempt (no waiting once per file)"
+    assert calls[0][0].endswith("train.en.gz") and calls[0][1] <= 10, "a short timeout: offline never hangs"
+    message = found.message
+    assert message.startswith("Multi30k is not available here (no mirror, no network): the cells below use the "
+                              "400-sentence toy corpus")
+    assert data.MIRROR_ENV in message and "connect to the internet" in message
+    assert "Name or service not known" in message and "train.en.gz" in message     # the detail, for the curious
+    # what the notebook then loads: the toy corpus, every split it reads
+    assert len(data.load_pairs(found.corpus, "train", "en", "de")) == 400
+    assert len(data.load_pairs(found.corpus, "test_2016_flickr", "en", "de")) == 50
+    assert not (tmp_path / "empty-cache").exists() or not list((tmp_path / "empty-cache").iterdir())
+
+    off = data.multi30k_availability("en", "de", cache_dir=tmp_path / "empty-cache", download=False)
+    assert not off and "downloading switched off" in off.message and len(calls) == 1
+
+
+def test_available_from_mirror_cache_or_download(fake, monkeypatch):
+    """The real downloader is used below, from the fixture's 'remote' folder."""
+    only_train = dict(splits=("train",), manifest=fake["manifest"], progress=False, base_url="file:///nonexistent/")
+    with monkeypatch.context() as offline:
+        offline.setattr(data, "_download", _no_network([]))
+        found = data.multi30k_availability("en", "de", mirror=fake["mirror"], cache_dir=fake["cache"], **only_train)
+        assert found and found.corpus == "multi30k" and found.source == "mirror"
+        assert str(fake["mirror"]) in found.message
+        offline.setenv(data.MIRROR_ENV, str(fake["mirror"]))
+        assert data.multi30k_availability("en", "de", cache_dir=fake["cache"], **only_train).source == "mirror"
+
+    downloaded = data.multi30k_availability("en", "de", cache_dir=fake["cache"],
+                                            **{**only_train, "base_url": fake["remote"]})
+    assert downloaded.source == "download" and (fake["cache"] / "train.de.gz").is_file()
+    cached = data.multi30k_availability("en", "de", cache_dir=fake["cache"], **only_train)
+    assert cached.source == "cache" and cached.corpus == "multi30k"
+
+
+def test_a_mirror_that_was_asked_for_never_falls_back_quietly(fake, monkeypatch):
+    """CI sets the mirror and must train on the real data: a missing or wrong mirror is an error."""
+    monkeypatch.setattr(data, "_download", _no_network([]))
+    options = dict(splits=("train",), manifest=fake["manifest"], cache_dir=fake["cache"], progress=False)
+    with pytest.raises(data.DataUnavailable, match=rf"mirror was asked for.*empty-mirror has no train\.en\.gz"):
+        data.multi30k_availability("en", "de", mirror=fake["root"] / "empty-mirror", **options)
+    (fake["mirror"] / "train.de.gz").write_bytes(b"not the pinned file")
+    with pytest.raises(data.ChecksumMismatch, match=r"train\.de\.gz"):
+        data.multi30k_availability("en", "de", mirror=fake["mirror"], **options)
+
+
+def test_a_tampered_download_means_not_available(fake):
+    (fake["root"] / "remote" / "train.en.gz").write_bytes(_gz(["a captive portal's login page"]))
+    found = data.multi30k_availability("en", "de", splits=("train",), manifest=fake["manifest"],
+                                       cache_dir=fake["cache"], base_url=fake["remote"], progress=False)
+    assert not found and "SHA256 mismatch" in found.detail
+    assert not list(fake["cache"].glob("*.gz")), "nothing unverified is kept"
+
+
+@needs_mirror
+def test_the_ci_mirror_is_available():
+    found = data.multi30k_availability("en", "de", download=False)
+    assert found and found.corpus == "multi30k" and found.source in {"mirror", "cache", "cache+mirror"}

@@ -27,12 +27,4 @@ os.makedirs(os.path.join(_root, "build", "nbgrader"), exist_ok=True)
 
 # autograde never runs student code in nbgrader's own kernel: TrustedVerdicts runs it in the
 # sandbox and judges the returned values outside (the same path as `attn-course grade`).
-c.Autograde.autograde_preprocessors = [
-    "autograder.plugins.TrustedVerdicts",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
-]
-c.OverwriteCells.add_missing_cells = True
+exec(open(os.path.join(_root, "autograder", "nbgrader_grading_config.py")).read())

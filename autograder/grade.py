@@ -39,17 +39,7 @@ warnings.filterwarnings("ignore", message=".*not in session.*")
 # Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
 # their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
 # cells are put back so they count as failed, not as missing.
-GRADING_CONFIG = """
-c.Autograde.autograde_preprocessors = [
-    "autograder.plugins.TrustedVerdicts",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
-]
-c.OverwriteCells.add_missing_cells = True
-"""
+GRADING_CONFIG = (Path(__file__).resolve().parent / "nbgrader_grading_config.py").read_text()
 _KIT_LOCK = threading.Lock()
 CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "late_penalty", "timestamp", "status", "review",
                "sandbox", "source_file"]

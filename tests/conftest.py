@@ -3,6 +3,7 @@ to autograde a notebook built from the solutions with wrong implementations inje
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 import shutil
 from pathlib import Path
 
@@ -107,3 +108,24 @@ def assert_mistake_fails_and_is_named(checks, mistake, graded: str) -> None:
                 return
     assert messages, f"{mistake.name!r} passed every check of {graded}"
     raise AssertionError(f"no message names {mistake.name!r}: {messages}")
+
+
+_ABSENT = object()
+
+
+@contextmanager
+def patched(*patches):
+    """(owner, attribute, replacement): what a student's code can do in the process that runs the
+    cases (the grader's sandbox) — applied for the block, then undone."""
+    saved = [(owner, name, owner.__dict__.get(name, _ABSENT) if isinstance(owner, type) else getattr(owner, name))
+             for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)

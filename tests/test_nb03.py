@@ -5,7 +5,6 @@ implementations in the right cells."""
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from autograder import serialize
 from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, patched
 
 ASSIGNMENT = "03_multi_head_attention"
 STUDENT = fresh_copy(ref)
@@ -131,24 +130,6 @@ def test_stub_is_reported_as_not_attempted():
 # In grading a case runs in the sandbox, in the student's process; a verdict computed there with
 # torch.allclose would be the student's to decide (they can monkeypatch it). The dropout case now
 # returns the training-mode output and the grader decides "training mode changes the output".
-@contextmanager
-def patched(*patches):
-    """(owner, attribute, replacement): what a student's code can do in the process that runs the cases."""
-    saved = [(owner, name, owner.__dict__.get(name, _ABSENT) if isinstance(owner, type) else getattr(owner, name))
-             for owner, name, _ in patches]
-    try:
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            if value is _ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-
-
-_ABSENT = object()
 MHA = next(e for e in nb03.EXERCISES if e.name == "MultiHeadAttention")
 NEVER_CLOSE = ((torch, "allclose", lambda *a, **k: False), (torch.Tensor, "allclose", lambda *a, **k: False))
 

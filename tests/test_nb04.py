@@ -4,7 +4,6 @@ off wrong implementations in the right cells."""
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from autograder import serialize
 from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, patched
 
 ASSIGNMENT = "04_positional_encoding"
 STUDENT = fresh_copy(ref)
@@ -186,24 +185,6 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
 # decide: they can monkeypatch those. Each test below runs the cases as the sandbox does, with a
 # patch active during run_case (and serialization), restores it, and judges for real. Every patch is
 # chosen so that, with the verdict computed inside the case (as before), the wrong module passed.
-@contextmanager
-def patched(*patches):
-    """(owner, attribute, replacement): what a student's code can do in the process that runs the cases."""
-    saved = [(owner, name, owner.__dict__.get(name, _ABSENT) if isinstance(owner, type) else getattr(owner, name))
-             for owner, name, _ in patches]
-    try:
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            if value is _ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-
-
-_ABSENT = object()
 REAL_EQUAL, REAL_ALLCLOSE = torch.equal, torch.allclose
 
 

@@ -5,7 +5,6 @@ nbgrader takes points off in exactly the right cells."""
 from __future__ import annotations
 
 import textwrap
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from autograder import serialize
 from autograder.checks import core
 from autograder.checks.core import CheckFailed, Mistake, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, autograde, failed_cells, fresh_copy, inject, solved_notebook, patched
 
 ASSIGNMENT = "06_transformer_translator"
 STUDENT = fresh_copy(ref)
@@ -185,24 +184,6 @@ def test_stub_is_reported_as_not_attempted():
 # student can monkeypatch. The cases now return the sampler's draws and the loss as they are, and the
 # grader computes the frequencies, "the two seeded calls drew the same tokens" and "the loss is 0-d".
 # Each patch below made the wrong implementation pass when that was computed inside the case.
-@contextmanager
-def patched(*patches):
-    """(owner, attribute, replacement): what a student's code can do in the process that runs the cases."""
-    saved = [(owner, name, owner.__dict__.get(name, _ABSENT) if isinstance(owner, type) else getattr(owner, name))
-             for owner, name, _ in patches]
-    try:
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            if value is _ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-
-
-_ABSENT = object()
 _REAL_DIM = torch.Tensor.dim
 
 

@@ -60,7 +60,8 @@ def test_the_repository_is_an_nbgrader_course_root(course, tmp_path):
     shutil.copy(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
     shutil.copytree(REPO / "solutions" / A01, root / "solutions" / A01)
     (root / "autograder").mkdir()
-    shutil.copy(REPO / "autograder" / "nbgrader_config.py", root / "autograder" / "nbgrader_config.py")
+    for name in ("nbgrader_config.py", "nbgrader_grading_config.py"):
+        shutil.copy(REPO / "autograder" / name, root / "autograder" / name)
 
     done = _nbgrader(root, "generate_assignment", A01, "--force")
     assert done.returncode == 0, done.stderr[-2000:]

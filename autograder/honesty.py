@@ -15,6 +15,7 @@ import ast
 import importlib
 import itertools
 import re
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -1006,9 +1007,19 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
         yield REVIEW, None, fact.text + _REVIEW_NOTE
 
 
+# CPython 3.11's ast module is not safe to use from several threads at once ("AST constructor
+# recursion depth mismatch"); the grader judges students on parallel threads, so scans take turns.
+_AST_LOCK = threading.Lock()
+
+
 def scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
     """Every finding in a submission: `cells` is every code cell's source in notebook order, `rules`
     the notebook's exercises (rules sharing a graded name are merged)."""
+    with _AST_LOCK:
+        return _scan(cells, rules)
+
+
+def _scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
     rules = _merge(rules)
     nb = _Notebook(cells)
     reach = {r.graded: nb.reach(r.graded) for r in rules}

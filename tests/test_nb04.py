@@ -320,3 +320,36 @@ def test_garbage_is_judged_wrong_without_crashing(garbage):
             if case.derive is None:
                 continue
             assert core.judge(exercise, case, ("value", garbage)), (case.description, garbage)
+
+
+PATCHED_NOT_RESCALED = '''import torch
+torch.allclose = lambda *a, **k: True            # the student's process: tell every check "close"
+torch.Tensor.allclose = lambda *a, **k: True
+torch.equal = lambda a, b: bool((a - b).abs().max() < 1) if a.shape == b.shape else False
+
+
+class PositionalEncoding(nn.Module):
+    """Drops without rescaling the kept values by 1/(1-p)."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.p = dropout
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model))
+
+    def forward(self, x):
+        T = x.size(1)
+        if T > self.pe.size(0):
+            raise ValueError(f"sequence of length {T} is longer than max_len = {self.pe.size(0)}")
+        y = x + self.pe[:T]
+        return y * (torch.rand_like(y) >= self.p) if self.training else y
+'''
+
+
+@pytest.mark.slow
+def test_patched_torch_earns_no_point_when_graded_for_real(course):
+    """The dropout verdict is decided in the grader from the returned tensors: a submission that
+    drops without rescaling and patches torch.allclose/torch.equal in its own process loses
+    exactly the dropout test, graded for real through the sandbox and nbgrader."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {"PositionalEncoding": PATCHED_NOT_RESCALED})
+    result = autograde(course, ASSIGNMENT, nb)
+    assert failed_cells(result) == {"test_PositionalEncoding_dropout"}, [(c.grade_id, c.message[:200]) for c in result.cells]

@@ -9,8 +9,8 @@ import sys
 from datetime import date, datetime, timezone
 from pathlib import Path
 
-from .build import NOTEBOOKS, REPO, bin_dir
-
+# attention_course.build (nbformat, ...) is imported by each command that needs it, not here:
+# `check` first keeps a slow import out of its way (_without_iri_parser).
 DISTRIBUTION = "attention-course"
 
 
@@ -28,6 +28,8 @@ def version() -> str:
     except PackageNotFoundError:
         import tomllib
 
+        from .build import REPO
+
         try:
             return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
         except (OSError, KeyError, ValueError):
@@ -35,7 +37,7 @@ def version() -> str:
 
 
 def _build(args) -> int:
-    from .build import StudentWorkError, build
+    from .build import REPO, StudentWorkError, build
 
     try:
         written = build(only=args.only or None, execute=args.execute,
@@ -48,7 +50,17 @@ def _build(args) -> int:
     return 0
 
 
+def _without_iri_parser() -> None:
+    """Keep jsonschema from importing rfc3987_syntax (installed for jupyter-events), which builds
+    an Earley parser for IRIs when imported: 2.5 s of every `attn-course check`, spent under
+    nbformat, which validates no IRI. Only in a process that has not loaded jsonschema yet (a
+    command-line run), where nothing else can be counting on it."""
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # jsonschema then skips its "iri" formats
+
+
 def _check(args) -> int:
+    _without_iri_parser()
     from autograder.selfcheck import format_report, self_check
 
     result, verdicts = self_check(Path(args.notebook))
@@ -221,12 +233,22 @@ def _bench(args) -> int:
 
 
 def _lab(args) -> int:
-    """JupyterLab on notebooks/; every option after `lab` goes to `jupyter lab` as it is."""
+    """JupyterLab on notebooks/, set up for students (see autograder/labcheck.py): the Validate
+    button answers with `attn-course check`'s report, nbgrader's instructor tools (formgrader,
+    create assignment, assignment and course lists) are off. Every option after `lab` goes to
+    `jupyter lab` as it is; with a folder of its own (--notebook-dir / --ServerApp.root_dir: work
+    copied out of notebooks/), Lab opens there instead."""
+    from autograder.labcheck import lab_environment
+
+    from .build import NOTEBOOKS, bin_dir
+
     os.environ["PATH"] = bin_dir() + os.pathsep + os.environ.get("PATH", "")
+    os.environ.update(lab_environment())
     extra = list(args.jupyter_args)
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}", *extra]
+    own_folder = any(a.split("=", 1)[0] in ("--notebook-dir", "--ServerApp.root_dir") for a in extra)
+    cmd = [sys.executable, "-m", "jupyter", "lab", *([] if own_folder else [f"--notebook-dir={NOTEBOOKS}"]), *extra]
     os.execv(sys.executable, cmd)
     return 0  # pragma: no cover
 

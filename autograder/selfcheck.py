@@ -1,17 +1,96 @@
 """`attn-course check NOTEBOOK`: grade one notebook the way the instructor will, and say per
-exercise whether it passes, fails (and why), or has not been attempted yet."""
+exercise whether it passes, fails (and why), or has not been attempted yet.
+
+The verdicts are the instructor's: the notebook runs in the same sandbox (sandbox.py) and each
+test cell is judged outside it by the same trusted code (trusted.py) that `attn-course grade`
+uses; a test cell scores its points when it passes, 0 otherwise, exactly what nbgrader's
+autograde records from those verdicts. What the check skips is nbgrader's bookkeeping around
+them (a course folder, `generate_assignment`, a gradebook, autograde, feedback): a student
+needs none of it, and setting it up took most of a minute.
+
+What the check needs of an assignment depends only on its solution notebook and the grader's
+code, so it is prepared once and kept in a cache folder (`cache_root()`), one entry per
+assignment and version: a copy of the source notebook, the answer-cell stubs the student
+release has (nbgrader's ClearSolutions, with the course's configuration) and the sandbox's
+kit. An entry is built aside and renamed into place, so concurrent checks never see half of
+one; a changed solution or grader gets a new entry (older ones are pruned).
+"""
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
+import os
+import shutil
 import tempfile
+import time
 from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import nbformat
 
-from attention_course.build import SOLUTIONS, assignments
+from attention_course.build import SOLUTIONS, assignments, notebook_path, write_course_config
 
-from .grade import Course, NotebookResult, grade_one
-from .submissions import StudentSubmission, match_assignment
+from . import trusted
+from .grade import Course, NotebookResult, CellResult, exercise_of, sandbox_world
+from .sandbox import Limits, make_kit, run_notebook_job
+from .submissions import match_assignment, parse_notebook
+
+CACHE_ENV = "ATTN_CHECK_CACHE"  # where prepared assignments are kept (default: ~/.cache/attention-course/check)
+READY = "ready.json"  # written last in an entry: its presence means the entry is complete
+PRUNE_AFTER_SECONDS = 3600  # entries of an older version, and abandoned builds, unused this long are removed
+
+
+# --------------------------------------------------------------------------- the cache
+def cache_root() -> Path:
+    """$ATTN_CHECK_CACHE, else $XDG_CACHE_HOME/attention-course/check, else ~/.cache/attention-course/check."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return (Path(base) / "attention-course" / "check").resolve()
+
+
+@lru_cache(maxsize=1)
+def grader_version() -> str:
+    """A hash of the grader's code (every .py of autograder/, its nbgrader configuration included)
+    and of nbgrader's version: a prepared entry made by other code is never reused."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    try:
+        h.update(version("nbgrader").encode())
+    except PackageNotFoundError:
+        pass
+    return h.hexdigest()
+
+
+@dataclass
+class Prepared:
+    """What checking one assignment needs, ready on disk (a cache entry, or a temporary folder)."""
+
+    assignment: str
+    folder: Path
+    stubs: dict[str, str]  # answer cell grade_id -> the stub the student release has
+    cached: bool = True
+
+    @property
+    def course(self) -> Course:
+        """A course of one assignment (its source notebook only): all the sandbox's world needs."""
+        course = Course(self.folder / "course")
+        course._kit = str(self.folder / "kit")
+        return course
+
+    @property
+    def source_path(self) -> Path:
+        return self.folder / "course" / "source" / self.assignment / f"{self.assignment}.ipynb"
+
+    def source(self) -> nbformat.NotebookNode:
+        return nbformat.read(self.source_path, as_version=4)
 
 
 def _solution_sources(nb) -> dict[str, str]:
@@ -19,7 +98,141 @@ def _solution_sources(nb) -> dict[str, str]:
             if c.metadata.get("nbgrader", {}).get("solution")}
 
 
-def self_check(notebook: Path, solutions: Path = SOLUTIONS) -> tuple[NotebookResult, dict[str, str]]:
+def release_stubs(source_nb, course_dir: Path) -> dict[str, str]:
+    """The answer cells of the student release, by grade_id: nbgrader's ClearSolutions (the only
+    step of `generate_assignment` that touches an answer cell) with the course's configuration."""
+    from nbgrader.preprocessors import ClearSolutions
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course_dir)).load_config()
+    nb, _ = ClearSolutions(config=config).preprocess(copy.deepcopy(source_nb), {})
+    return _solution_sources(nb)
+
+
+def _entry_key(assignment: str, solution: bytes) -> str:
+    h = hashlib.sha256(assignment.encode() + b"\0" + hashlib.sha256(solution).digest())
+    h.update(grader_version().encode())
+    return h.hexdigest()[:20]
+
+
+def _build_entry(staging: Path, assignment: str, solution: bytes, key: str) -> dict[str, str]:
+    course = staging / "course"
+    source = course / "source" / assignment / f"{assignment}.ipynb"
+    source.parent.mkdir(parents=True)
+    source.write_bytes(solution)
+    write_course_config(course)
+    stubs = release_stubs(nbformat.reads(solution.decode("utf-8"), as_version=4), course)
+    make_kit(staging / "kit")
+    (staging / "stubs.json").write_text(json.dumps(stubs))
+    (staging / READY).write_text(json.dumps({"key": key, "assignment": assignment, "created": time.time()}))
+    return stubs
+
+
+def _load_entry(folder: Path, key: str) -> dict[str, str] | None:
+    try:
+        if json.loads((folder / READY).read_text()).get("key") != key:
+            return None
+        return json.loads((folder / "stubs.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _prune(root: Path, assignment: str, keep: Path) -> None:
+    """Remove entries of `assignment` made for another solution or grader, and abandoned builds,
+    once nothing has used them for PRUNE_AFTER_SECONDS (no check can still be running on them)."""
+    now = time.time()
+    for path in root.glob(f"*{assignment}-*"):
+        if path == keep or not (path.name.startswith(f"{assignment}-") or path.name.startswith(f".{assignment}-")):
+            continue
+        try:
+            if now - path.stat().st_mtime > PRUNE_AFTER_SECONDS:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def prepare(assignment: str, solutions: Path = SOLUTIONS, root: Path | None = None) -> Prepared:
+    """The prepared entry for `assignment`: reused when one exists for this solution notebook and
+    this grader, else built (atomically: in a folder aside, then renamed). Where the cache
+    cannot be written, a temporary folder is prepared instead (the caller removes it)."""
+    solution = notebook_path(assignment, solutions).read_bytes()
+    key = _entry_key(assignment, solution)
+    root = Path(root) if root else cache_root()
+    folder = root / f"{assignment}-{key}"
+    stubs = _load_entry(folder, key)
+    if stubs is not None:
+        try:
+            os.utime(folder)  # in use: an entry is pruned only once nothing has used it for a while
+        except OSError:
+            pass
+        return Prepared(assignment, folder, stubs)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{assignment}-", dir=root))
+    except OSError:  # no writable cache: prepare in a temporary folder, used once
+        staging = Path(tempfile.mkdtemp(prefix="attn-check-"))
+        try:
+            return Prepared(assignment, staging, _build_entry(staging, assignment, solution, key), cached=False)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    try:
+        stubs = _build_entry(staging, assignment, solution, key)
+        try:
+            staging.rename(folder)
+        except OSError:  # another check put the same entry in place first: use theirs
+            if _load_entry(folder, key) is None:  # ... unless it is broken: replace it
+                broken = Path(tempfile.mkdtemp(prefix=f".{assignment}-broken-", dir=root))
+                folder.rename(broken / "entry")
+                staging.rename(folder)
+                shutil.rmtree(broken, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _prune(root, assignment, folder)
+    return Prepared(assignment, folder, stubs)
+
+
+# --------------------------------------------------------------------------- grading
+def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None,
+                   student: str = "me") -> NotebookResult:
+    """Grade one notebook (its bytes) as `grade_notebook` does, without nbgrader's bookkeeping:
+    the same sandbox run, the same trusted verdicts, the same points and messages per test cell."""
+    limits = limits or Limits()
+    assignment = prepared.assignment
+    source = prepared.source()
+    tests = trusted.test_cells(source)
+    max_score = float(sum(c.metadata["nbgrader"].get("points", 0) for c in source.cells
+                          if c.metadata.get("nbgrader", {}).get("grade")))
+    student_nb, problem = parse_notebook(data)
+    if problem:
+        return NotebookResult(student, assignment, 0.0, max_score, f"unreadable notebook: {problem}")
+    normalized = trusted.normalize_submission(student_nb, source)
+    job = trusted.build_job(normalized, tests)
+    course = prepared.course
+    # every prepared entry (other notebooks' solutions) is hidden, whatever the sandbox
+    course.extra_hidden = [str(prepared.folder.parent if prepared.cached else prepared.folder)]
+    jobs = prepared.folder / "jobs"
+    jobs.mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{student}--", dir=jobs))  # one per check: checks may overlap
+    try:
+        world = sandbox_world(course, assignment, folder)
+        run = run_notebook_job(folder, trusted.job_inputs(job, tests, limits.cell_seconds), world, limits)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    verdicts = trusted.judge_job(job, tests, run)
+    graded = set(_solution_sources(source))
+    result = NotebookResult(student, assignment, 0.0, max_score, trusted.incidents_status(run, job))
+    for t in tests:
+        v = verdicts.get(t.grade_id) or trusted.Verdict(False, "not graded")
+        result.cells.append(CellResult(t.grade_id, exercise_of(t.grade_id, graded),
+                                       t.points if v.passed else 0.0, t.points, "" if v.passed else v.message))
+    result.score = float(sum(c.score for c in result.cells))
+    result.review, result.sandbox = trusted.review_notes(job), run.isolation
+    return result
+
+
+def self_check(notebook: Path, solutions: Path = SOLUTIONS, limits: Limits | None = None,
+               cache: Path | None = None) -> tuple[NotebookResult, dict[str, str]]:
     """Grade `notebook`; returns the result and, per exercise, 'pass', 'fail' or 'not attempted'."""
     notebook = Path(notebook)
     if not notebook.is_file():
@@ -30,14 +243,21 @@ def self_check(notebook: Path, solutions: Path = SOLUTIONS) -> tuple[NotebookRes
     if assignment is None:
         raise ValueError(f"{notebook.name} is not one of the course notebooks ({', '.join(known)}); "
                          "keep the file name you were given")
-    with tempfile.TemporaryDirectory(prefix="attn-check-") as tmp:
-        course = Course(Path(tmp) / "course").setup(solutions, only=[assignment])
-        sub = StudentSubmission("me", {assignment: data})
-        (result,) = grade_one(course, sub)
-        stubs = _solution_sources(course.release(assignment))
+    prepared = prepare(assignment, solutions, cache)
+    try:
+        result = check_notebook(prepared, data, limits)
+    finally:
+        if not prepared.cached:
+            shutil.rmtree(prepared.folder, ignore_errors=True)
+    return result, verdicts_of(result, data, prepared.stubs)
+
+
+def verdicts_of(result: NotebookResult, data: bytes, stubs: dict[str, str]) -> dict[str, str]:
+    """Per exercise: 'not attempted' while its answer cell still holds the release's stub, else
+    'pass' when every one of its test cells scored full points, else 'fail'."""
     try:
         mine = _solution_sources(nbformat.reads(data.decode("utf-8"), as_version=4))
-    except Exception:  # noqa: BLE001 - corrupt notebooks are reported by grade_one already
+    except Exception:  # noqa: BLE001 - corrupt notebooks are reported in the result's status already
         mine = {}
     verdicts: dict[str, str] = {}
     by_exercise = defaultdict(list)
@@ -50,7 +270,7 @@ def self_check(notebook: Path, solutions: Path = SOLUTIONS) -> tuple[NotebookRes
             verdicts[exercise] = "pass"
         else:
             verdicts[exercise] = "fail"
-    return result, verdicts
+    return verdicts
 
 
 def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:

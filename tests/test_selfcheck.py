@@ -1,0 +1,334 @@
+"""`attn-course check` in seconds, with the instructor's verdicts, and the same report behind
+JupyterLab's Validate button: the prepared-assignment cache (reused, rebuilt, atomic), check
+and grade_one agreeing per test cell, the release stubs nbgrader would generate, the lab
+config that hides nbgrader's instructor tools, and a real `attn-course lab` server answering
+the Validate button's request."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from html import unescape
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attention_course import cli
+from attention_course.build import REPO, SOLUTIONS, assignments, notebook_path
+from autograder import labcheck, selfcheck
+
+from .conftest import autograde, inject, solved_notebook
+
+A01 = "01_similarity_attention"
+WRONG_COSINE = "def cosine_similarity(E):\n    return E @ E.T"
+WRONG_SOFTMAX = "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)"
+COSINE_HINT = "forgets to normalize"
+SOFTMAX_HINT = "softmax without subtracting the max"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "check-cache"
+    monkeypatch.setenv(selfcheck.CACHE_ENV, str(folder))
+    return folder
+
+
+def _with_stub(nb, course, graded: str):
+    """`nb` with the answer cell `graded` back to the release's stub (not attempted)."""
+    stub = next(c.source for c in course.release(A01).cells if c.metadata.get("nbgrader", {}).get("grade_id") == graded)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == graded:
+            cell.source = stub
+    return nb
+
+
+def _mixed_notebook(course, folder: Path) -> Path:
+    """01 with two catalogued mistakes and one exercise not attempted."""
+    nb = inject(solved_notebook(course, A01), {"cosine_similarity": WRONG_COSINE, "softmax": WRONG_SOFTMAX})
+    nb = _with_stub(nb, course, "dot_similarity")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{A01}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+# --------------------------------------------------------------------------- the cache (no sandbox)
+def _solutions_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "solutions"
+    shutil.copytree(SOLUTIONS / A01, root / A01)
+    return root
+
+
+def test_prepared_entry_is_reused_then_rebuilt_when_the_solution_changes(tmp_path, cache):
+    solutions = _solutions_copy(tmp_path)
+    first = selfcheck.prepare(A01, solutions)
+    assert first.cached and first.folder.parent == cache and first.folder.name.startswith(f"{A01}-")
+    assert first.source_path.read_bytes() == notebook_path(A01, solutions).read_bytes()
+    assert (first.folder / "kit" / "autograder" / "runner.py").is_file()
+    assert "raise NotImplementedError()" in first.stubs["normalize_rows"]
+    stamp = (first.folder / selfcheck.READY).stat().st_mtime_ns
+
+    again = selfcheck.prepare(A01, solutions)
+    assert again.folder == first.folder and again.stubs == first.stubs
+    assert (again.folder / selfcheck.READY).stat().st_mtime_ns == stamp, "a ready entry was built again"
+
+    os.utime(first.folder, (time.time() - 2 * selfcheck.PRUNE_AFTER_SECONDS,) * 2)  # an hour-old entry ...
+    nb = nbformat.read(notebook_path(A01, solutions), as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("an instructor's edit"))
+    nbformat.write(nb, notebook_path(A01, solutions))
+    changed = selfcheck.prepare(A01, solutions)
+    assert changed.folder != first.folder and changed.source_path.read_bytes() == notebook_path(A01, solutions).read_bytes()
+    assert not first.folder.exists(), "... of an older solution is pruned"
+    assert sorted(p.name for p in cache.iterdir()) == [changed.folder.name]
+
+
+def test_concurrent_checks_share_one_entry(tmp_path, cache, monkeypatch):
+    """Two checks building the same entry at once: one rename wins, both use the complete entry."""
+    solutions = _solutions_copy(tmp_path)
+    barrier = threading.Barrier(2, timeout=60)
+    build = selfcheck._build_entry
+
+    def slow_build(*args):
+        stubs = build(*args)
+        barrier.wait()  # both have built aside before either renames
+        return stubs
+    monkeypatch.setattr(selfcheck, "_build_entry", slow_build)
+    found, errors = [], []
+
+    def one():
+        try:
+            found.append(selfcheck.prepare(A01, solutions))
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(found) == 2
+    assert found[0].folder == found[1].folder and found[0].stubs == found[1].stubs
+    assert [p.name for p in cache.iterdir()] == [found[0].folder.name], "a staging folder was left behind"
+
+
+def test_a_broken_entry_is_replaced(tmp_path, cache):
+    solutions = _solutions_copy(tmp_path)
+    entry = selfcheck.prepare(A01, solutions)
+    (entry.folder / "stubs.json").unlink()
+    fixed = selfcheck.prepare(A01, solutions)
+    assert fixed.folder == entry.folder and fixed.stubs == entry.stubs
+    assert [p.name for p in cache.iterdir()] == [entry.folder.name]
+
+
+def test_an_unwritable_cache_prepares_in_a_temporary_folder(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv(selfcheck.CACHE_ENV, str(blocker / "check"))
+    prepared = selfcheck.prepare(A01, _solutions_copy(tmp_path))
+    try:
+        assert not prepared.cached and prepared.source_path.is_file() and prepared.stubs
+    finally:
+        shutil.rmtree(prepared.folder)
+
+
+def test_the_entry_depends_on_the_graders_code(monkeypatch):
+    key = selfcheck._entry_key(A01, b"{}")
+    monkeypatch.setattr(selfcheck, "grader_version", lambda: "another grader")
+    assert selfcheck._entry_key(A01, b"{}") != key
+
+
+# --------------------------------------------------------------------------- the lab config (no server)
+def test_lab_config_hides_the_instructor_tools_and_keeps_validate():
+    folder = labcheck.config_dir()
+    server = json.loads((folder / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"]
+    assert server["autograder.labcheck"] is True
+    assert {name for name, on in server.items() if not on} == set(labcheck.DISABLED_SERVER_EXTENSIONS)
+    page = json.loads((folder / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    assert {name for name, off in page.items() if off} == set(labcheck.DISABLED_LAB_PLUGINS)
+    assert labcheck.KEPT_LAB_PLUGIN not in page
+
+
+def test_lab_command_starts_jupyter_with_the_student_config(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append(cmd))
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/somewhere/else")
+    monkeypatch.setenv("ATTN_COURSE_ROOT", str(REPO))
+    assert cli.main(["lab", "--no-browser"]) == 0
+    assert calls and calls[0][-1] == "--no-browser"
+    assert os.environ["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(REPO / "jupyter_config"), "/somewhere/else"]
+    assert calls[0][4] == f"--notebook-dir={REPO / 'notebooks'}"
+
+    for own in (["--notebook-dir=/my-work"], ["--notebook-dir", "/my-work"], ["--ServerApp.root_dir=/my-work"]):
+        calls.clear()
+        assert cli.main(["lab", *own]) == 0
+        assert calls[0][4:] == own, "a folder of the student's own replaces notebooks/"
+
+
+def test_validate_answer_is_the_report_escaped_in_nbgraders_dialog_shape():
+    report = ("01_similarity_attention: 15 / 17 points\n"
+              "  PASS  normalize_rows        3/3\n"
+              "  FAIL  cosine_similarity     0/2\n"
+              "        test_cosine_similarity: got <script>alert(1)</script> & more\n"
+              "  TODO  dot_similarity        0/1")
+    answer = labcheck.validate_answer(report)
+    assert answer["success"] is True
+    [entry] = answer["value"]["failed"]
+    html = entry["error"]
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in html
+    assert '<span class="attn-pass">PASS</span>  normalize_rows' in html
+    assert '<span class="attn-fail">FAIL</span>' in html and '<span class="attn-todo">TODO</span>' in html
+    body = html.split('<span class="attn-check-report">', 1)[1]
+    assert unescape(re.sub(r"<[^>]+>", "", body)) == report  # the text is the report, verbatim
+
+
+# --------------------------------------------------------------------------- grading (slow)
+@pytest.mark.slow
+def test_release_stubs_are_what_generate_assignment_writes(course, cache):
+    for a in assignments():
+        release = {c.metadata["nbgrader"]["grade_id"]: c.source for c in course.release(a).cells
+                   if c.metadata.get("nbgrader", {}).get("solution")}
+        assert selfcheck.prepare(a).stubs == release, a
+
+
+@pytest.mark.slow
+def test_check_agrees_with_grade_one(course, tmp_path, cache):
+    """The instructor's grader (nbgrader autograde, gradebook) and `check` on a notebook with two
+    mistakes and an exercise left undone: the same points, messages and status per test cell,
+    the same verdict per exercise, the same report."""
+    path = _mixed_notebook(course, tmp_path / "me")
+    mine, verdicts = selfcheck.self_check(path)
+    graded = autograde(course, A01, path.read_bytes())
+    stubs = {c.metadata["nbgrader"]["grade_id"]: c.source for c in course.release(A01).cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    assert [(c.grade_id, c.exercise, c.score, c.max_score, c.message) for c in mine.cells] == \
+           [(c.grade_id, c.exercise, c.score, c.max_score, c.message) for c in graded.cells]
+    assert (mine.score, mine.max_score, mine.status) == (graded.score, graded.max_score, graded.status)
+    assert verdicts == selfcheck.verdicts_of(graded, path.read_bytes(), stubs)
+    assert verdicts["cosine_similarity"] == verdicts["softmax"] == "fail"
+    assert verdicts["dot_similarity"] == "not attempted" and verdicts["normalize_rows"] == "pass"
+    assert selfcheck.format_report(mine, verdicts) == selfcheck.format_report(graded, verdicts)
+
+
+@pytest.mark.slow
+def test_check_command_exit_status(course, tmp_path, cache, capsys):
+    good = tmp_path / "good" / f"{A01}.ipynb"
+    good.parent.mkdir()
+    nbformat.write(solved_notebook(course, A01), good)
+    assert cli.main(["check", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{A01}: 17 / 17 points") and "FAIL" not in out and out.count("PASS") == 6
+
+    assert cli.main(["check", str(_mixed_notebook(course, tmp_path / "bad"))]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  cosine_similarity" in out and COSINE_HINT in out and SOFTMAX_HINT in out
+    assert "TODO  dot_similarity" in out and "Traceback" not in out
+
+    stray = tmp_path / "Untitled.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(), stray)
+    assert cli.main(["check", str(stray)]) == 2
+    assert "is not one of the course notebooks" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_validate_handler_runs_the_check(course, tmp_path, cache):
+    """What the Validate button's request runs (labcheck.run_check, its own process), answered in
+    the shape nbgrader's dialog shows: the report, PASS / FAIL / TODO and the hints, no traceback."""
+    good = tmp_path / "good" / f"{A01}.ipynb"
+    good.parent.mkdir()
+    nbformat.write(solved_notebook(course, A01), good)
+    report = asyncio.run(labcheck.run_check(good))
+    assert report.startswith(f"{A01}: 17 / 17 points") and "PASS  softmax" in report and "FAIL" not in report
+
+    report = asyncio.run(labcheck.run_check(_mixed_notebook(course, tmp_path / "bad")))
+    assert "PASS  normalize_rows" in report and "FAIL  softmax" in report and "TODO  dot_similarity" in report
+    assert SOFTMAX_HINT in report and COSINE_HINT in report and "Traceback" not in report
+    answer = json.dumps(labcheck.validate_answer(report))
+    assert "Traceback" not in answer and SOFTMAX_HINT in answer
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _request(url: str, token: str, method: str = "GET") -> tuple[int, str]:
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None,
+                                 headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_lab_server_answers_the_validate_button(course, tmp_path, cache):
+    """`attn-course lab` for real: the Validate button's request (POST /assignments/validate?path=...,
+    after GET /nbgrader_version) gets the check's report; formgrader and the assignment list are
+    gone, server and lab side; a path outside the notebook folder is refused."""
+    root = tmp_path / "notebooks"
+    _mixed_notebook(course, root / A01)
+    nbformat.write(nbformat.v4.new_notebook(), root / "Untitled.ipynb")
+    port, token = _free_port(), "attn-test-token"
+    env = {**os.environ, selfcheck.CACHE_ENV: str(cache), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "attention_course.cli", "lab", "--no-browser", "--allow-root", f"--port={port}",
+         f"--ServerApp.token={token}", f"--notebook-dir={root}", "--ServerApp.open_browser=False"],
+        env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "server.log").open("w"), start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if _request(f"{base}/api/status", token)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
+            time.sleep(0.5)
+
+        status, body = _request(f"{base}/nbgrader_version?version=0.9.6", token)
+        assert status == 200 and json.loads(body)["success"] is True
+        status, body = _request(f"{base}/assignments/validate?path={A01}/{A01}.ipynb", token, "POST")
+        assert status == 200, body
+        answer = json.loads(body)
+        assert answer["success"] is True
+        html = answer["value"]["failed"][0]["error"]
+        assert '<span class="attn-fail">FAIL</span>  softmax' in html and SOFTMAX_HINT in html
+        assert '<span class="attn-pass">PASS</span>  normalize_rows' in html
+        assert '<span class="attn-todo">TODO</span>  dot_similarity' in html and "Traceback" not in html
+
+        status, body = _request(f"{base}/assignments/validate?path=Untitled.ipynb", token, "POST")
+        assert status == 200 and "is not one of the course notebooks" in body and "Traceback" not in body
+        assert _request(f"{base}/assignments/validate?path=../../etc/passwd", token, "POST")[0] == 403
+        assert _request(f"{base}/assignments/validate", token, "POST")[0] == 400
+
+        assert _request(f"{base}/formgrader", token)[0] == 404
+        assert _request(f"{base}/assignments", token)[0] == 404
+        assert _request(f"{base}/courses", token)[0] == 404
+        assert _request(f"{base}/formgraders", token)[0] == 404
+        status, page = _request(f"{base}/lab", token)
+        assert status == 200
+        config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                      page, re.S).group(1))
+        assert set(config["disabledExtensions"]) == set(labcheck.DISABLED_LAB_PLUGINS)
+        assert "@jupyter/nbgrader" in {e["name"] for e in config["federated_extensions"]}  # Validate stays
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -102,11 +102,9 @@ def visible_text(page) -> str:
 
 # --------------------------------------------------------------------------- JupyterLab
 def lab_command(root_dir: Path, port: int, token: str) -> list[str]:
-    """How the test starts JupyterLab: the one place to change when `attn-course lab` becomes the
-    entry point (e.g. [bin/'attn-course', 'lab', '--no-browser', ...], which may also turn off the
-    instructor's extensions)."""
-    jupyter = Path(sys.executable).parent / "jupyter"
-    return [str(jupyter), "lab", "--no-browser", "--allow-root",
+    """How the test starts JupyterLab: `attn-course lab`, as a student does (it turns on the
+    course's check behind the Validate button and turns off the instructor's tools)."""
+    return [str(Path(sys.executable).parent / "attn-course"), "lab", "--no-browser", "--allow-root",
             f"--ServerApp.token={token}", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root_dir}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
@@ -350,10 +348,29 @@ def test_class_report_shows_the_per_exercise_picture(graded_class, page, tmp_pat
 
 
 # --------------------------------------------------------------------------- in-Lab check
-# PLACEHOLDER, to be filled in: the JupyterLab route that checks the open notebook and shows
-# PASS/FAIL per exercise with the mistake hints. Intended shape: the `lab` and `page` fixtures
-# above; open notebook 01 with one answer wrong (autograder.demo.with_mistake), trigger the check
-# from Lab, expect PASS for the solved exercises, FAIL with "This matches a known mistake: ..."
-# for the wrong one, no traceback; screenshot it.
-def test_in_lab_check_shows_pass_fail_and_hints():
-    pytest.skip("in-Lab check not wired yet")
+def test_in_lab_check_shows_pass_fail_and_hints(lab, page, tmp_path):
+    """The student presses Validate: the dialog shows the grader's own verdicts (PASS, FAIL with the
+    known mistake's hint, TODO), no traceback; the instructor's tools are not in the student's Lab."""
+    from playwright.sync_api import expect
+
+    from autograder.demo import solved, with_mistake
+
+    base, token, root = lab
+    release = nbformat.read(notebook_path(A01, NOTEBOOKS), as_version=4)
+    nb = solved(release, nbformat.read(notebook_path(A01, SOLUTIONS), as_version=4))
+    nb = with_mistake(nb, "softmax", "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)\n")
+    nbformat.write(nb, root / f"{A01}.ipynb")
+    page.goto(f"{base}/lab/tree/{A01}.ipynb?token={token}", wait_until="domcontentloaded", timeout=WAIT_MS)
+    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first).to_be_visible(timeout=WAIT_MS)
+    assert not page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Nbgrader\s*$")).count(), \
+        "the instructor's Nbgrader menu is in the student's Lab"
+    page.locator(".validate-button").first.click()
+    dialog = page.locator(".jp-Dialog", has_text="Validation Results")
+    expect(dialog).to_be_visible(timeout=WAIT_MS)
+    report = dialog.locator(".attn-check-report")
+    expect(report).to_contain_text("points", timeout=WAIT_MS)
+    text = report.inner_text()
+    assert re.search(r"PASS\s+normalize_rows", text) and re.search(r"FAIL\s+softmax", text), text
+    assert "This matches a known mistake: softmax without subtracting the max" in text, text
+    assert "Traceback" not in dialog.inner_text()
+    screenshot(page, tmp_path, "lab-validate.png")

@@ -178,7 +178,8 @@ def test_configs_are_complete():
     assert {"gpu", "cpu", "quick", "toy"} <= set(training.CONFIGS)
     gpu = training.CONFIGS["gpu"]
     assert gpu.bf16 and gpu.fused and gpu.average_last > 1 and gpu.beam_size > 1 and gpu.share_embeddings
-    assert training.CONFIGS["quick"].max_seconds <= 120 and training.CONFIGS["cpu"].max_seconds <= 25 * 60
+    quick = training.CONFIGS["quick"]  # a fixed number of steps: what CI learns does not depend on machine speed
+    assert quick.max_seconds is None and quick.max_steps <= 400 and training.CONFIGS["cpu"].max_seconds <= 25 * 60
     assert training.get_config("auto").name == ("gpu" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="unknown configuration"):
         training.get_config("huge")

@@ -1,13 +1,13 @@
 """The CI learning check: the `quick` configuration trains on the real Multi30k (the mirror CI
-points ATTN_MULTI30K_MIRROR at) for at most ~90 seconds, and its BLEU on held-out sentences must
-be far above that of the same model untrained. A learning check, not a smoke run.
+points ATTN_MULTI30K_MIRROR at) for a fixed 300 steps, and its BLEU on held-out sentences must be
+far above that of the same model untrained. A learning check, not a smoke run; how long it took is
+printed, never asserted (CI machines are shared).
 
 It trains into the default run directory (runs/quick-en-de), so notebook 06, executed later in
 the same test session, loads this run instead of training again."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 import torch
@@ -27,10 +27,8 @@ HELD_OUT = 200   # the first sentences of test_2016_flickr: never seen in traini
 
 def test_quick_config_learns_to_translate():
     cfg = CONFIGS["quick"]
-    started = time.time()
     run = train("quick", "en", "de", out_dir=default_run_dir("quick", "en", "de"), progress=False)
-    seconds = time.time() - started
-    assert seconds < 180, f"the quick configuration took {seconds:.0f} s (CI allows 3 minutes)"
+    assert run.summary["steps"] == cfg.max_steps, run.summary
 
     pairs = data.load_multi30k("test_2016_flickr", "en", "de")[:HELD_OUT]
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]

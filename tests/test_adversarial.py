@@ -96,6 +96,8 @@ def _fingerprints(out) -> dict[str, str]:
 @pytest.mark.parametrize("adversary", CATALOGUE, ids=lambda a: a.name)
 def test_adversary_scores_exactly_what_it_earned(graded, adversary):
     results = graded[0]
+    if adversary.name not in results:
+        pytest.skip(f"{adversary.name} needs the {adversary.needs} sandbox (this run: {isolation_mode()})")
     r = results[adversary.name]
     assert r.score == expected_score(adversary, r.max_score), (r.status, [(c.grade_id, c.message[:120]) for c in r.cells if c.score < c.max_score])
     if adversary.status == "ok":
@@ -210,6 +212,10 @@ def test_bubblewrap_is_used_where_installed():
     """Where `bwrap` exists (CI installs it), the allow-list sandbox must be the one that runs."""
     import shutil
 
+    import os
+
+    if os.environ.get("ATTN_SANDBOX"):
+        pytest.skip(f"ATTN_SANDBOX={os.environ['ATTN_SANDBOX']} chooses the sandbox")
     if not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed here (apt install bubblewrap)")
     assert isolation_mode() == "bubblewrap"

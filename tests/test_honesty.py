@@ -331,14 +331,9 @@ def _outcomes(impl) -> set[tuple]:
     return found
 
 
-def _honest(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights
+_honest = {}
+exec(HEAD + HONEST_SDPA, _honest)  # the same honest code the static tests scan, as a function
+_honest = _honest["scaled_dot_product_attention"]
 
 
 WHY = ("it calls torch.nn.functional.scaled_dot_product_attention, the built-in this exercise asks you to "

@@ -17,7 +17,7 @@ from autograder import serialize
 from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, patched
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
 
 ASSIGNMENT = "03_multi_head_attention"
 STUDENT = fresh_copy(ref)
@@ -132,17 +132,6 @@ def test_stub_is_reported_as_not_attempted():
 # returns the training-mode output and the grader decides "training mode changes the output".
 MHA = next(e for e in nb03.EXERCISES if e.name == "MultiHeadAttention")
 NEVER_CLOSE = ((torch, "allclose", lambda *a, **k: False), (torch.Tensor, "allclose", lambda *a, **k: False))
-
-
-def judged_as_in_grading(exercise, impl, *patches) -> list:
-    """Each case's message (None = passed): run_case and serialization with `patches` active, as in
-    the sandbox, then judged in this (trusted) process with the real functions."""
-    messages = []
-    for case in core.cases_of(exercise):
-        with patched(*patches):
-            blob = serialize.dumps(core.run_case(exercise, case, impl))
-        messages.append(core.judge(exercise, case, serialize.loads(blob)))
-    return messages
 
 
 def test_dropout_verdict_cannot_be_patched_in_the_sandbox():

@@ -17,7 +17,7 @@ from autograder import serialize
 from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, patched
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
 
 ASSIGNMENT = "04_positional_encoding"
 STUDENT = fresh_copy(ref)
@@ -186,17 +186,6 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
 # patch active during run_case (and serialization), restores it, and judges for real. Every patch is
 # chosen so that, with the verdict computed inside the case (as before), the wrong module passed.
 REAL_EQUAL, REAL_ALLCLOSE = torch.equal, torch.allclose
-
-
-def judged_as_in_grading(exercise, impl, *patches) -> list:
-    """Each case's message (None = passed): run_case and serialization with `patches` active, as in
-    the sandbox, then judged in this (trusted) process with the real functions."""
-    messages = []
-    for case in core.cases_of(exercise):
-        with patched(*patches):
-            blob = serialize.dumps(core.run_case(exercise, case, impl))
-        messages.append(core.judge(exercise, case, serialize.loads(blob)))
-    return messages
 
 
 def _lie(name, fn) -> list:

@@ -17,7 +17,7 @@ from autograder import serialize
 from autograder.checks import core
 from autograder.checks.core import CheckFailed, Mistake, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, autograde, failed_cells, fresh_copy, inject, solved_notebook, patched
+from .conftest import assert_mistake_fails_and_is_named, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
 
 ASSIGNMENT = "06_transformer_translator"
 STUDENT = fresh_copy(ref)
@@ -185,17 +185,6 @@ def test_stub_is_reported_as_not_attempted():
 # grader computes the frequencies, "the two seeded calls drew the same tokens" and "the loss is 0-d".
 # Each patch below made the wrong implementation pass when that was computed inside the case.
 _REAL_DIM = torch.Tensor.dim
-
-
-def judged_as_in_grading(exercise, impl, *patches) -> list:
-    """Each case's message (None = passed): run_case and serialization with `patches` active, as in
-    the sandbox, then judged in this (trusted) process with the real functions."""
-    messages = []
-    for case in core.cases_of(exercise):
-        with patched(*patches):
-            blob = serialize.dumps(core.run_case(exercise, case, impl))
-        messages.append(core.judge(exercise, case, serialize.loads(blob)))
-    return messages
 
 
 def _exercise(name):

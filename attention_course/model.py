@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_course.layers import DecoderLayer, EncoderLayer
+from attention_course.layers import DecoderLayer, EncoderLayer, FeedForward
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 from attention_course.positional import PositionalEncoding
 
@@ -83,14 +83,16 @@ class Seq2SeqTransformer(nn.Module):
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 256, num_heads: int = 4,
                  num_encoder_layers: int = 3, num_decoder_layers: int = 3, d_ff: int = 1024,
                  dropout: float = 0.1, max_len: int = 256, share_embeddings: bool = False,
-                 norm_first: bool = False, fused: bool = True):
+                 norm_first: bool = False, fused: bool = True, attention_dropout: float | None = None,
+                 activation_dropout: float | None = None):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
         self.config = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
                            num_heads=num_heads, num_encoder_layers=num_encoder_layers,
                            num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
-                           share_embeddings=share_embeddings, norm_first=norm_first, fused=fused)
+                           share_embeddings=share_embeddings, norm_first=norm_first, fused=fused,
+                           attention_dropout=attention_dropout, activation_dropout=activation_dropout)
         self.d_model = d_model
         self.src_embed = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model)
@@ -103,10 +105,21 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.generator = nn.Linear(d_model, tgt_vocab_size)
+        self._set_inner_dropout(attention_dropout, activation_dropout)
         self._reset_parameters()
         if share_embeddings:
             self.generator.weight = self.tgt_embed.weight
         set_fused(self, fused)
+
+    def _set_inner_dropout(self, attention: float | None, activation: float | None) -> None:
+        """`dropout` is the residual and embedding dropout; the dropout on the attention weights and
+        after the feed-forward ReLU can differ (Transformer-Tiny: 0.3 on residuals, 0 inside).
+        None: the same as `dropout`, as notebook 05's layers do."""
+        for m in self.modules():
+            if attention is not None and isinstance(m, MultiHeadAttention):
+                m.dropout.p = attention
+            if activation is not None and isinstance(m, FeedForward):
+                m.dropout.p = activation
 
     def _reset_parameters(self) -> None:
         for name, p in self.named_parameters():

@@ -254,12 +254,14 @@ def _lab(args) -> int:
 
 
 def _train(args) -> int:
-    from .train import evaluate, parse_overrides, record, train
+    from .train import evaluate, parse_overrides, record, train, tune_length_penalty
 
     overrides = {"max_seconds": args.max_seconds, "max_steps": args.max_steps, "num_threads": args.threads,
                  **parse_overrides(args.set)}
     run = train(args.config, args.src, args.tgt, args.out, mirror=args.mirror, device=args.device,
                 progress=not args.no_progress, **overrides)
+    if args.evaluate and args.tune_length_penalty:
+        tune_length_penalty(run.run_dir, mirror=args.mirror, device=args.device, progress=not args.no_progress)
     if args.evaluate:
         entries = evaluate(run.run_dir, mirror=args.mirror, device=args.device, progress=not args.no_progress)
         if args.record is not None:
@@ -269,7 +271,11 @@ def _train(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .train import evaluate, record
+    from .train import evaluate, record, tune_length_penalty
+
+    if args.tune_length_penalty:
+        tune_length_penalty(args.run, beam_size=args.beam, mirror=args.mirror, device=args.device,
+                            progress=not args.no_progress)
 
     entries = evaluate(args.run, test_sets=args.test_set or None, beam_size=args.beam,
                        length_penalty=args.length_penalty, mirror=args.mirror, device=args.device,
@@ -339,6 +345,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--evaluate", action="store_true", help="evaluate on the test sets afterwards")
     p.add_argument("--record", nargs="?", const="", default=None,
                    help="with --evaluate: add the results to this file (default results/translator.json)")
+    p.add_argument("--tune-length-penalty", action="store_true",
+                   help="with --evaluate: first choose beam search's length penalty on the validation set")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_train)
     p = sub.add_parser("evaluate", help="sacreBLEU of a trained run on the Multi30k test sets (cased and -lc)")
@@ -350,6 +358,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--record", nargs="?", const="", default=None,
                    help="add the results to this file (default results/translator.json)")
+    p.add_argument("--tune-length-penalty", action="store_true",
+                   help="first choose the length penalty on the validation set (saved with the run, used from then on)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("bench", help="time plain serial nbgrader autograde against `grade` on a generated class")

@@ -29,6 +29,7 @@ import torch
 
 from . import bpe
 from .data import REPO, TEST_SETS, load_pairs
+from .decoding import beam_search_cached, greedy_decode_cached
 from .model import Seq2SeqTransformer, set_fused
 from .translate import beam_search, greedy_decode, inverse_sqrt_lr, label_smoothed_cross_entropy, make_masks
 
@@ -240,9 +241,12 @@ def collate(rows, pad_id: int = bpe.PAD_ID, device=None) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- decoding and BLEU
 def translate_texts(model, tok, texts, beam_size: int = 1, length_penalty: float = 1.0,
-                    max_tokens: int | None = None, device=None, extra_len: int = 10, progress: bool = False) -> list[str]:
+                    max_tokens: int | None = None, device=None, extra_len: int = 10, progress: bool = False,
+                    cached: bool = True) -> list[str]:
     """Translate `texts` with greedy decoding (beam_size=1) or beam search; returns detokenized text.
-    Sentences are sorted by length and batched, `max_tokens` source tokens x beam per batch."""
+    Sentences are sorted by length and batched, `max_tokens` source tokens x beam per batch.
+    cached=True decodes with a key/value cache (`attention_course.decoding`: the same translations
+    as notebook 06's readable decoders, several times faster); cached=False runs those decoders."""
     from tqdm.auto import tqdm
 
     device = device or next(model.parameters()).device
@@ -264,15 +268,15 @@ def translate_texts(model, tok, texts, beam_size: int = 1, length_penalty: float
     if current:
         batches.append(current)
     speedup = model.decoding_speedup() if hasattr(model, "decoding_speedup") else contextlib.nullcontext()
+    greedy, beam = (greedy_decode_cached, beam_search_cached) if cached else (greedy_decode, beam_search)
     with speedup:
         for batch in tqdm(batches, desc="translating", disable=not progress, leave=False):
             src = collate([ids[i] for i in batch], device=device)
             max_len = int(src.size(1) * 1.2) + extra_len     # German runs ~5% longer than English in tokens
             if beam_size == 1:
-                hyp = greedy_decode(model, src, max_len, bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID)
+                hyp = greedy(model, src, max_len, bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID)
             else:
-                hyp = beam_search(model, src, beam_size, max_len, bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID,
-                                  length_penalty)
+                hyp = beam(model, src, beam_size, max_len, bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID, length_penalty)
             for i, text in zip(batch, bpe.decode(tok, hyp.tolist())):
                 out[i] = text
     model.train(was_training)
@@ -579,18 +583,60 @@ def current_commit() -> str:
     return "unknown"
 
 
+LENGTH_PENALTIES = (0.0, 0.3, 0.6, 0.8, 1.0, 1.2, 1.5)
+
+
+def tune_length_penalty(run_dir: str | Path, candidates=LENGTH_PENALTIES, beam_size: int | None = None,
+                        mirror=None, device: str | None = None, progress: bool = True, log=print) -> float:
+    """Choose beam search's length penalty on the validation set (never on a test set): the one with the
+    best BLEU; saved in the run's summary.json, where `evaluate` picks it up."""
+    run_dir = Path(run_dir)
+    model, tok, info = load_run(run_dir, device)
+    cfg = _run_config(info)
+    beam = beam_size or cfg.beam_size
+    pairs = load_pairs(info.get("corpus", "multi30k"), "val", info["src"], info["tgt"], mirror)
+    scores = {}
+    for lp in candidates:
+        hyps = translate_texts(model, tok, [p[0] for p in pairs], beam_size=beam, length_penalty=lp, progress=progress)
+        scores[lp] = bleu(hyps, [p[1] for p in pairs])[0]
+        log(f"validation BLEU, beam {beam}, length penalty {lp:g}: {scores[lp]:.2f}")
+    best = max(scores, key=lambda lp: (scores[lp], -abs(lp - cfg.length_penalty)))
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["length_penalty"] = {"chosen": best, "beam": beam, "on": f"val ({len(pairs)} sentences)",
+                                 "val_bleu": {f"{lp:g}": round(b, 2) for lp, b in scores.items()}}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"length penalty {best:g} chosen on the validation set (saved in {shown(path)})")
+    return best
+
+
+def _run_config(info: dict) -> TrainConfig:
+    known = TrainConfig.__dataclass_fields__
+    return TrainConfig(**{**{k: v for k, v in info["train"].items() if k in known},
+                          "betas": tuple(info["train"]["betas"])})
+
+
 def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
              length_penalty: float | None = None, mirror=None, device: str | None = None,
              hypotheses_dir: str | Path | None = None, progress: bool = True, log=print) -> list[dict]:
     """sacreBLEU of a run on the test sets (cased and lowercased, with signatures); writes the
-    detokenized hypotheses and returns one results entry per test set."""
+    detokenized hypotheses and returns one results entry per test set. The length penalty: as
+    given, else the one `tune_length_penalty` chose on the validation set, else the configuration's."""
     run_dir = Path(run_dir)
     model, tok, info = load_run(run_dir, device)
-    cfg = TrainConfig(**{**info["train"], "betas": tuple(info["train"]["betas"])})
+    if next(model.parameters()).device.type == "cuda":
+        torch.set_float32_matmul_precision("high")   # TF32, as during training's evaluations
+    cfg = _run_config(info)
     summary = json.loads((run_dir / "summary.json").read_text())
     src, tgt, corpus = info["src"], info["tgt"], info.get("corpus", "multi30k")
     beam = beam_size or cfg.beam_size
-    lp = cfg.length_penalty if length_penalty is None else length_penalty
+    tuned = summary.get("length_penalty", {})
+    if length_penalty is not None:
+        lp, lp_source = length_penalty, "given"
+    elif tuned and tuned.get("beam") == beam:
+        lp, lp_source = tuned["chosen"], "chosen on val"
+    else:
+        lp, lp_source = cfg.length_penalty, "configuration"
     test_sets = list(test_sets or (("test",) if corpus == "toy" else TEST_SETS))
     hyp_dir = Path(hypotheses_dir) if hypotheses_dir is not None else RESULTS / "hypotheses"
     hyp_dir.mkdir(parents=True, exist_ok=True)
@@ -615,7 +661,7 @@ def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
             "config": cfg.name, "commit": current_commit(), "hypotheses": shown(path),
             "step_seconds": summary["train_seconds"],
             **({"config_overrides": changed} if changed else {}),
-            "decoding": f"beam {beam}, length penalty {lp:g}" if beam > 1 else "greedy",
+            "decoding": f"beam {beam}, length penalty {lp:g} ({lp_source})" if beam > 1 else "greedy",
             "steps": summary["steps"], "epochs": summary["epochs"], "parameters": summary["parameters"],
             "weights": summary["weights"], "decode_seconds": round(seconds, 1),
         })

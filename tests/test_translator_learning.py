@@ -3,8 +3,8 @@ points ATTN_MULTI30K_MIRROR at) for a fixed 300 steps, and its BLEU on held-out 
 far above that of the same model untrained. A learning check, not a smoke run; how long it took is
 printed, never asserted (CI machines are shared).
 
-It trains into the default run directory (runs/quick-en-de), so notebook 06, executed later in
-the same test session, loads this run instead of training again."""
+It trains into a temporary folder: nothing else in the suite (notebook 06 reads the shipped
+weights) depends on it or on the order tests run in."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ import torch
 
 from attention_course import bpe, data
 from attention_course.model import Seq2SeqTransformer
-from attention_course.train import CONFIGS, bleu, default_run_dir, train, translate_texts
+from attention_course.train import CONFIGS, bleu, train, translate_texts
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,9 +25,9 @@ pytestmark = [
 HELD_OUT = 200   # the first sentences of test_2016_flickr: never seen in training or model selection
 
 
-def test_quick_config_learns_to_translate():
+def test_quick_config_learns_to_translate(tmp_path):
     cfg = CONFIGS["quick"]
-    run = train("quick", "en", "de", out_dir=default_run_dir("quick", "en", "de"), progress=False)
+    run = train("quick", "en", "de", out_dir=tmp_path / "quick-en-de", progress=False)
     assert run.summary["steps"] == cfg.max_steps, run.summary
 
     pairs = data.load_multi30k("test_2016_flickr", "en", "de")[:HELD_OUT]

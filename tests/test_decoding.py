@@ -1,0 +1,82 @@
+"""The key/value-cached decoders (`attention_course.decoding`) give exactly the translations of
+notebook 06's readable decoders (`attention_course.translate`), which recompute the prefix."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_course import bpe, data, decoding
+from attention_course.model import Seq2SeqTransformer
+from attention_course.train import collate, train
+from attention_course.translate import beam_search, greedy_decode, make_masks, sample_decode
+
+SPECIALS = (bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_each_cached_step_gives_the_full_decoders_logits(norm_first):
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(50, 50, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=3,
+                               d_ff=64, dropout=0.3, share_embeddings=True, norm_first=norm_first).eval()
+    src = torch.randint(4, 50, (3, 7))
+    src[1, 5:] = bpe.PAD_ID                                                # a padded source
+    tgt = torch.randint(4, 50, (3, 9))
+    tgt[2, 4] = bpe.PAD_ID                                                 # a generated padding token
+    src_mask, tgt_mask = make_masks(src, tgt, bpe.PAD_ID)
+    with torch.no_grad():
+        full = model.decode(tgt, model.encode(src, src_mask), tgt_mask, src_mask)   # [3, 9, V]
+        cache = decoding.start_cache(model, src, src_mask, max_len=9, pad_id=bpe.PAD_ID)
+        steps = torch.stack([decoding.decode_step(model, tgt[:, t], cache) for t in range(9)], dim=1)
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+    assert cache.length == 9
+
+
+def test_decode_step_refuses_training_mode():
+    model = Seq2SeqTransformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32)
+    src = torch.randint(4, 20, (1, 4))
+    cache = decoding.start_cache(model.eval(), src, (src != bpe.PAD_ID)[:, None, None, :], 4)
+    with pytest.raises(RuntimeError, match="eval"):
+        decoding.decode_step(model.train(), src[:, 0], cache)
+
+
+@pytest.fixture(scope="module")
+def toy_model(tmp_path_factory):
+    run = train("toy", "en", "de", out_dir=tmp_path_factory.mktemp("toy-decoding"), progress=False)
+    pairs = data.load_pairs("toy", "test", "en", "de")
+    src = collate(bpe.encode(run.tokenizer, [p[0] for p in pairs], bos=False, eos=True))
+    return run.model.eval(), src
+
+
+def test_cached_greedy_and_beam_equal_the_readable_decoders(toy_model):
+    model, src = toy_model
+    for max_len in (3, 25):                                                # cut short, and room to finish
+        assert torch.equal(decoding.greedy_decode_cached(model, src, max_len, *SPECIALS),
+                           greedy_decode(model, src, max_len, *SPECIALS))
+        for k, lp in [(1, 1.0), (3, 0.6), (4, 1.0), (5, 0.0)]:
+            assert torch.equal(decoding.beam_search_cached(model, src, k, max_len, *SPECIALS, length_penalty=lp),
+                               beam_search(model, src, k, max_len, *SPECIALS, length_penalty=lp)), (max_len, k, lp)
+
+
+def test_cached_sampling_draws_the_same_tokens(toy_model):
+    model, src = toy_model
+    for temperature, top_k in [(1.0, None), (1.5, 5)]:
+        readable = sample_decode(model, src, 20, *SPECIALS, temperature=temperature, top_k=top_k,
+                                 generator=torch.Generator().manual_seed(7))
+        cached = decoding.sample_decode_cached(model, src, 20, *SPECIALS, temperature=temperature, top_k=top_k,
+                                               generator=torch.Generator().manual_seed(7))
+        assert torch.equal(cached, readable)
+
+
+def test_beam_search_stops_early_and_drops_finished_sentences(toy_model, monkeypatch):
+    """Exact early stopping: a trained model finishes well before max_len, and sentences that are done
+    leave the batch, so the cached beam search runs far fewer row-steps than max_len x rows."""
+    model, src = toy_model
+    rows_per_step = []
+    step = decoding.decode_step
+    monkeypatch.setattr(decoding, "decode_step", lambda m, tok, c: rows_per_step.append(len(tok)) or step(m, tok, c))
+    max_len = 60
+    out = decoding.beam_search_cached(model, src, 4, max_len, *SPECIALS, length_penalty=1.0)
+    assert out.size(1) < max_len // 2
+    assert len(rows_per_step) < max_len                                    # stopped before max_len
+    assert rows_per_step[-1] < rows_per_step[0]                            # finished sentences left
+    assert torch.equal(out, beam_search(model, src, 4, max_len, *SPECIALS, length_penalty=1.0))

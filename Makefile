@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test build lab check clean venv train
+.PHONY: grade test build lab check clean venv train gpu-check bench-translator
 
 ## make grade: set up, regenerate the student notebooks, grade the demo class, print the table.
 ## The instructor's demo: to grade your own notebook, run `attn-course check <notebook>`. The build
@@ -32,6 +32,17 @@ SRC ?= en
 TGT ?= de
 train: $(STAMP)
 	attn-course train --config $(CONFIG) --src $(SRC) --tgt $(TGT) --evaluate --record
+
+## make gpu-check: before the first GPU run: fused bf16 attention against the readable fp32 path
+## (forward and backward, with masks), cached decoding on the GPU, a few bf16 training steps
+gpu-check: $(STAMP)
+	@python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make gpu-check: no CUDA device is visible to PyTorch')"
+	python -m pytest tests/test_cuda.py -v -p no:cacheprovider
+
+## make bench-translator: decoding (KV cache vs recomputing the prefix) and training speed (the
+## course's layers vs torch.nn.Transformer with copied weights), ratios measured side by side
+bench-translator: $(STAMP)
+	attn-course bench-translator
 
 ## make lab: JupyterLab on the student notebooks (LAB_ARGS="--no-browser --allow-root --port 8899"
 ## go to `jupyter lab` as they are)

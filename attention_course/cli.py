@@ -260,6 +260,8 @@ def _train(args) -> int:
                  **parse_overrides(args.set)}
     run = train(args.config, args.src, args.tgt, args.out, mirror=args.mirror, device=args.device,
                 progress=not args.no_progress, **overrides)
+    if not run.summary:      # under torchrun: not the main process, which evaluates and records
+        return 0
     if args.evaluate and args.tune_length_penalty:
         tune_length_penalty(run.run_dir, mirror=args.mirror, device=args.device, progress=not args.no_progress)
     if args.evaluate:
@@ -267,6 +269,13 @@ def _train(args) -> int:
         if args.record is not None:
             print("recorded in", record(entries, *([args.record] if args.record else [])))
     print(run.run_dir)
+    return 0
+
+
+def _bench_translator(args) -> int:
+    from .bench_translator import main as bench
+
+    bench(args.sentences, args.steps, args.threads)
     return 0
 
 
@@ -367,6 +376,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="build/bench")
     p.add_argument("--assignment", action="append", help="only these notebooks (repeatable; default: all)")
     p.set_defaults(func=_bench)
+    p = sub.add_parser("bench-translator", help="decoding with and without the KV cache, and training against "
+                       "torch.nn.Transformer: speed ratios measured side by side")
+    p.add_argument("--sentences", type=int, default=200, help="test sentences to decode (default 200)")
+    p.add_argument("--steps", type=int, default=20, help="training steps per model and round (default 20)")
+    p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
+    p.set_defaults(func=_bench_translator)
     p = sub.add_parser("lab", help="open JupyterLab on the student notebooks (other options go to `jupyter lab`)",
                        usage="%(prog)s [JUPYTER LAB OPTIONS ...], e.g. --no-browser --allow-root --port 8899")
     p.set_defaults(func=_lab)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -25,21 +26,30 @@ from attention_course.positional import PositionalEncoding
 
 class FusedMultiHeadAttention(MultiHeadAttention):
     """The course's MultiHeadAttention with a fused path (`fused = True`): same parameters, same
-    mask convention (boolean, True = may attend), same outputs; the weights come back as None."""
+    mask convention (boolean, True = may attend), same outputs; the weights come back as None.
+    Self-attention (query is key is value) projects q, k and v with one matrix multiplication."""
 
     fused: bool = True
+
+    def _project(self, query, key, value):
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        if key is query and value is query and all(p.bias is not None for p in projs):
+            weight = torch.cat([p.weight for p in projs])             # [Dq + Dk + Dv, D]: one matmul
+            bias = torch.cat([p.bias for p in projs])
+            return F.linear(query, weight, bias).split([p.out_features for p in projs], dim=-1)
+        return tuple(p(x) for p, x in zip(projs, (query, key, value)))
 
     def forward(self, query, key=None, value=None, mask=None):
         if not self.fused:
             return super().forward(query, key, value, mask)
         key = query if key is None else key
         value = key if value is None else value
-        q = split_heads(self.q_proj(query), self.num_heads)
-        k = split_heads(self.k_proj(key), self.num_heads)
-        v = split_heads(self.v_proj(value), self.num_heads)
+        q, k, v = (split_heads(x, self.num_heads) for x in self._project(query, key, value))   # [B, H, T, Dh]
         p = self.dropout.p if self.training else 0.0
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        if mask is not None:   # a query with no allowed key: zero output, as the readable path gives
+        if mask is not None and not self.training:
+            # A query with no allowed key: a zero output, as the readable path gives. Training never
+            # needs this (`make_masks` always lets a query see <bos> and a source its own tokens).
             heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         return self.out_proj(merge_heads(heads)), None
 
@@ -69,6 +79,26 @@ def readable_attention(model: nn.Module):
             m.fused = flag
 
 
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything that defines a translator's architecture: what the model is built from, what the
+    trainer writes to a run's config.json, and what a checkpoint is loaded with."""
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 256
+    num_heads: int = 4
+    num_encoder_layers: int = 3
+    num_decoder_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1                     # residual paths and embeddings
+    max_len: int = 256                       # longest sequence the positional table covers
+    share_embeddings: bool = False           # one matrix: source and target embeddings and output layer
+    norm_first: bool = False                 # pre-norm (True) or the paper's post-norm
+    fused: bool = True                       # F.scaled_dot_product_attention inside the course's attention
+    attention_dropout: float | None = None   # on the attention weights (None: = dropout)
+    activation_dropout: float | None = None  # after the feed-forward ReLU (None: = dropout)
+
+
 class Seq2SeqTransformer(nn.Module):
     """Encoder–decoder Transformer ("Attention Is All You Need"), batch first.
 
@@ -80,36 +110,33 @@ class Seq2SeqTransformer(nn.Module):
     layer (needs a joint vocabulary, src_vocab_size == tgt_vocab_size).
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 256, num_heads: int = 4,
-                 num_encoder_layers: int = 3, num_decoder_layers: int = 3, d_ff: int = 1024,
-                 dropout: float = 0.1, max_len: int = 256, share_embeddings: bool = False,
-                 norm_first: bool = False, fused: bool = True, attention_dropout: float | None = None,
-                 activation_dropout: float | None = None):
+    def __init__(self, src_vocab_size: int | ModelConfig, tgt_vocab_size: int | None = None, **settings):
+        """Seq2SeqTransformer(ModelConfig(...)) or Seq2SeqTransformer(src_vocab_size, tgt_vocab_size,
+        d_model=..., ...) with the fields of `ModelConfig` as keywords."""
         super().__init__()
-        if share_embeddings and src_vocab_size != tgt_vocab_size:
+        cfg = src_vocab_size if isinstance(src_vocab_size, ModelConfig) else \
+            ModelConfig(src_vocab_size, tgt_vocab_size, **settings)
+        if cfg.share_embeddings and cfg.src_vocab_size != cfg.tgt_vocab_size:
             raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
-        self.config = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
-                           num_heads=num_heads, num_encoder_layers=num_encoder_layers,
-                           num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
-                           share_embeddings=share_embeddings, norm_first=norm_first, fused=fused,
-                           attention_dropout=attention_dropout, activation_dropout=activation_dropout)
+        self.config = cfg
+        d_model, num_heads, d_ff, dropout, norm_first = cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout, cfg.norm_first
         self.d_model = d_model
-        self.src_embed = nn.Embedding(src_vocab_size, d_model)
-        self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model)
-        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, d_model)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, cfg.max_len, dropout)
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_encoder_layers))
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(cfg.num_encoder_layers))
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_decoder_layers))
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(cfg.num_decoder_layers))
         # pre-norm stacks end with a LayerNorm (their residual stream is never normalized otherwise)
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        self.generator = nn.Linear(d_model, tgt_vocab_size)
-        self._set_inner_dropout(attention_dropout, activation_dropout)
+        self.generator = nn.Linear(d_model, cfg.tgt_vocab_size)
+        self._set_inner_dropout(cfg.attention_dropout, cfg.activation_dropout)
         self._reset_parameters()
-        if share_embeddings:
+        if cfg.share_embeddings:
             self.generator.weight = self.tgt_embed.weight
-        set_fused(self, fused)
+        set_fused(self, cfg.fused)
 
     def _set_inner_dropout(self, attention: float | None, activation: float | None) -> None:
         """`dropout` is the residual and embedding dropout; the dropout on the attention weights and
@@ -166,7 +193,3 @@ class Seq2SeqTransformer(nn.Module):
     def cross_attention(self) -> list[torch.Tensor | None]:
         """Each decoder layer's last cross-attention weights [B, H, T, S] (readable path only)."""
         return [layer.cross_attn_weights for layer in self.decoder_layers]
-
-
-def build_model(config: dict) -> Seq2SeqTransformer:
-    return Seq2SeqTransformer(**config)

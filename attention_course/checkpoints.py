@@ -1,0 +1,151 @@
+"""What a training run leaves on disk, and the weights the course ships.
+
+A run directory holds ``tokenizer.json`` (the joint BPE, learned on the training split only),
+``model.pt`` (the final, possibly checkpoint-averaged weights), ``config.json`` (the recipe and the
+`ModelConfig`), ``history.json`` (the curves), ``summary.json`` (time, tokens/s, validation BLEU) and
+``checkpoints/`` (the last few, for averaging).
+
+A shipped model (``models/<config>.<src>-<tgt>/``) is a finished run in half precision, small enough
+for the repository (a 2M-parameter model is 4 MB), with its SHA-256 sums in ``models/SHA256SUMS``:
+`load_shipped` checks them before it loads anything, so notebook 06 reads exactly the recorded model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from . import bpe
+from .data import REPO
+from .hardware import cpu_threads, pick_device
+from .model import ModelConfig, Seq2SeqTransformer
+from .recipes import TrainConfig
+
+MODELS = REPO / "models"
+SUMS = "SHA256SUMS"
+SHIPPED_FILES = ("model.fp16.pt", bpe.FILE_NAME, "config.json", "summary.json", "history.json")
+
+
+def average_state_dicts(paths) -> dict:
+    """Element-wise mean of the floating-point tensors of several checkpoints."""
+    avg = None
+    for p in paths:
+        state = torch.load(p, map_location="cpu", weights_only=True)["model"]
+        if avg is None:
+            avg = {k: v.clone().double() if v.is_floating_point() else v.clone() for k, v in state.items()}
+        else:
+            for k, v in state.items():
+                if v.is_floating_point():
+                    avg[k] += v.double()
+    n = len(paths)
+    return {k: (v / n).float() if v.is_floating_point() else v for k, v in avg.items()}
+
+
+def save_checkpoint(model, folder: Path, step: int, keep: int) -> Path:
+    """Save the weights as checkpoints/step_NNNNNNN.pt and keep only the newest `keep`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step:07d}.pt"
+    torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "step": step}, path)
+    for old in sorted(folder.glob("step_*.pt"))[:-keep]:
+        old.unlink()
+    return path
+
+
+def _build(info: dict, state: dict, device=None):
+    model = Seq2SeqTransformer(ModelConfig(**info["model"]))
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    device = pick_device(device)
+    if device.type == "cpu":
+        torch.set_num_threads(cpu_threads(None))   # one thread on a busy machine is much faster
+    return model.to(device).eval()
+
+
+def load_run(run_dir: str | Path, device=None):
+    """(model, tokenizer, config dict) of a finished run."""
+    run_dir = Path(run_dir)
+    info = json.loads((run_dir / "config.json").read_text())
+    state = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
+    return _build(info, state, device), bpe.load(run_dir), info
+
+
+def run_is_complete(run_dir: str | Path, config: TrainConfig, src: str, tgt: str) -> bool:
+    run_dir = Path(run_dir)
+    try:
+        info = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    from dataclasses import asdict
+
+    return ((run_dir / "model.pt").is_file() and (run_dir / "summary.json").is_file()
+            and info.get("train") == json.loads(json.dumps(asdict(config)))
+            and info.get("src") == src and info.get("tgt") == tgt)
+
+
+# --------------------------------------------------------------------------- shipped weights
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_sums(models: Path) -> dict[str, str]:
+    path = models / SUMS
+    if not path.is_file():
+        return {}
+    sums = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(None, 1)
+            sums[name.strip()] = digest
+    return sums
+
+
+def ship_run(run_dir: str | Path, name: str, models: Path = MODELS) -> Path:
+    """Copy a finished run into models/<name>/ with half-precision weights, and record the SHA-256
+    of every file in models/SHA256SUMS."""
+    run_dir, dest = Path(run_dir), Path(models) / name
+    dest.mkdir(parents=True, exist_ok=True)
+    state = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
+    torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, dest / "model.fp16.pt")
+    for file in SHIPPED_FILES[1:]:
+        shutil.copyfile(run_dir / file, dest / file)
+    sums = {k: v for k, v in _read_sums(Path(models)).items() if not k.startswith(f"{name}/")}
+    sums.update({f"{name}/{file}": sha256(dest / file) for file in SHIPPED_FILES})
+    (Path(models) / SUMS).write_text("".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
+    return dest
+
+
+class ShippedModelError(RuntimeError):
+    pass
+
+
+def load_shipped(name: str, device=None, models: Path = MODELS):
+    """(model, tokenizer, config dict, summary dict, history list) of the shipped model `name`, after
+    checking every file against models/SHA256SUMS."""
+    folder, sums = Path(models) / name, _read_sums(Path(models))
+    for file in SHIPPED_FILES:
+        path, expected = folder / file, sums.get(f"{name}/{file}")
+        if expected is None:
+            raise ShippedModelError(f"models/{SUMS} has no checksum for {name}/{file}: is '{name}' a shipped "
+                                    f"model? Shipped: {', '.join(shipped_models(models)) or 'none'}")
+        if not path.is_file():
+            raise ShippedModelError(f"models/{name}/{file} is missing: restore it with "
+                                    f"`git checkout -- models/{name}`")
+        if sha256(path) != expected:
+            raise ShippedModelError(f"models/{name}/{file} does not match its SHA-256 in models/{SUMS} "
+                                    f"(changed or damaged): restore it with `git checkout -- models/{name}`")
+    info = json.loads((folder / "config.json").read_text())
+    state = torch.load(folder / "model.fp16.pt", map_location="cpu", weights_only=True)
+    model = _build(info, state, device)
+    summary = json.loads((folder / "summary.json").read_text())
+    history = json.loads((folder / "history.json").read_text())
+    return model, bpe.load(folder), info, summary, history
+
+
+def shipped_models(models: Path = MODELS) -> list[str]:
+    return sorted({n.split("/", 1)[0] for n in _read_sums(Path(models))})

@@ -1,0 +1,76 @@
+"""Where training runs: the device, CPU threads, and several processes under `torchrun`
+(DistributedDataParallel: NCCL on GPUs, gloo on CPUs)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """This process's place among the training processes (one process: rank 0 of 1)."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    started_here: bool = False   # this call initialised the process group (and must end it)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: torch.device | None = None) -> Distributed:
+    """Join the process group `torchrun` describes in the environment (WORLD_SIZE, RANK, ...);
+    a plain run is one process and needs nothing."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Distributed()
+    import torch.distributed as dist
+
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    started = False
+    if not dist.is_initialized():
+        backend = "nccl" if (device is None or device.type == "cuda") and torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        started = True
+    return Distributed(rank, world, local, started)
+
+
+def pick_device(device: str | None = None, dist: Distributed = Distributed()) -> torch.device:
+    if device:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", dist.local_rank) if dist.active else torch.device("cuda")
+    return torch.device("cpu")
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cores = os.cpu_count() or 1
+    return f"CPU ({cores} {'core' if cores == 1 else 'cores'})"
+
+
+def cpu_threads(requested: int | None) -> int:
+    """Threads for CPU training: as requested, else all cores, or 1 when the machine is already busy
+    (PyTorch's threads wait for each other; on an oversubscribed machine one thread is faster)."""
+    if requested:
+        return requested
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0] >= cores
+    except OSError:  # pragma: no cover - not on every platform
+        busy = False
+    return 1 if busy else cores
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the queued GPU work (so a clock read after it measures it)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -64,10 +64,14 @@ def _build(info: dict, state: dict, device=None):
 
 
 def load_run(run_dir: str | Path, device=None):
-    """(model, tokenizer, config dict) of a finished run."""
+    """(model, tokenizer, config dict) of a finished run, or of a shipped model's folder (models/NAME,
+    whose half-precision weights are loaded as float32)."""
     run_dir = Path(run_dir)
     info = json.loads((run_dir / "config.json").read_text())
-    state = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
+    weights = run_dir / "model.pt"
+    if not weights.is_file() and (run_dir / SHIPPED_FILES[0]).is_file():
+        weights = run_dir / SHIPPED_FILES[0]
+    state = torch.load(weights, map_location="cpu", weights_only=True)
     return _build(info, state, device), bpe.load(run_dir), info
 
 
@@ -111,7 +115,9 @@ def ship_run(run_dir: str | Path, name: str, models: Path = MODELS) -> Path:
     run_dir, dest = Path(run_dir), Path(models) / name
     dest.mkdir(parents=True, exist_ok=True)
     state = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
-    torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, dest / "model.fp16.pt")
+    halves: dict[int, torch.Tensor] = {}        # tied weights (shared embeddings) stay one tensor
+    small = {k: halves.setdefault(v.data_ptr(), v.half()) if v.is_floating_point() else v for k, v in state.items()}
+    torch.save(small, dest / "model.fp16.pt")
     for file in SHIPPED_FILES[1:]:
         shutil.copyfile(run_dir / file, dest / file)
     sums = {k: v for k, v in _read_sums(Path(models)).items() if not k.startswith(f"{name}/")}

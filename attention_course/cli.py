@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import sys
@@ -272,6 +273,18 @@ def _train(args) -> int:
     return 0
 
 
+def _ship(args) -> int:
+    from .checkpoints import ship_run
+
+    run = Path(args.run)
+    info = json.loads((run / "config.json").read_text())
+    name = args.name or f"{info['train']['name']}.{info['src']}-{info['tgt']}"
+    dest = ship_run(run, name)
+    print(f"shipped {run} as {dest} (half precision; SHA-256 sums in models/SHA256SUMS). Evaluate and "
+          f"record what ships: attn-course evaluate {dest} --record")
+    return 0
+
+
 def _bench_translator(args) -> int:
     from .bench_translator import main as bench
 
@@ -376,6 +389,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="build/bench")
     p.add_argument("--assignment", action="append", help="only these notebooks (repeatable; default: all)")
     p.set_defaults(func=_bench)
+    p = sub.add_parser("ship", help="copy a finished run into models/ in half precision, with SHA-256 sums "
+                       "(what notebook 06 reads)")
+    p.add_argument("run", help="run directory written by `attn-course train`")
+    p.add_argument("--name", default=None, help="default <config>.<src>-<tgt>")
+    p.set_defaults(func=_ship)
     p = sub.add_parser("bench-translator", help="decoding with and without the KV cache, and training against "
                        "torch.nn.Transformer: speed ratios measured side by side")
     p.add_argument("--sentences", type=int, default=200, help="test sentences to decode (default 200)")

@@ -2,6 +2,8 @@
 notebook 06's readable decoders (`attention_course.translate`), which recompute the prefix."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -80,3 +82,43 @@ def test_beam_search_stops_early_and_drops_finished_sentences(toy_model, monkeyp
     assert len(rows_per_step) < max_len                                    # stopped before max_len
     assert rows_per_step[-1] < rows_per_step[0]                            # finished sentences left
     assert torch.equal(out, beam_search(model, src, 4, max_len, *SPECIALS, length_penalty=1.0))
+
+
+# --------------------------------------------------------------------------- the shipped model
+from attention_course import checkpoints  # noqa: E402
+
+SHIPPED = "cpu-hour.en-de"
+
+
+def test_shipped_model_loads_only_when_its_checksums_match(tmp_path):
+    import shutil
+
+    model, tok, info, summary, history = checkpoints.load_shipped(SHIPPED)
+    assert summary["config"] == info["train"]["name"] == "cpu-hour" and not model.training
+    assert sum(p.numel() for p in model.parameters()) == summary["parameters"]
+    assert any("val_bleu" in h for h in history)
+    copy = tmp_path / "models"
+    shutil.copytree(checkpoints.MODELS, copy)
+    weights = copy / SHIPPED / "model.fp16.pt"
+    data_ = bytearray(weights.read_bytes())
+    data_[-100] ^= 1                                                      # one flipped bit
+    weights.write_bytes(bytes(data_))
+    with pytest.raises(checkpoints.ShippedModelError, match="does not match its SHA-256"):
+        checkpoints.load_shipped(SHIPPED, models=copy)
+    weights.unlink()
+    with pytest.raises(checkpoints.ShippedModelError, match="missing"):
+        checkpoints.load_shipped(SHIPPED, models=copy)
+    with pytest.raises(checkpoints.ShippedModelError, match="no checksum"):
+        checkpoints.load_shipped("nonexistent.en-de", models=copy)
+
+
+@pytest.mark.skipif(not os.environ.get(data.MIRROR_ENV), reason=f"{data.MIRROR_ENV} is not set: needs Multi30k's test set")
+def test_cached_decoding_equals_readable_on_real_sentences_with_the_shipped_model():
+    from attention_course.evaluation import translate_texts
+
+    model, tok, *_ = checkpoints.load_shipped(SHIPPED)
+    texts = [s for s, _ in data.load_multi30k("test_2016_flickr", "en", "de")[:100]]
+    for beam in (1, 5):
+        cached = translate_texts(model, tok, texts, beam_size=beam, length_penalty=1.2, cached=True)
+        readable = translate_texts(model, tok, texts, beam_size=beam, length_penalty=1.2, cached=False)
+        assert cached == readable, [(c, r) for c, r in zip(cached, readable) if c != r][:3]

@@ -229,8 +229,9 @@ def verdicts_in_sandbox(source: Path, nb, hidden: list[str], limits: Limits | No
     with tempfile.TemporaryDirectory(prefix="attn-autograde-") as tmp:
         folder = Path(tmp) / "job"
         world = world_for(source, folder, make_kit(Path(tmp) / "kit"), hidden)
-        run = run_notebook_job(folder, trusted.job_inputs(job, tests, limits.cell_seconds), world, limits)
-    return {k: v.__dict__ for k, v in trusted.judge_job(job, tests, run).items()}
+        verdicts, _ = trusted.grade_job(job, tests, limits.cell_seconds,
+                                        lambda inputs: run_notebook_job(folder, inputs, world, limits))
+    return {k: v.__dict__ for k, v in verdicts.items()}
 
 
 def _load_submission(data: bytes) -> tuple[dict | None, str | None]:
@@ -252,8 +253,8 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     folder = course.root.parent / "jobs" / f"{student}--{assignment}"  # the grader's own, never visible inside
     shutil.rmtree(folder, ignore_errors=True)
     world = sandbox_world(course, assignment, folder)
-    run = run_notebook_job(folder, trusted.job_inputs(job, tests, limits.cell_seconds), world, limits)
-    verdicts = trusted.judge_job(job, tests, run)
+    verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
+                                      lambda inputs: run_notebook_job(folder, inputs, world, limits))
     verdict_file = folder / "verdicts.json"
     verdict_file.write_text(json.dumps({k: v.__dict__ for k, v in verdicts.items()}))
     status = trusted.incidents_status(run, job)
@@ -273,6 +274,8 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
         v = verdicts.get(cell.grade_id)
         if v and not v.passed:
             cell.message = v.message
+        elif v and v.note and cell.score >= cell.max_score:
+            cell.message = v.note  # passed, with something to know (a failed dependency was replaced)
     return result
 
 
@@ -429,9 +432,14 @@ def class_results(course: Course, out: Path) -> list[NotebookResult]:
                 status = saved.status if saved else "ok"
                 r = read_result(course, sid, assignment, status)
                 if saved:
-                    messages = {c.grade_id: c.message for c in saved.cells}
-                    for c in r.cells:
-                        c.message = c.message if c.score >= c.max_score else messages.get(c.grade_id, c.message)
+                    messages = {c.grade_id: (c.message, c.score >= c.max_score) for c in saved.cells}
+                    for c in r.cells:  # a failure's message; a pass its note, if it passed when graded too
+                        if c.grade_id in messages:
+                            message, passed = messages[c.grade_id]
+                            if c.score < c.max_score:
+                                c.message = message
+                            elif passed and message:
+                                c.message = message
                     r.review, r.sandbox, r.source_file = saved.review, saved.sandbox, saved.source_file
                 r.late_penalty, r.timestamp = penalties[sid, assignment]
             else:

@@ -15,6 +15,7 @@ import ast
 import importlib
 import itertools
 import re
+import sys
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -109,6 +110,10 @@ _PRIVATE_TORCH = ("it uses {path}, a private PyTorch function; an instructor wil
                   "built-in this exercise asks you to write (public tensor operations are always fine)")
 _REVIEW_NOTE = ("; an instructor will look at it by hand and no points are taken for it automatically "
                 "(if your code does not need it, remove it)")
+_STAR_ONLY = ("this exercise asks for your own implementation of {graded}, but nothing in your notebook defines "
+              "{graded}: the only place it can come from is `{how}`, a library's own {graded} (and where that "
+              "library is not installed, nothing named {graded} exists at all); write {graded} yourself in its "
+              "answer cell and remove that import")
 _DYNAMIC = ("it looks up an attribute whose name is computed at run time ({how}), so the grader cannot tell "
             "what it reaches" + _REVIEW_NOTE.replace("remove it", "write the name out"))
 
@@ -1038,10 +1043,29 @@ def _scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
             for severity, exercises, reason in _anywhere_hits(rules, fact, refs, reached_by):
                 for ex in (exercises if exercises is not None else reached_by) or (None,):
                     hits.append(_Hit(severity, ex, u.cell, _line(fact.node, u), reason))
+    for r in rules:  # a graded name the student never binds can only come from a library's star import
+        if nb.bindings.get(r.graded):
+            continue
+        for u in nb.units:
+            stmt = u.parts[0] if u.parts else None
+            if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names) \
+                    and _from_module(stmt).split(".")[0] in _STAR_SUSPECT and _may_export(_from_module(stmt), r.graded):
+                hits.append(_Hit(FORBIDDEN, r.graded, u.cell, _line(stmt, u),
+                                 _STAR_ONLY.format(graded=r.graded, how=_snippet(stmt))))
     for cell, magic in nb.notes:
         hits.append(_Hit(REVIEW, None, cell, _magic_line(cells[cell], magic),
                          f"it uses {magic}, which runs or writes code the grader cannot read" + _REVIEW_NOTE))
     return _findings(hits, cells)
+
+
+def _may_export(module: str, name: str) -> bool:
+    """Whether `from module import *` may bind `name`. Decided only for a module the grader has already
+    imported (nothing a student names is imported here); any other may (scipy.special has a softmax)."""
+    loaded = sys.modules.get(module)
+    if loaded is None:
+        return True
+    public = getattr(loaded, "__all__", None)
+    return name in public if isinstance(public, (list, tuple)) else (hasattr(loaded, name) and not name.startswith("_"))
 
 
 def _line(node: ast.AST, unit: _Unit) -> int:

@@ -96,6 +96,8 @@ class TrustedVerdicts(NbGraderPreprocessor):
                 if not verdict["passed"]:
                     cell.outputs = [new_output("error", ename="Failed", evalue=verdict["message"],
                                                traceback=[f"Failed: {verdict['message']}"])]
+                elif verdict.get("note"):  # passed (stdout keeps the points): what the student should know
+                    cell.outputs = [new_output("stream", name="stdout", text=f"Passed. {verdict['note']}\n")]
             elif isinstance(kept, dict):
                 cell.outputs, _ = student_outputs(kept.get("outputs"), NOTEBOOK_OUTPUT_LIMIT)
                 count = kept.get("execution_count")

@@ -91,7 +91,8 @@ def class_report(results, path: Path) -> Path:
         if per_exercise:
             parts.append(f"<img alt='score distribution per exercise of {html.escape(notebook)}' "
                          f"src='data:image/png;base64,{_exercise_plot(notebook, per_exercise)}'>")
-        mistakes = Counter(m for r in rows for c in r.cells for m in MISTAKE.findall(c.message + "\n"))
+        # once per student: a mistake named in several test cells (each test of the same function) counts once
+        mistakes = Counter(m for r in rows for m in {m for c in r.cells for m in MISTAKE.findall(c.message + "\n")})
         if mistakes:
             parts.append("<h3>Most frequent recognised mistakes</h3><table><tr><th>mistake</th><th>students</th></tr>")
             parts += [f"<tr><td>{html.escape(m)}</td><td>{n}</td></tr>" for m, n in mistakes.most_common(10)]

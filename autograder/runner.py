@@ -7,8 +7,15 @@ a monkeypatched numpy or torch) cannot earn a point.
 
 Inputs arrive on file descriptor ATTN_IN_FD (an unlinked file the grader wrote; read, then
 closed before any student code runs):
-    {"cells": [...], "skip": [i, ...], "cell_timeout": s, "checks": {name: {"exercise", "cases"}}}
-Outputs leave on ATTN_OUT_FD, the write end of the grader's pipe, as frames (channel.py).
+    {"cells": [...], "skip": [i, ...], "cell_timeout": s, "checks": {name: {"exercise", "cases"}},
+     "swap": {i: [name, ...]}, "references": bytes}
+`swap` and `references` come only in the grader's second, isolated run (trusted.grade_job): at
+test cell i the names listed are bound, while its checks run, to the course's implementations
+(code objects without source or docstrings, trusted.blind_reference), then put back. Nothing
+that run sends back is shown to the student but its verdicts (pass or fail).
+Outputs leave on ATTN_OUT_FD, the write end of the grader's pipe, as frames (channel.py). A test
+cell's results also carry, under CELL_ERRORS, the exceptions code cells raised since the last
+results were sent (type, message, line): the grader explains a missing definition with them.
 The working directory is a private scratch folder; nothing written there is ever read back.
 """
 from __future__ import annotations
@@ -19,6 +26,8 @@ import sys
 
 OUTPUT_CAP = 200_000  # characters of student output kept in the scratch folder (the rest is dropped)
 GRADER_PATH_ENV = "ATTN_GRADER_PATH"  # where the runner's own modules are importable from (removed before student code)
+CELL_ERRORS = "#cell-errors"  # key, in a test cell's results, of the code cells' exceptions (never a check's name)
+MAX_CELL_ERRORS = 50  # exceptions kept until the next results are sent
 
 
 class _CappedStream:
@@ -78,6 +87,8 @@ def main() -> int:
     import cloudpickle
 
     checks = cloudpickle.loads(job["checks"])  # trusted: the grader's cases, pickled by value
+    # trusted too (isolated run only): unpickled now, before any student code can patch the unpickler
+    references = cloudpickle.loads(job["references"]) if job.get("references") else {}
 
     # Student output never reaches the grader: fd 1/2 and sys.stdout/err go to capped scratch files.
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -103,6 +114,8 @@ def main() -> int:
         send(out_fd, b"T", current[0])  # the timer is off whenever a frame is being sent
         raise CellTimeout(f"cell took longer than {cell_timeout:g} s")
 
+    swaps = {int(k): list(v) for k, v in job.get("swap", {}).items()}
+    errors: dict[str, dict] = {}  # code cells' exceptions not yet sent
     signal.signal(signal.SIGALRM, on_alarm)
     for i, cell in enumerate(job["cells"]):
         if i in skip:
@@ -113,13 +126,25 @@ def main() -> int:
         signal.setitimer(signal.ITIMER_REAL, cell_timeout)
         try:
             if cell["kind"] == "code":
-                shell.run_cell(cell["source"], store_history=False)  # IPython reports the timeout itself
+                result = shell.run_cell(cell["source"], store_history=False)  # IPython reports the timeout itself
+                try:
+                    error = _cell_error(result)  # read under the cell's timer: a student's __str__ may loop
+                except Exception:  # noqa: BLE001 - a hostile exception object: no explanation, no crash
+                    error = None
+                if error and len(errors) < MAX_CELL_ERRORS:
+                    errors[str(i)] = error
             else:
                 outcomes = {}
-                for check in cell["checks"]:
-                    spec = checks[check["name"]]
-                    impl = shell.user_ns.get(check["variable"])
-                    outcomes[check["name"]] = [run_case(spec["exercise"], case, impl) for case in spec["cases"]]
+                saved = _swap_in(shell.user_ns, swaps.get(i, ()), references)
+                try:
+                    for check in cell["checks"]:
+                        spec = checks[check["name"]]
+                        impl = shell.user_ns.get(check["variable"])
+                        outcomes[check["name"]] = [run_case(spec["exercise"], case, impl) for case in spec["cases"]]
+                finally:
+                    _swap_out(shell.user_ns, saved)
+                if errors:
+                    outcomes[CELL_ERRORS] = dict(errors)
                 blob = serialize.dumps(outcomes)
         except CellTimeout:
             pass
@@ -127,9 +152,54 @@ def main() -> int:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if blob is not None:
             send(out_fd, b"R", i, blob)
+            errors.clear()
         send(out_fd, b"E", i)
     send(out_fd, b"D")
     os._exit(0)  # skip interpreter teardown: student atexit hooks and threads get no say
+
+
+_ABSENT = object()
+
+
+def _swap_in(namespace: dict, names, references: dict) -> dict:
+    """Bind `names` to the course's implementations (the isolated run only); what they were before."""
+    saved = {name: namespace.get(name, _ABSENT) for name in names if name in references}
+    namespace.update({name: references[name] for name in saved})
+    return saved
+
+
+def _swap_out(namespace: dict, saved: dict) -> None:
+    for name, value in saved.items():
+        if value is _ABSENT:
+            namespace.pop(name, None)
+        else:
+            namespace[name] = value
+
+
+def _cell_error(result) -> dict | None:
+    """The exception a code cell stopped with: type, message and the line of the cell it came from
+    (the deepest frame in the cell's own code; for a syntax error, the line it points at)."""
+    err = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
+    if err is None or isinstance(err, CellTimeout):
+        return None
+    try:
+        kind = str(type(err).__name__)[:100]
+        message = str(err.msg if isinstance(err, SyntaxError) and isinstance(err.msg, str) else err)[:500]
+    except Exception:  # noqa: BLE001 - the student's exception may refuse to be printed
+        kind, message = "Exception", "(its message could not be read)"
+    line = None
+    if isinstance(err, SyntaxError):
+        line = err.lineno if isinstance(err.lineno, int) else None
+    else:
+        tb, cell_file = err.__traceback__, None
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_filename
+            if cell_file is None and name.startswith("<ipython-input-"):
+                cell_file = name
+            if name == cell_file:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+    return {"type": kind, "message": message, "line": line}
 
 
 def _quiet_traceback(shell):

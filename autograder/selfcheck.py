@@ -216,16 +216,16 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
     folder = Path(tempfile.mkdtemp(prefix=f"{student}--", dir=jobs))  # one per check: checks may overlap
     try:
         world = sandbox_world(course, assignment, folder)
-        run = run_notebook_job(folder, trusted.job_inputs(job, tests, limits.cell_seconds), world, limits)
+        verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
+                                          lambda inputs: run_notebook_job(folder, inputs, world, limits))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    verdicts = trusted.judge_job(job, tests, run)
     graded = set(_solution_sources(source))
     result = NotebookResult(student, assignment, 0.0, max_score, trusted.incidents_status(run, job))
     for t in tests:
         v = verdicts.get(t.grade_id) or trusted.Verdict(False, "not graded")
         result.cells.append(CellResult(t.grade_id, exercise_of(t.grade_id, graded),
-                                       t.points if v.passed else 0.0, t.points, "" if v.passed else v.message))
+                                       t.points if v.passed else 0.0, t.points, v.note if v.passed else v.message))
     result.score = float(sum(c.score for c in result.cells))
     result.review, result.sandbox = trusted.review_notes(job), run.isolation
     return result
@@ -290,7 +290,7 @@ def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
             lines.append("        not attempted yet: replace `raise NotImplementedError()` with your code")
             continue
         for c in cells:
-            if c.score < c.max_score and c.message:
+            if c.message:  # why it failed; for a passed cell, a note (a failed dependency was replaced)
                 text = c.message.replace("\n", "\n        ")
-                lines.append(f"        {c.grade_id}: {text}")
+                lines.append(f"        {c.grade_id}: {'' if c.score < c.max_score else 'passed; '}{text}")
     return "\n".join(lines)

@@ -2,11 +2,16 @@
 and real nbgrader takes points off wrong implementations in the right cells."""
 from __future__ import annotations
 
+import nbformat
+import numpy as np
 import pytest
 
 from attention_course import similarity as ref
+from attention_course.build import notebook_path
+from autograder import serialize, trusted
 from autograder.checks import nb01
-from autograder.checks.core import CheckFailed, check_exercise
+from autograder.checks.core import CheckFailed, check_exercise, run_case
+from autograder.sandbox import JobResult
 
 from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
 
@@ -41,6 +46,116 @@ def test_stub_is_reported_as_not_attempted():
         nb01.check("softmax", softmax)
 
 
+# --------------------------------------------------------------------------- float32 answers pass
+# The spec promises float32 tolerances. A student may cast to np.float32 (or compute in torch): each
+# input is then rounded to 24 bits, and the rows at +-800 of the stability check moved by up to 6.9e-6.
+F32 = np.float32
+
+
+def normalize_rows_f32(S):
+    S = np.asarray(S, dtype=F32)
+    return S * (F32(1) / S.sum(axis=1, keepdims=True))
+
+
+def contextualize_f32(W, E):
+    W, E = np.asarray(W, dtype=F32), np.asarray(E, dtype=F32)
+    return (W[:, :, None] * E[None, :, :]).sum(axis=1)          # the weighted sum, written out
+
+
+def softmax_f32(x, axis=-1):
+    x = np.asarray(x, dtype=F32)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_f32_logsumexp(x, axis=-1):
+    x = np.asarray(x, dtype=F32)
+    m = x.max(axis=axis, keepdims=True)
+    return np.exp(x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True)))
+
+
+def dot_similarity_f32(E):
+    E = np.asarray(E, dtype=F32)
+    return (E[:, None, :] * E[None, :, :]).sum(axis=-1)
+
+
+def cosine_similarity_f32(E):
+    E = np.asarray(E, dtype=F32)
+    n = np.sqrt((E * E).sum(axis=1, keepdims=True))
+    return (E @ E.T) / (n * n.T)
+
+
+def basic_self_attention_f32(X):
+    X = np.asarray(X, dtype=F32)
+    return softmax_f32_logsumexp(X @ X.T, axis=1) @ X
+
+
+FLOAT32 = [normalize_rows_f32, contextualize_f32, softmax_f32, softmax_f32_logsumexp, dot_similarity_f32,
+           cosine_similarity_f32, basic_self_attention_f32]
+
+
+@pytest.mark.parametrize("impl", FLOAT32, ids=lambda f: f.__name__)
+def test_float32_implementations_pass(impl):
+    graded = impl.__name__.split("_f32")[0]
+    exercises = [e for e in nb01.EXERCISES if e.graded == graded]
+    assert exercises
+    for exercise in exercises:
+        check_exercise(exercise, impl)
+
+
+def test_the_reported_float32_softmax_passes_the_stability_check():
+    """The class's answer: correct, in float32, and failed on the rows at +-800 (difference 6.9e-6)."""
+    stability = next(e for e in nb01.EXERCISES if e.name == "softmax_stability")
+    check_exercise(stability, softmax_f32)
+    assert stability.rtol >= 1e-3   # float32 rounding of inputs near 1000 is ~1e-4 of the weights
+
+
+# --------------------------------------------------------------------------- a library's softmax
+def _judged(code_for: dict[str, str], outcome) -> dict[str, str]:
+    """Grade the solved notebook with some answer cells replaced, as the grader does: the static pass over
+    every cell, then the sandbox's outcomes (here `outcome(check, case)`, what the sandbox sends back)
+    judged in the trusted process. -> the failing cells' messages."""
+    source = nbformat.read(notebook_path(ASSIGNMENT), as_version=4)
+    student = nbformat.from_dict(source)
+    for cell in student.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in code_for:
+            cell.source = code_for[gid]
+    tests = trusted.test_cells(source)
+    job = trusted.build_job(trusted.normalize_submission(student, source), tests)
+    results = {job.test_cell_index[t.grade_id]: serialize.dumps(
+        {c.key: [outcome(c, case) for case in trusted.cases(c)] for c in t.checks}) for t in tests}
+    verdicts = trusted.judge_job(job, tests, JobResult(isolation="none: judged without a run", results=results,
+                                                       finished=True))
+    return {gid: v.message for gid, v in verdicts.items() if not v.passed}
+
+
+def test_a_softmax_star_imported_from_scipy_is_told_to_write_its_own():
+    """`from scipy.special import *` in place of softmax: scipy is not a course dependency, so the import
+    fails where the notebook runs and nothing named softmax exists. The student used to read "nothing
+    named `softmax` is defined"; the message says the exercise asks for their own softmax."""
+    def sandbox(check, case):
+        if trusted.exercise(check).graded == "softmax":
+            return ("missing",)          # the import failed: softmax was never bound
+        return run_case(trusted.exercise(check), case, STUDENT[trusted.exercise(check).graded])
+
+    failed = _judged({"softmax": "from scipy.special import *"}, sandbox)
+    assert set(failed) == {"test_softmax", "test_softmax_stability"}, failed
+    for message in failed.values():
+        assert "nothing named `softmax` is defined" not in message, message
+        assert "your own implementation of softmax" in message and "from scipy.special import *" in message, message
+
+
+@pytest.mark.parametrize("code", ["from scipy.special import softmax",
+                                  "import scipy.special\nsoftmax = scipy.special.softmax",
+                                  "from scipy.special import *"])
+def test_a_library_softmax_is_refused_with_the_reason(code):
+    failed = _judged({"softmax": code}, lambda check, case: ("missing",))
+    message = failed["test_softmax"]
+    assert "not accepted" in message and "softmax" in message and "yourself" in message, message
+    assert "nothing named `softmax` is defined" not in message, message
+
+
 def _code(graded, name):
     for e in nb01.EXERCISES:
         for m in e.mistakes:
@@ -73,13 +188,25 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
 
 @pytest.mark.slow
 def test_nbgrader_softmax_mistakes(course):
-    """An unstable softmax loses only the stability points; softmax over the whole array
-    also breaks the self-attention built on it."""
+    """An unstable softmax loses only the stability points; softmax over the whole array loses
+    softmax's cells, and only those: basic_self_attention, which calls it, is graded on its own (with
+    the course's softmax in its place, nb01.DEPENDS), so one mistake costs one exercise."""
     unstable = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT), {
         "softmax": _code("softmax", "softmax without subtracting the max")}))
     assert failed_cells(unstable) == {"test_softmax_stability"}
     assert unstable.score == unstable.max_score - 2
     whole = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT), {
         "softmax": _code("softmax", "softmax over the whole array instead of along `axis`")}))
-    assert {"test_softmax", "test_softmax_stability", "test_basic_self_attention"} <= failed_cells(whole)
+    assert failed_cells(whole) == {"test_softmax", "test_softmax_stability"}
     assert "over the whole array" in " ".join(c.message for c in whole.cells)
+
+
+@pytest.mark.slow
+def test_nbgrader_a_star_imported_library_softmax(course):
+    """Through real nbgrader: the softmax cells fail with the reason, not "nothing named softmax"."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
+                                                  {"softmax": "from scipy.special import *\n"}))
+    assert {"test_softmax", "test_softmax_stability"} <= failed_cells(result)
+    messages = {c.grade_id: c.message for c in result.cells}
+    for cell in ("test_softmax", "test_softmax_stability"):
+        assert "your own implementation of softmax" in messages[cell], messages[cell]

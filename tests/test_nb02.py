@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from attention_course import attention as ref
 from autograder.checks import nb02
+from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
 from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
@@ -73,6 +74,24 @@ def test_other_correct_attention_passes(impl):
 def test_other_correct_self_attention_passes():
     for exercise in (e for e in nb02.EXERCISES if e.graded == "SelfAttention"):
         check_exercise(exercise, SelfAttentionAlt)
+
+
+# --------------------------------------------------------------------------- the simulated class's wrong answer
+class SelfAttentionXAsValues(SelfAttentionAlt):
+    """The class's answer: the values are x itself whenever x already has the values' width. It passed,
+    because every case had d_v != d_model."""
+
+    def forward(self, x, mask=None):
+        v = x if x.shape[-1] == self.v_proj.out_features else self.v_proj(x)
+        return sdpa_einsum(self.q_proj(x), self.k_proj(x), v, mask)
+
+
+def test_x_as_the_values_when_the_widths_allow_fails_and_is_named():
+    with pytest.raises(CheckFailed, match="d_v = d_model") as err:
+        nb02.check("SelfAttention", SelfAttentionXAsValues)
+    assert "known mistake: the values are the input x whenever it is d_v wide" in str(err.value), str(err.value)
+    widths = [c.description for c in core.cases_of(nb02.check.exercises["SelfAttention"])]
+    assert any("d_v=8" in d and "d_model=8" in d for d in widths), widths
 
 
 # --------------------------------------------------------------------------- honesty and stubs

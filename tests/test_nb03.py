@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -76,17 +77,68 @@ def merge_heads_cat(x):
 
 
 def count_parameters_trainable(module):
+    """The class's answer: only parameters with requires_grad. It passed: no case had a frozen parameter."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def count_parameters_unique(module):
+    """Unique parameters by identity, frozen or not."""
+    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
 
 
 @pytest.mark.parametrize("graded,impl", [("MultiHeadAttention", MultiHeadAttentionAlt),
                                          ("split_heads", split_heads_chunks),
                                          ("merge_heads", merge_heads_cat),
-                                         ("count_parameters", count_parameters_trainable)],
+                                         ("count_parameters", count_parameters_unique)],
                          ids=lambda x: getattr(x, "__name__", x))
 def test_other_correct_implementations_pass(graded, impl):
     for exercise in (e for e in nb03.EXERCISES if e.graded == graded):
         check_exercise(exercise, impl)
+
+
+# --------------------------------------------------------------------------- the simulated class's wrong answers
+class WeightsAfterDropout(MultiHeadAttentionAlt):
+    """The class's answer: dropout on the weights, and the dropped-out weights returned."""
+
+    def forward(self, query, key=None, value=None, mask=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        q = self.q_proj(query).unflatten(-1, (self.h, self.kd)).transpose(1, 2)
+        k = self.k_proj(key).unflatten(-1, (self.h, self.kd)).transpose(1, 2)
+        v = self.v_proj(value).unflatten(-1, (self.h, self.vd)).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / self.kd ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = F.dropout(torch.nan_to_num(scores.softmax(-1)), self.p, self.training)
+        return self.out_proj((weights @ v).transpose(1, 2).flatten(2)), weights
+
+
+class DropoutOnTheOutput(MultiHeadAttentionAlt):
+    """The class's answer: the attention without dropout, the dropout on the layer's output."""
+
+    def forward(self, query, key=None, value=None, mask=None):
+        p, self.p = self.p, 0.0
+        try:
+            out, weights = super().forward(query, key, value, mask)
+        finally:
+            self.p = p
+        return F.dropout(out, self.p, self.training), weights
+
+
+@pytest.mark.parametrize("impl,name", [
+    (WeightsAfterDropout, "returned the attention weights after dropout"),
+    (DropoutOnTheOutput, "dropout applied to the layer's output instead of the attention weights"),
+], ids=["weights after dropout", "dropout on the output"])
+def test_the_classes_dropout_mistakes_fail_and_are_named(impl, name):
+    with pytest.raises(CheckFailed, match="training mode") as err:
+        nb03.check("MultiHeadAttention", impl)
+    assert f"known mistake: {name}." in str(err.value), str(err.value)
+
+
+def test_counting_only_trainable_parameters_fails_and_is_named():
+    with pytest.raises(CheckFailed, match="frozen") as err:
+        nb03.check("count_parameters", count_parameters_trainable)
+    assert "known mistake: counted only the trainable parameters" in str(err.value), str(err.value)
 
 
 # --------------------------------------------------------------------------- honesty and stubs
@@ -134,19 +186,58 @@ MHA = next(e for e in nb03.EXERCISES if e.name == "MultiHeadAttention")
 NEVER_CLOSE = ((torch, "allclose", lambda *a, **k: False), (torch.Tensor, "allclose", lambda *a, **k: False))
 
 
-def test_dropout_verdict_cannot_be_patched_in_the_sandbox():
-    """A layer that never applies dropout, with torch.allclose patched to say 'never close' while the
-    cases run (with the verdict computed inside the case, this passed), fails the dropout case only."""
-    name = "dropout never applied"
+NEVER_CLOSE_NP = ((np, "allclose", lambda *a, **k: True), (np, "isclose", lambda *a, **k: np.ones(np.shape(a[0]), bool)))
+DROPOUT_CASES = [c.description for c in core.cases_of(MHA) if c.derive is not None]
+
+
+@pytest.mark.parametrize("name", ["dropout never applied", "returned the attention weights after dropout",
+                                  "dropout applied to the layer's output instead of the attention weights"])
+def test_dropout_verdict_cannot_be_patched_in_the_sandbox(name):
+    """Layers that get dropout wrong, with torch's and numpy's closeness tests patched to lie while the
+    cases run (with the verdicts computed inside the case, 'never applied' passed), fail only the
+    dropout cases, and are named: the flags are decided in the trusted process."""
     mistake = next(m for m in MHA.mistakes if m.name == name)
     with patched(*NEVER_CLOSE):
         assert not torch.allclose(torch.zeros(2), torch.zeros(2))   # the patch is a real lie ...
     assert torch.allclose(torch.zeros(2), torch.zeros(2)) and "allclose" not in torch.Tensor.__dict__  # ... undone
-    messages = judged_as_in_grading(MHA, mistake.build("MultiHeadAttention", MHA.namespace), *NEVER_CLOSE)
-    failed = [m for m in messages if m]
-    assert len(failed) == 1, messages
-    assert "whether training mode changes the output" in failed[0] and f"known mistake: {name}." in failed[0]
-    assert "output[2]" in failed[0] and "expected True, got False" in failed[0], failed[0]
+    messages = judged_as_in_grading(MHA, mistake.build("MultiHeadAttention", MHA.namespace),
+                                    *NEVER_CLOSE, *NEVER_CLOSE_NP)
+    failed = [(c.description, m) for c, m in zip(core.cases_of(MHA), messages) if m]
+    assert failed, messages
+    for description, message in failed:
+        assert description in DROPOUT_CASES, message
+        assert f"known mistake: {name}." in message, message
+        assert "output[2]" in message and "expected True, got False" in message, message
+
+
+def test_the_dropout_cases_say_what_they_check():
+    assert "training mode changes the output" in DROPOUT_CASES[0] and "weights before dropout" in DROPOUT_CASES[0]
+    assert "fraction p = 0.5" in DROPOUT_CASES[1] and "weight / (1 - p)" in DROPOUT_CASES[1]
+
+
+def test_dropout_on_the_weights_drawn_otherwise_passes():
+    """The dropout cases judge what dropout did, not which random numbers drew it: a layer that draws its
+    own Bernoulli mask (from the global generator, in another order) passes."""
+    class BernoulliDropout(MultiHeadAttentionAlt):
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            torch.rand(7)                                 # draws something else first
+            q = self.q_proj(query).unflatten(-1, (self.h, self.kd)).transpose(1, 2)
+            k = self.k_proj(key).unflatten(-1, (self.h, self.kd)).transpose(1, 2)
+            v = self.v_proj(value).unflatten(-1, (self.h, self.vd)).transpose(1, 2)
+            scores = q @ k.transpose(-2, -1) / self.kd ** 0.5
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.nan_to_num(scores.softmax(-1))
+            dropped = weights
+            if self.training and self.p > 0:
+                keep = torch.rand(weights.shape).flip(0) >= self.p
+                dropped = weights * keep / (1 - self.p)
+            return self.out_proj((dropped @ v).transpose(1, 2).flatten(2)), weights
+
+    for exercise in (e for e in nb03.EXERCISES if e.graded == "MultiHeadAttention"):
+        check_exercise(exercise, BernoulliDropout)
 
 
 def test_the_reference_passes_as_in_grading():

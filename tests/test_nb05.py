@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -14,9 +15,10 @@ import torch.nn.functional as F
 from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
 from autograder.checks import nb05
+from autograder.checks import core
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading
 
 ASSIGNMENT = "05_masked_cross_attention"
 STUDENT = fresh_copy(ref)
@@ -123,6 +125,47 @@ class DecoderLayerAlt(nn.Module):
 def test_other_correct_implementations_pass(graded, impl):
     for exercise in (e for e in nb05.EXERCISES if e.graded == graded):
         check_exercise(exercise, impl)
+
+
+# --------------------------------------------------------------------------- the simulated class's wrong answer
+class FeedForwardDropoutLast(FeedForwardAlt):
+    """The class's answer: dropout after linear2. It passed: every case ran in evaluation mode."""
+
+    def forward(self, x):
+        return F.dropout(self.linear2(F.relu(self.linear1(x))), self.p, self.training)
+
+
+class FeedForwardDropoutFirst(FeedForwardAlt):
+    def forward(self, x):
+        return self.linear2(F.relu(self.linear1(F.dropout(x, self.p, self.training))))
+
+
+FF = nb05.check.exercises["FeedForward"]
+FF_DROPOUT = next(c for c in core.cases_of(FF) if c.derive is not None)
+
+
+def test_dropout_after_linear2_fails_and_is_named():
+    with pytest.raises(CheckFailed, match="training mode") as err:
+        nb05.check("FeedForward", FeedForwardDropoutLast)
+    assert "known mistake: dropout after linear2 (on the output) instead of after the ReLU" in str(err.value)
+
+
+def test_dropout_in_the_wrong_place_fails_the_training_mode_case():
+    message = core.judge(FF, FF_DROPOUT, core.run_case(FF, FF_DROPOUT, FeedForwardDropoutFirst))
+    assert message and "output[1]" in message and "expected True, got False" in message, message
+
+
+NEVER_CLOSE_NP = ((np, "allclose", lambda *a, **k: True), (np, "isclose", lambda *a, **k: np.ones(np.shape(a[0]), bool)),
+                  (torch, "allclose", lambda *a, **k: True))
+
+
+def test_the_dropout_verdicts_are_decided_by_the_grader():
+    """With the closeness tests patched to say 'close' where the cases run, dropout after linear2 still
+    fails: the outputs come back and the flags are computed in the trusted process."""
+    messages = judged_as_in_grading(FF, FeedForwardDropoutLast, *NEVER_CLOSE_NP)
+    failed = [m for m in messages if m]
+    assert len(failed) == 1 and "known mistake: dropout after linear2" in failed[0], messages
+    assert judged_as_in_grading(FF, FeedForwardAlt) == [None] * len(messages)
 
 
 # --------------------------------------------------------------------------- honesty and stubs

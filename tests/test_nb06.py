@@ -17,12 +17,11 @@ from autograder import serialize
 from autograder.checks import core
 from autograder.checks.core import CheckFailed, Mistake, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
+from .conftest import assert_mistake_fails_and_is_named, autograde, catalogued_mistakes, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
 
 ASSIGNMENT = "06_transformer_translator"
 STUDENT = fresh_copy(ref)
-MISTAKES = [(m, g) for g in sorted({e.graded for e in nb06.EXERCISES})
-            for m in {m for e in nb06.EXERCISES if e.graded == g for m in e.mistakes}]
+MISTAKES = catalogued_mistakes(nb06)   # in the catalogue's order, the same every run
 
 
 def _exercises(graded):
@@ -47,24 +46,137 @@ def test_reference_copy_passes(exercise):
 
 @pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
 def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
-    impl = mistake.build(graded)
-    messages = []
+    """Named by *its own* name, not just by some catalogued mistake's (the sampler's and the loss's cases
+    are compared after the grader's `derive`: the diagnosis derives each mistake's output the same way)."""
+    assert_mistake_fails_and_is_named(nb06, mistake, graded)
+
+
+def test_the_catalogue_order_is_fixed():
+    """The diagnosis names the first mistake that matches: the catalogue is a sequence, not a set."""
+    assert [m.name for m, g in MISTAKES if g == "beam_search"] == [m.name for m in nb06.BEAM_MISTAKES]
+    assert MISTAKES == catalogued_mistakes(nb06)
+
+
+def _first_message(graded, impl) -> str:
+    """The message of the first check of `graded` that fails (what the student's first failing test cell
+    says), through the grader's judge."""
     for exercise in _exercises(graded):
         try:
             check_exercise(exercise, impl)
         except CheckFailed as err:
-            messages.append(str(err))
-    assert messages, f"{mistake.name!r} passed every check of {graded}"
-    assert any("This matches a known mistake" in m for m in messages), messages
+            return str(err)
+    raise AssertionError(f"{graded} passed every check")
 
 
-@pytest.mark.parametrize("mistake,graded", [(m, g) for m, g in MISTAKES
-                                            if g in ("sample_next_token", "label_smoothed_cross_entropy")],
-                         ids=lambda x: getattr(x, "name", x))
-def test_sampler_and_loss_mistakes_are_named_by_their_own_name(mistake, graded):
-    """These cases are compared after the grader's `derive` (frequencies, reproducibility, the loss's
-    rank): the diagnosis derives each catalogued mistake's output the same way."""
-    assert_mistake_fails_and_is_named(nb06, mistake, graded)
+# --------------------------------------------------------------------------- the simulated class's answers
+# Written as the students wrote them (not the catalogue's code): each was told "ignores the length
+# penalty", or passed.
+STOPS_AT_FIRST_FINISHED = """
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    rows = []
+    with torch.no_grad():
+        for b in range(src.size(0)):
+            s = src[b:b + 1]
+            mask = (s != pad_id)[:, None, None, :]
+            memory = model.encode(s, mask)
+            beams = [([bos_id], 0.0)]
+            done = None
+            for t in range(1, max_len + 1):
+                candidates = []
+                for tokens, score in beams:
+                    logits = model.decode(torch.tensor([tokens]), memory, None, mask)[0, -1]
+                    logp = torch.log_softmax(logits.double(), -1)
+                    for v in range(logp.numel()):
+                        candidates.append((tokens + [v], score + float(logp[v])))
+                candidates.sort(key=lambda c: -c[1])
+                beams = candidates[:beam_size]
+                ended = [(c[1] / t ** length_penalty, c[0]) for c in beams if c[0][-1] == eos_id or t == max_len]
+                if ended:
+                    done = max(ended)[1]        # the first hypothesis to finish wins
+                    break
+            rows.append(done)
+    L = max(len(r) for r in rows)
+    return torch.tensor([r + [pad_id] * (L - len(r)) for r in rows])
+"""
+
+COPIES_OF_BOS = """
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    B, k = src.size(0), beam_size
+    with torch.no_grad():
+        src_k = src.repeat_interleave(k, 0)
+        mask = (src_k != pad_id)[:, None, None, :]
+        memory = model.encode(src_k, mask)
+        ys = torch.full((B * k, 1), bos_id, dtype=torch.long)
+        scores = torch.zeros(B, k, dtype=torch.float64)          # every copy of <bos> starts at 0
+        finished = [[] for _ in range(B)]
+        for t in range(1, max_len + 1):
+            logp = torch.log_softmax(model.decode(ys, memory, None, mask)[:, -1].double(), -1)
+            V = logp.size(-1)
+            top, idx = (scores[:, :, None] + logp.view(B, k, V)).view(B, -1).topk(k, -1)
+            rows = (torch.arange(B)[:, None] * k + idx // V).view(-1)
+            ys = torch.cat([ys[rows], (idx % V).view(-1, 1)], 1)
+            ended = ((idx % V) == eos_id) | (t == max_len)
+            for b, j in (ended & torch.isfinite(top)).nonzero().tolist():
+                finished[b].append((float(top[b, j]) / t ** length_penalty, ys[b * k + j].tolist()))
+            scores = top.masked_fill(ended, float("-inf"))
+            if not torch.isfinite(scores).any():
+                break
+        best = [max(f)[1] for f in finished]
+    L = max(len(h) for h in best)
+    return torch.tensor([h + [pad_id] * (L - len(h)) for h in best])
+"""
+
+BOS_IN_LENGTH = COPIES_OF_BOS.replace(
+    "scores = torch.zeros(B, k, dtype=torch.float64)          # every copy of <bos> starts at 0",
+    "scores = torch.full((B, k), float('-inf'), dtype=torch.float64)\n        scores[:, 0] = 0.0").replace(
+    "/ t ** length_penalty", "/ ys[b * k + j].numel() ** length_penalty")   # <bos> counted
+
+
+@pytest.mark.parametrize("code,name", [
+    (STOPS_AT_FIRST_FINISHED, "stops at the first finished hypothesis"),
+    (COPIES_OF_BOS, "starts with beam_size identical copies of <bos>"),
+    (BOS_IN_LENGTH, "counts <bos> in the length"),
+], ids=["stops at the first finished", "beam_size copies of <bos>", "<bos> in the length"])
+def test_the_classes_beam_searches_are_told_their_own_mistake(code, name):
+    assert BOS_IN_LENGTH != COPIES_OF_BOS
+    message = _first_message("beam_search", _build(code, "beam_search"))
+    assert f"This matches a known mistake: {name}" in message, message
+    assert "length penalty" not in message.split("This matches", 1)[1].split("\n")[0], message
+
+
+SEEDS_THE_GLOBAL_GENERATOR = """
+def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    if generator is not None:
+        torch.manual_seed(generator.initial_seed())     # "use" the generator
+    x = logits / temperature
+    if top_k is not None:
+        x = x.masked_fill(x < x.topk(top_k, -1).values[..., -1:], float("-inf"))
+    p = torch.softmax(x, -1)
+    return torch.multinomial(p.reshape(-1, p.size(-1)), 1).reshape(p.shape[:-1])
+"""
+
+
+def test_a_sampler_that_seeds_the_global_generator_fails_and_is_named():
+    impl = _build(SEEDS_THE_GLOBAL_GENERATOR, "sample_next_token")
+    for name in ("sample_next_token", "sample_next_token_top_k"):   # its draws have the right distribution
+        check_exercise(_exercise(name), impl)
+    with pytest.raises(CheckFailed, match="known mistake: seeds torch's global random generator"):
+        check_exercise(_exercise("sample_next_token_generator"), impl)
+    before = torch.random.get_rng_state()
+    check_exercise(_exercise("sample_next_token_generator"), STUDENT["sample_next_token"])
+    assert torch.equal(before, torch.random.get_rng_state())   # the grader's own generator is left alone
+
+
+def test_the_generator_verdicts_are_decided_by_the_grader():
+    """With torch.equal patched to say 'equal' where the cases run, the sampler that seeds the global
+    generator still fails: the draws and the random states come back, and are compared here."""
+    exercise = _exercise("sample_next_token_generator")
+    impl = _build(SEEDS_THE_GLOBAL_GENERATOR, "sample_next_token")
+    messages = [m for m in judged_as_in_grading(exercise, impl, *EQUAL) if m]
+    # the cell reports its first failing case
+    assert messages and "known mistake: seeds torch's global random generator" in messages[0], messages
 
 
 # --------------------------------------------------------------------------- other correct solutions
@@ -303,7 +415,8 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
     assert failed_cells(result) == {
         "test_make_masks_padding", "test_inverse_sqrt_lr", "test_greedy_decode", "test_greedy_decode_source_padding",
         "test_beam_search", "test_beam_search_length_penalty", "test_sample_next_token", "test_sample_next_token_top_k",
+        "test_sample_next_token_generator",   # argmax draws nothing from the generator: two calls agree
     }
-    assert result.score == 2 + 3 + 1 + 1 + 1   # test_make_masks, the loss (3 + 1), beam_size=1, the generator
+    assert result.score == 2 + 3 + 1 + 1   # test_make_masks, the loss (3 + 1), beam_size=1
     messages = " ".join(c.message for c in result.cells)
     assert "drops the eos token" in messages and "argmax" in messages

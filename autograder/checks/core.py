@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import sys
 import textwrap
 import warnings
@@ -450,7 +451,8 @@ def cases_of(exercise: Exercise) -> Sequence[Case]:
 
 def run_case(exercise: Exercise, case: Case, impl) -> tuple:
     """Run one case on the student's implementation -> an outcome the judge can read:
-    ("value", output) | ("missing",) | ("notimpl",) | ("forbidden", why) | ("error", type, message).
+    ("value", output) | ("missing",) | ("notimpl", where) | ("forbidden", why) | ("error", type, message),
+    where `where` is the qualified name of the function that raised NotImplementedError.
     This is the only part that runs student code; in the grader it runs inside the sandbox."""
     if impl is None:
         return ("missing",)
@@ -458,12 +460,86 @@ def run_case(exercise: Exercise, case: Case, impl) -> tuple:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             return ("value", _run_student(exercise, case, impl))
-    except NotImplementedError:
-        return ("notimpl",)
+    except NotImplementedError as err:
+        return ("notimpl", _raised_in(err))
     except ForbiddenCall as err:
         return ("forbidden", str(err))
     except Exception as err:  # noqa: BLE001 - any crash is reported to the student
         return ("error", type(err).__name__, str(err)[:2000])
+
+
+def _raised_in(err: BaseException) -> str:
+    """The qualified name of the function whose frame raised `err` (the innermost one)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    code = tb.tb_frame.f_code
+    return str(getattr(code, "co_qualname", code.co_name))[:200]
+
+
+def notimpl_origin(outcome) -> str:
+    """Where a ("notimpl", where) outcome says NotImplementedError came from ('' when unknown).
+    Sent by the sandbox: it only shapes the student's message and never earns a point."""
+    where = outcome[1] if isinstance(outcome, tuple) and len(outcome) > 1 else ""
+    return where if isinstance(where, str) and where.replace(".", "").replace("_", "").isalnum() else ""
+
+
+def owned_by(qualname: str, graded: str) -> bool:
+    """Whether a function's qualified name belongs to the graded function or class `graded`."""
+    return qualname == graded or qualname.startswith(graded + ".")
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) "
+                            r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
+_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: ([^\n]*)")
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+def state_dict_summary(name: str, message: str, known_cause: bool = False) -> str | None:
+    """PyTorch's load_state_dict error (one line per parameter) as one or two lines a student can
+    act on: which parameter, expected shape versus yours, and the likely cause. None for any
+    other error message."""
+    if not isinstance(message, str) or "Error(s) in loading state_dict" not in message:
+        return None
+    wrong = [(p, _dims(want), _dims(got)) for p, want, got in _SIZE_MISMATCH.findall(message)]
+    keys = {kind: [k.strip(' ".') for k in names.split(",") if k.strip(' ".')] for kind, names in _KEYS.findall(message)}
+    shape = lambda dims: "[" + ", ".join(map(str, dims)) + "]"  # noqa: E731
+    if wrong:
+        param, want, got = wrong[0]
+        others = [p for p, _, _ in wrong[1:]]
+        also = f" (and {len(others)} more: {', '.join(others[:6])}{', ...' if len(others) > 6 else ''})" if others else ""
+        lines = [f"{name}: the test copies weights of the right shapes into your module, and {param} has the "
+                 f"wrong shape: expected {shape(want)}, yours is {shape(got)}{also}."]
+        ratios = {g / w for _, want_, got_ in wrong for w, g in zip(want_, got_) if w and g != w and len(want_) == len(got_)}
+        if not known_cause and len(ratios) == 1:
+            ratio = ratios.pop()
+            factor = f"{ratio:g} times too {'wide' if ratio > 1 else 'narrow'}" if ratio >= 1 else \
+                f"{1 / ratio:g} times too narrow"
+            head_sizes = any(p.split(".")[0] in ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj_weight")
+                             for p, _, _ in wrong)
+            lines.append(f"  Likely cause: these layers are {factor}" + (
+                " - key_dim (and value_dim) default to d_model // num_heads, so q_proj, k_proj and v_proj map "
+                "d_model -> num_heads * key_dim; a key_dim left at d_model makes them num_heads times too wide."
+                if head_sizes and ratio > 1 else
+                ": compare the sizes your __init__ gives each nn.Linear with the specification."))
+        elif not known_cause:
+            lines.append("  Likely cause: compare the sizes your __init__ gives each layer with the specification.")
+        return "\n".join(lines)
+    missing, unexpected = keys.get("Missing", []), keys.get("Unexpected", [])
+    if missing or unexpected:
+        parts = []
+        if unexpected:
+            parts.append(f"your module has no parameter {', '.join(unexpected[:6])} (the test copies one in)")
+        if missing:
+            parts.append(f"it has parameters the specification does not name: {', '.join(missing[:6])}")
+        return (f"{name}: the test copies weights into your module by name, and {'; '.join(parts)}.\n"
+                f"  Likely cause: the attribute names must be exactly the ones the exercise gives.")
+    return None
 
 
 def judge(exercise: Exercise, case: Case, outcome: tuple, expected=None) -> str | None:
@@ -473,13 +549,22 @@ def judge(exercise: Exercise, case: Case, outcome: tuple, expected=None) -> str 
     if kind == "missing":
         return f"{name}: nothing named `{name}` is defined. Run the cell that defines it (and keep its name)."
     if kind == "notimpl":
+        where = notimpl_origin(outcome)
+        if where and not owned_by(where, name) and not where.startswith("_"):
+            return (f"{name} calls `{where}`, which still raises NotImplementedError (it is not written yet): "
+                    f"write {where.split('.')[0]} too.")
+        if where.startswith("_"):
+            return (f"{name} raised NotImplementedError (in `{where}`): is a method missing, e.g. `forward`?")
         return (f"{name}: not attempted yet (it still raises NotImplementedError). "
                 f"Replace `raise NotImplementedError()` with your code.")
     if kind == "forbidden":
         return f"{name}: not accepted, because {outcome[1]}."
     if kind == "error":
-        return (f"{name} raised {outcome[1]}: {outcome[2]}\n  on: {case.description}"
-                + _explain(diagnose_crash(exercise, case, outcome[1], outcome[2])))
+        mistake = diagnose_crash(exercise, case, outcome[1], outcome[2])
+        summary = state_dict_summary(name, outcome[2], known_cause=mistake is not None)
+        if summary:
+            return f"{summary}\n  on: {case.description}" + _explain(mistake)
+        return f"{name} raised {outcome[1]}: {outcome[2]}\n  on: {case.description}" + _explain(mistake)
     if expected is None:
         expected = case.run(exercise.reference)
     # `expected` is what the case returned on the reference (trusted.expected caches exactly that):

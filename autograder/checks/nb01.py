@@ -9,6 +9,17 @@ from .core import Case, Exercise, Mistake, make_checker, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 
+# Float32 tolerances, as the spec promises: an implementation may compute in float32 (np.float32 arrays,
+# or torch). Rounding an input to float32 moves it by up to |x| * 6e-8, which exp turns into a relative
+# error of the weights of about that much: the ordinary cases (|x| < 20) stay far inside rtol 1e-4, the
+# stability cases (|x| up to about 1200, relative error up to 1.5e-4) get rtol 1e-3. Every catalogued
+# mistake is off by far more (NaN, wrong axis, no exponential, ...).
+RTOL, ATOL = 1e-4, 1e-5
+STABILITY_RTOL = 1e-3
+# Dot products of rows of length ~3 * sqrt(d): values up to ~100 whose float32 rounding can reach 1e-5
+# even where they cancel to about 0.
+SIMILARITY_ATOL = 1e-4
+
 
 def _square_similarities(rng, n):
     """A symmetric non-negative similarity matrix with 1 on the diagonal, rows of unequal sums."""
@@ -107,22 +118,23 @@ EXERCISES = [
                 "def normalize_rows(S):\n    e = np.exp(S - S.max(axis=1, keepdims=True))\n    return e / e.sum(axis=1, keepdims=True)"),
         Mistake("row sums broadcast along the wrong axis", "S.sum(axis=1) has shape [n]; keep it as [n, 1] with keepdims=True",
                 "def normalize_rows(S):\n    return S / S.sum(axis=1)"),
-    ), forbidden=HONESTY),
+    ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
     Exercise("contextualize", ref.contextualize, _contextualize_cases, mistakes=(
         Mistake("used the columns of W (W.T @ E) instead of its rows", "row i of the result is sum_j W[i, j] * E[j]: that is W @ E",
                 "def contextualize(W, E):\n    return W.T @ E"),
         Mistake("multiplied element-wise instead of a matrix product", "use the matrix product W @ E",
                 "def contextualize(W, E):\n    return W * E"),
-    ), forbidden=HONESTY),
-    Exercise("softmax", ref.softmax, _softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=HONESTY),
+    ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
+    Exercise("softmax", ref.softmax, _softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=HONESTY,
+             rtol=RTOL, atol=ATOL),
     Exercise("softmax_stability", ref.softmax, _softmax_stability_cases, mistakes=SOFTMAX_MISTAKES,
-             forbidden=HONESTY, graded="softmax"),
+             forbidden=HONESTY, graded="softmax", rtol=STABILITY_RTOL, atol=ATOL),
     Exercise("dot_similarity", ref.dot_similarity, _embedding_cases, mistakes=(
         Mistake("E.T @ E (a [d, d] matrix) instead of E @ E.T", "similarities are between rows (words): E @ E.T is [n, n]",
                 "def dot_similarity(E):\n    return E.T @ E"),
         Mistake("cosine similarity instead of the dot product", "the dot product keeps the vectors' lengths: no normalization",
                 "def dot_similarity(E):\n    U = E / np.linalg.norm(E, axis=1, keepdims=True)\n    return U @ U.T"),
-    ), forbidden=HONESTY),
+    ), forbidden=HONESTY, rtol=RTOL, atol=SIMILARITY_ATOL),
     Exercise("cosine_similarity", ref.cosine_similarity, _embedding_cases, mistakes=(
         Mistake("cosine similarity that forgets to normalize (a plain dot product)",
                 "divide each row by its length: E / np.linalg.norm(E, axis=1, keepdims=True)",
@@ -131,7 +143,7 @@ EXERCISES = [
                 "def cosine_similarity(E):\n    U = E / np.linalg.norm(E, axis=0, keepdims=True)\n    return U @ U.T"),
         Mistake("divided by only one of the two lengths", "cos = e_i·e_j / (|e_i| |e_j|): normalize both sides",
                 "def cosine_similarity(E):\n    n = np.linalg.norm(E, axis=1, keepdims=True)\n    return (E @ E.T) / n"),
-    ), forbidden=HONESTY),
+    ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
     Exercise("basic_self_attention", ref.basic_self_attention, _attention_cases, mistakes=(
         Mistake("no softmax: (X X^T) X", "turn the scores X @ X.T into weights with softmax along the last axis",
                 "def basic_self_attention(X):\n    return (X @ X.T) @ X"),
@@ -139,7 +151,11 @@ EXERCISES = [
                 "def basic_self_attention(X):\n    s = X @ X.T\n    e = np.exp(s - s.max(axis=0, keepdims=True))\n    return (e / e.sum(axis=0, keepdims=True)) @ X"),
         Mistake("returned the attention weights instead of the weighted sum", "multiply the weights by X: softmax(X @ X.T) @ X",
                 "def basic_self_attention(X):\n    s = X @ X.T\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)"),
-    ), forbidden=HONESTY),
+    ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
 ]
 
 check = make_checker(EXERCISES)
+
+# The graded functions each graded one calls (the grader: trusted.grade_job). When one of these fails
+# its own tests, the exercises calling it are checked again with the course's version in its place.
+DEPENDS = {"basic_self_attention": ("softmax",)}

@@ -235,6 +235,10 @@ def _self_attention_cases(rng):
         _self_attention_case(rng, "", dict(d_model=6, d_k=5, d_v=3), (3, 4, 6)),
         _self_attention_case(rng, " (no batch axis)", dict(d_model=16, d_k=8, d_v=12), (7, 16)),
         _self_attention_case(rng, " (two batch axes)", dict(d_model=8, d_k=6, bias=False), (2, 3, 4, 8)),
+        # d_v == d_model: x itself has the values' width, so using it in place of v_proj(x) shows here only
+        _self_attention_case(rng, " (d_v = d_model: the values are as wide as x)", dict(d_model=8, d_k=4, d_v=8),
+                             (2, 5, 8)),
+        _self_attention_case(rng, " (d_k = d_model, so d_v = d_model too)", dict(d_model=6, d_k=6), (3, 4, 6)),
     ]
 
 
@@ -304,6 +308,13 @@ SELF_ATTENTION_MISTAKES = (
     Mistake("queries and keys swapped (k q^T instead of q k^T)",
             "row i of the weights belongs to query i: scores = q @ k^T with q = q_proj(x), k = k_proj(x)",
             _self_attention(GOOD_INIT, "        return _attend(self.k_proj(x), self.q_proj(x), self.v_proj(x), mask)")),
+    # before the next one: where d_v == d_model the two give the same output, and this is the one that
+    # shows only there
+    Mistake("the values are the input x whenever it is d_v wide (v_proj skipped when d_v == d_model)",
+            "the values are always the projection v = v_proj(x), even when d_v equals d_model: "
+            "v_proj is a learned map, not a resize",
+            _self_attention(GOOD_INIT, "        v = x if x.shape[-1] == self.v_proj.out_features else self.v_proj(x)\n"
+                                       "        return _attend(self.q_proj(x), self.k_proj(x), v, mask)")),
     Mistake("the values are the input x (v_proj unused)",
             "the weights average the *projected* values: v = v_proj(x)",
             _self_attention(GOOD_INIT, "        return _attend(self.q_proj(x), self.k_proj(x), x, mask)")),
@@ -357,3 +368,7 @@ EXERCISES = [
 ]
 
 check = make_checker(EXERCISES)
+
+# The graded functions each graded one calls (the grader: trusted.grade_job). When one of these fails
+# its own tests, the exercises calling it are checked again with the course's version in its place.
+DEPENDS = {"SelfAttention": ("scaled_dot_product_attention",)}

@@ -58,13 +58,51 @@ def _changed(before, after) -> bool:
     return a.shape != b.shape or not np.allclose(b, a, rtol=1e-5, atol=1e-8)
 
 
+def _four(result):
+    if not isinstance(result, (tuple, list)) or len(result) != 4:
+        raise TypeError("expected (output, weights) in evaluation mode, then in training mode, "
+                        f"got {type(result).__name__}")
+    return result
+
+
 def _dropout_verdict(result):
-    """derive for the dropout case: (out, weights, out_train) in eval then training mode ->
-    (out, weights, [training mode changes the output]), decided in the trusted process."""
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise TypeError(f"expected (output, weights, training-mode output), got {type(result).__name__}")
-    out, w, out_train = result
-    return out, w, _flag(_changed(out, out_train))
+    """derive for the dropout case: (out, weights, out_train, weights_train) in eval then training mode ->
+    (out, weights, [training mode changes the output, training mode returns the same weights]), decided
+    in the trusted process. The weights a layer returns are the attention weights before dropout."""
+    out, w, out_train, w_train = _four(result)
+    return out, w, np.array([_changed(out, out_train), not _changed(w, w_train)])
+
+
+def _numbers(value) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().double().numpy()
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        raise TypeError(f"expected a tensor of numbers, got {type(value).__name__}")
+    return value.astype(np.float64)
+
+
+def _dropout_structure_verdict(p: float, H: int, T_k: int):
+    """derive (trusted side) for the case whose v_proj and out_proj are the identity and whose values are
+    one-hot per key plus a column of ones: in training mode, head h's output for query t is then
+    [dropped-out weights over the keys, their sum]. (out, weights, out_train, weights_train) ->
+    (out, weights, [training mode changes the output, it returns the same weights, every output is the
+    values weighted by dropped-out weights (0, or the weight / (1 - p)), about a fraction p is dropped]).
+    p, H and T_k come from the case itself, not from the sandbox."""
+    def verdict(result):
+        out, w, out_train, w_train = _four(result)
+        o, weights = _numbers(out_train), _numbers(w)
+        B, T_q = weights.shape[0], weights.shape[2]
+        if o.shape != (B, T_q, H * (T_k + 1)) or weights.shape != (B, H, T_q, T_k):
+            raise ValueError(f"unexpected shapes: output {o.shape}, weights {weights.shape}")
+        heads = o.reshape(B, T_q, H, T_k + 1).transpose(0, 2, 1, 3)        # [B, H, T_q, T_k + 1]
+        picked, total = heads[..., :T_k], heads[..., T_k]
+        dropped = np.abs(picked) <= 1e-6
+        kept = np.isclose(picked, weights / (1.0 - p), rtol=1e-4, atol=1e-6)
+        pattern = bool((dropped | kept).all()) and bool(np.allclose(total, picked.sum(-1), rtol=1e-4, atol=1e-5))
+        fraction = abs(float(dropped.mean()) - p) < 0.1
+        return out, w, np.array([_changed(out, out_train), not _changed(w, w_train), pattern, fraction])
+
+    return verdict
 
 
 def _shape(t) -> str:
@@ -209,12 +247,12 @@ def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mas
         layer.eval()
         inputs = [query.clone(), memory.clone(), value.clone()]
         if dropout_check:
-            with torch.no_grad(), torch.random.fork_rng():
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)   # a mistake that drops out in eval mode then draws as the student's code does
                 out, w = forward(layer, inputs)
                 layer.train()
-                out_train, _ = forward(layer, inputs)
-            return out, w, out_train   # compared after _dropout_verdict, in the trusted process
+                out_train, w_train = forward(layer, inputs)
+            return out, w, out_train, w_train   # compared after _dropout_verdict, in the trusted process
         if not grads:
             with torch.no_grad():
                 return forward(layer, inputs)
@@ -230,8 +268,8 @@ def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mas
                    "key": f"query [{B}, {T_q}, {d_model}], key [{B}, {T_k}, {d_model}] (mha(query, key): value defaults to key)",
                    "key_value": f"query [{B}, {T_q}, {d_model}], key and value [{B}, {T_k}, {d_model}] (three different tensors)"}[call]
     what = (" (returns output, weights, the inputs' grads and every projection's grads)" if grads else
-            " (returns output and weights in eval mode, and whether training mode changes the output)"
-            if dropout_check else "")
+            " (returns output and weights in eval mode, and [training mode changes the output, training mode "
+            "returns the same weights: the weights before dropout])" if dropout_check else "")
     return Case(f"MultiHeadAttention({_args_text(args)}) on {inputs_text}{mask_text}{what}", run,
                 derive=_dropout_verdict if dropout_check else None)
 
@@ -245,7 +283,48 @@ def _mha_cases(rng):
         _mha_case(rng, dict(d_model=12, num_heads=4, bias=False), T_q=3),
         _mha_case(rng, dict(d_model=8, num_heads=1), T_q=4),
         _mha_case(rng, dict(d_model=12, num_heads=3, dropout=0.5), T_q=5, dropout_check=True),
+        _mha_dropout_structure_case(rng),
     ]
+
+
+def _mha_dropout_structure_case(rng, H=2, T_k=5, T_q=40, B=2, p=0.5):
+    """Dropout in training mode, seen through the output: v_proj and out_proj are the identity and the
+    value vectors one-hot per key plus a column of ones, so head h's output for query t is
+    [w'_1, ..., w'_T_k, sum of w'] with w' the weights after dropout. Dropout on the weights gives 0 or
+    w / (1 - p) in each place and their sum in the last; dropout on the output (or on the heads) zeroes
+    places independently, so the last column is no longer the sum."""
+    key_dim, value_dim = 3, T_k + 1
+    d_model = H * value_dim
+    args = dict(d_model=d_model, num_heads=H, key_dim=key_dim, value_dim=value_dim, dropout=p)
+    state = _mha_state(rng, d_model, H, key_dim, value_dim, True)
+    state["q_proj.weight"] = state["q_proj.weight"] * 0.6        # moderate scores: no weight is near 0
+    state["v_proj.weight"], state["v_proj.bias"] = torch.eye(d_model), torch.zeros(d_model)
+    state["out_proj.weight"], state["out_proj.bias"] = torch.eye(d_model), torch.zeros(d_model)
+    query, key = tensor(rng, B, T_q, d_model), tensor(rng, B, T_k, d_model)
+    value = torch.zeros(B, T_k, d_model)
+    for h in range(H):
+        for k in range(T_k):
+            value[:, k, h * value_dim + k] = 1.0          # one-hot: picks key k's weight
+        value[:, :, h * value_dim + T_k] = 1.0            # ones: the sum of the weights
+
+    def run(cls):
+        layer = cls(**args)
+        layer.load_state_dict({k: v.clone() for k, v in state.items()})
+        layer.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            out, w = layer(query.clone(), key.clone(), value.clone())
+            layer.train()
+            out_train, w_train = layer(query.clone(), key.clone(), value.clone())
+        return out, w, out_train, w_train   # compared after _dropout_structure_verdict, in the trusted process
+
+    return Case(f"MultiHeadAttention({_args_text(args)}) on query [{B}, {T_q}, {d_model}], key and value "
+                f"[{B}, {T_k}, {d_model}], with v_proj and out_proj set to the identity and value vectors one-hot "
+                f"per key plus a column of ones, so that in training mode the output shows each head's weights "
+                f"after dropout (returns output and weights in eval mode, and [training mode changes the output, "
+                f"training mode returns the same weights: the weights before dropout, each output is the values "
+                f"weighted by the dropped-out weights: 0 or weight / (1 - p), about a fraction p = {p} of the "
+                f"weights is dropped])", run, derive=_dropout_structure_verdict(p, H, T_k))
 
 
 def _mha_mask_cases(rng):
@@ -477,6 +556,24 @@ MHA_MISTAKES = (
             _mha(attention="""\
         out, w = _attend(q, k, v, mask)
 """)),
+    Mistake("returned the attention weights after dropout",
+            "return the weights *before* dropout (they sum to 1 and are what the heatmaps show); dropout only "
+            "changes the copy that multiplies the values: out = self.dropout(weights) @ v, return weights "
+            "(torch.nn.MultiheadAttention returns them after dropout; this course's layer does not)",
+            _mha(attention="""\
+        _, w = _attend(q, k, v, mask)
+        w = self.dropout(w)
+        out = w @ v
+""")),
+    Mistake("dropout applied to the layer's output instead of the attention weights",
+            "in multi-head attention dropout goes on the attention weights, before they multiply the values: "
+            "out = self.dropout(weights) @ v (the residual dropout on the output belongs to the encoder and "
+            "decoder layers of notebook 05)",
+            _mha(attention="""\
+        out, w = _attend(q, k, v, mask)
+""", ret="""\
+        return self.dropout(self.out_proj(out)), w
+""")),
     Mistake("dropout applied in eval mode too",
             "use nn.Dropout (a module: it is switched off by .eval()) rather than F.dropout(..., training=True)",
             _mha(attention="""\
@@ -527,6 +624,12 @@ class _KerasLayout(nn.Module):
         self.output = nn.Linear(num_heads * key_dim, d_model, bias=bias)
 
 
+def _frozen() -> nn.Module:
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 3))
+    model[0].weight.requires_grad_(False)
+    return model
+
+
 def _count_cases(rng):
     with torch.random.fork_rng():
         torch.manual_seed(int(rng.integers(2**31)))
@@ -543,6 +646,8 @@ def _count_cases(rng):
             ("nn.Sequential(lin, nn.ReLU(), lin): one Linear(4, 4) used twice (shared parameters count once)",
              nn.Sequential(shared, nn.ReLU(), shared)),
             ("torch.nn.MultiheadAttention(8, 2)", nn.MultiheadAttention(8, 2)),
+            ("nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 3)) with the embedding frozen "
+             "(requires_grad=False: a frozen parameter is still a parameter)", _frozen()),
         ]
     return [Case(text, lambda f, m=m: f(m)) for text, m in modules]
 
@@ -562,6 +667,11 @@ COUNT_MISTAKES = (
     Mistake("added up the shapes instead of multiplying them",
             "a [6, 16] weight holds 6 * 16 = 96 numbers: p.numel()",
             "def count_parameters(module):\n    return sum(sum(p.shape) for p in module.parameters())\n"),
+    Mistake("counted only the trainable parameters (requires_grad=True)",
+            "count every parameter, frozen or not: sum(p.numel() for p in module.parameters()) without an "
+            "`if p.requires_grad` filter (a frozen weight is still part of the model, as in Keras' 'Total params')",
+            "def count_parameters(module):\n"
+            "    return sum(p.numel() for p in module.parameters() if p.requires_grad)\n"),
     Mistake("counted only the module's own parameters, not its submodules'",
             "module.parameters() recurses into submodules by default; don't pass recurse=False",
             "def count_parameters(module):\n    return sum(p.numel() for p in module.parameters(recurse=False))\n"),
@@ -588,3 +698,7 @@ EXERCISES = [
 ]
 
 check = make_checker(EXERCISES)
+
+# The graded functions each graded one calls (the grader: trusted.grade_job). When one of these fails
+# its own tests, the exercises calling it are checked again with the course's version in its place.
+DEPENDS = {"MultiHeadAttention": ("split_heads", "merge_heads")}

@@ -418,3 +418,7 @@ EXERCISES = [
 ]
 
 check = make_checker(EXERCISES)
+
+# The graded functions each graded one calls (the grader: trusted.grade_job). When one of these fails
+# its own tests, the exercises calling it are checked again with the course's version in its place.
+DEPENDS = {"PositionalEncoding": ("sinusoidal_positional_encoding",)}

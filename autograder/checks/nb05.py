@@ -150,7 +150,68 @@ def _ff_cases(rng):
         cases.append(Case(f"FeedForward({d}, {d_ff}, dropout={p}) in evaluation mode on x of shape {list(shape)}",
                           lambda cls, d=d, d_ff=d_ff, p=p, s=state, x=x: _no_grad(
                               lambda: _load(cls(d, d_ff, dropout=p), s)(x.clone()))))
+    cases.append(_ff_dropout_case(rng))
     return cases
+
+
+def _ff_dropout_case(rng, d_ff=8, B=4, T=50, p=0.5):
+    """FeedForward in training mode, seen through the output: linear2 is [identity; a row of ones] with no
+    bias, so the output is [the hidden units after dropout, their sum]. Dropout after the ReLU gives, per
+    hidden unit, 0 or relu(h) / (1 - p), and their sum in the last place; dropout after linear2 zeroes
+    places independently (the last is no longer the sum), dropout on x changes the hidden units themselves."""
+    d = d_ff + 1
+    w1 = _t(rng.normal(size=(d_ff, d)) / np.sqrt(d))
+    b1 = _t(0.1 * rng.normal(size=(d_ff,)))
+    state = {"linear1.weight": w1, "linear1.bias": b1,
+             "linear2.weight": torch.cat([torch.eye(d_ff), torch.ones(1, d_ff)]), "linear2.bias": torch.zeros(d)}
+    x = _t(rng.normal(size=(B, T, d)))
+
+    def run(cls):
+        layer = _load(cls(d, d_ff, dropout=p), state)
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            out = layer(x.clone())
+            layer.train()
+            out_train = layer(x.clone())
+        return out, out_train   # compared after _ff_dropout_verdict, in the trusted process
+
+    return Case(f"FeedForward({d}, {d_ff}, dropout={p}) with linear2 set to [identity; a row of ones] (no bias), "
+                f"so that in training mode the output shows the hidden units after dropout, on x of shape "
+                f"{[B, T, d]} (returns the output in evaluation mode and [training mode changes the output, each "
+                f"hidden unit is 0 or relu(linear1(x)) / (1 - p) and the last output is their sum: dropout sits "
+                f"between the ReLU and linear2, about a fraction p = {p} of the active hidden units is dropped])",
+                run, derive=_ff_dropout_verdict(p, d_ff))
+
+
+def _numbers(value) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().double().numpy()
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        raise TypeError(f"expected a tensor of numbers, got {type(value).__name__}")
+    return value.astype(np.float64)
+
+
+def _ff_dropout_verdict(p: float, d_ff: int):
+    """derive (trusted side): (eval output, training output) -> (eval output, [training mode changes the
+    output, the training output is the hidden units after dropout and their sum, the fraction dropped
+    is about p]). p and d_ff come from the case itself, not from the sandbox."""
+    def verdict(result):
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise TypeError(f"expected the outputs in evaluation and training mode, got {type(result).__name__}")
+        out, out_train = result
+        clean, noisy = _numbers(out), _numbers(out_train)
+        if clean.shape != noisy.shape or clean.shape[-1] != d_ff + 1:
+            raise ValueError(f"unexpected shapes: {clean.shape} and {noisy.shape}")
+        hidden, picked, total = clean[..., :d_ff], noisy[..., :d_ff], noisy[..., d_ff]
+        active = hidden > 1e-6
+        dropped = np.abs(picked) <= 1e-6
+        kept = np.isclose(picked, hidden / (1.0 - p), rtol=1e-4, atol=1e-6)
+        pattern = bool((dropped | kept).all()) and bool(np.allclose(total, picked.sum(-1), rtol=1e-4, atol=1e-5))
+        fraction = bool(active.any()) and abs(float(dropped[active].mean()) - p) < 0.1
+        changed = not np.allclose(noisy, clean, rtol=1e-5, atol=1e-8)
+        return out, np.array([changed, pattern, fraction])
+
+    return verdict
 
 
 def _no_grad(fn):
@@ -443,6 +504,14 @@ FF_MISTAKES = (
     Mistake("GELU instead of ReLU",
             "the paper's (and this notebook's) feed-forward uses ReLU: torch.relu",
             _variant(FF_SOURCE, (_FF_LINE, "return self.linear2(self.dropout(F.gelu(self.linear1(x))))"))),
+    Mistake("dropout after linear2 (on the output) instead of after the ReLU",
+            "in the feed-forward, dropout goes on the hidden units, between the ReLU and linear2: "
+            "linear2(dropout(relu(linear1(x)))); the dropout on the sublayer's output belongs to the "
+            "encoder and decoder layers",
+            _variant(FF_SOURCE, (_FF_LINE, "return self.dropout(self.linear2(torch.relu(self.linear1(x))))"))),
+    Mistake("dropout never applied",
+            "keep an nn.Dropout(dropout) and apply it to the hidden units: linear2(dropout(relu(linear1(x))))",
+            _variant(FF_SOURCE, (_FF_LINE, "return self.linear2(torch.relu(self.linear1(x)))"))),
     Mistake("a residual connection inside the feed-forward (x + FFN(x))",
             "FeedForward returns FFN(x) only: the encoder and decoder layers add the residual",
             _variant(FF_SOURCE, (_FF_LINE, "return x + self.linear2(self.dropout(torch.relu(self.linear1(x))))"))),
@@ -635,3 +704,7 @@ EXERCISES = [
 ]
 
 check = make_checker(EXERCISES)
+
+# The graded functions each graded one calls (the grader: trusted.grade_job). When one of these fails
+# its own tests, the exercises calling it are checked again with the course's version in its place.
+DEPENDS = {"EncoderLayer": ("FeedForward",), "DecoderLayer": ("FeedForward",)}

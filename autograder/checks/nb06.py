@@ -8,13 +8,18 @@
   has several correct implementations that may differ in general, so it is judged only where all
   of them must agree: against **exhaustive search** on models where a beam as wide as the
   vocabulary provably keeps the optimum (its every prefix ranks within the beam among *all*
-  prefixes of its length), and with beam_size=1 against greedy decoding.
+  prefixes of its length), and with beam_size=1 against greedy decoding. The diagnosis names the
+  first catalogued mistake whose output matches the student's, so the exhaustive cases are also
+  chosen so that each catalogued mistake they catch gets them wrong in its own way (see _told_apart).
+* Sampling must use `generator`: the draws depend on its state alone (not on torch's global random
+  state, which a call leaves as it was), and a second call with the same generator draws afresh.
 * Sampling is judged by its **distribution**: 100,000 draws per row, frequencies compared with
   the exact probabilities (within 0.01; the noise is < 0.002). Any correct sampler passes,
   whatever random numbers it uses; it must use the `generator` it is given.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import sys
@@ -519,12 +524,13 @@ def enumerate_sequences(model, src, max_len, bos_id=1, eos_id=2, pad_id=0):
     return levels
 
 
-def best_sequence(levels, b, length_penalty, eos_id=2, count_eos=True):
+def best_sequence(levels, b, length_penalty, eos_id=2, count_eos=True, count_bos=False):
     """For sentence b: (best tokens, ranks of its prefixes among all prefixes of their length by
-    sum(log p), lead over the runner-up) for sum(log p) / num_generated ** length_penalty."""
+    sum(log p), lead over the runner-up) for sum(log p) / num_generated ** length_penalty (the
+    variants: eos not counted, or <bos> counted, in the length)."""
     scores = []
     for t, (prefixes, total, ended) in enumerate(levels, start=1):
-        length = torch.full_like(total[b], float(t))
+        length = torch.full_like(total[b], float(t + count_bos))
         if not count_eos:
             length = (length - (prefixes[:, -1] == eos_id).double()).clamp(min=1)
         scores.append(torch.where(ended, total[b] / length ** length_penalty,
@@ -546,6 +552,18 @@ def best_sequence(levels, b, length_penalty, eos_id=2, count_eos=True):
     return best, ranks, float(top2[0] - top2[1])
 
 
+def greedy_sequence(levels, b, eos_id=2):
+    """For sentence b: the tokens greedy decoding picks (the likeliest next token at every step)."""
+    best = None
+    for t, (prefixes, total, ended) in enumerate(levels, start=1):
+        here = total[b] if best is None else torch.where((prefixes[:, :t] == best).all(1), total[b],
+                                                           torch.tensor(-math.inf, dtype=torch.float64))
+        best = prefixes[int(here.argmax())]
+        if bool(ended[int(here.argmax())]):
+            return best
+    return best
+
+
 def _pad_rows(rows, pad_id=0):
     out = torch.full((len(rows), max(len(h) for h in rows)), pad_id, dtype=torch.long)
     for b, h in enumerate(rows):
@@ -559,29 +577,211 @@ def exhaustive_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, le
     return _pad_rows([best_sequence(levels, b, length_penalty, eos_id)[0] for b in range(src.size(0))], pad_id)
 
 
-def _search_case(rng, vocab, B, S, max_len, lp, differs_from):
-    """A tiny model and sources on which every beam search as wide as the vocabulary must find the
-    exhaustive optimum (each prefix of the optimum ranks within the beam among all prefixes of its
-    length, with one place to spare, and the runner-up is clearly behind), and on which the answer
-    differs from each variant in `differs_from` for some sentence (so the case tells them apart)."""
-    for _ in range(2000):
+def _search_case(rng, vocab, B, S, max_len, lp, differs_from, must_fail=(), named=frozenset(), pool=20):
+    """A tiny model and B source sentences [B, S] on which every beam search as wide as the vocabulary
+    must find the exhaustive optimum (in each sentence, each prefix of the optimum ranks within the beam
+    among all prefixes of its length, with one place to spare, and the runner-up is clearly behind), on
+    which the answer differs from each variant in `differs_from` (see _variant) for some sentence, each
+    catalogued mistake in `must_fail` gets some sentence wrong, and the catalogued mistakes it catches
+    are told apart (see _told_apart). -> (model, src, names of the catalogued mistakes it catches).
+
+    Beam search handles the sentences of a batch independently (and every catalogued mistake does too),
+    so `pool` candidate sentences are tried at once and B of them chosen."""
+    mistakes = _beam_mistake_functions()
+    order = list(mistakes)
+    for _ in range(1000):
         model = ToyModel(vocab, seed=int(rng.integers(1 << 30)), scale=float(rng.uniform(3.0, 5.0)),
                          eos_ramp=float(rng.uniform(0.3, 1.2)), eos_bias=float(rng.uniform(-2.0, 0.0))).eval()
-        src = _sources(rng, B, S, vocab)
-        levels = enumerate_sequences(model, src, max_len)
-        found = [best_sequence(levels, b, lp) for b in range(B)]
-        if any(any(r >= vocab - 1 for r in ranks) or gap < 0.05 for _, ranks, gap in found):
+        candidates = _sources(rng, pool, S, vocab)
+        levels = enumerate_sequences(model, candidates, max_len)
+        valid, optimum = [], []
+        for b in range(pool):
+            best, ranks, gap = best_sequence(levels, b, lp)
+            if all(r < vocab - 1 for r in ranks) and gap >= 0.05:
+                valid.append(b)
+                optimum.append(best.tolist())
+        if len(valid) < B:
             continue
-        if all(any(not torch.equal(found[b][0], best_sequence(levels, b, **variant)[0]) for b in range(B))
-               for variant in differs_from):
-            return model, src
+        variants = [_variant(levels, valid, v) for v in differs_from]
+        if not all(any(a != b for a, b in zip(optimum, v)) for v in variants):
+            continue
+        # Sentences alike in what the search and its variants make of them (and in their padding) are
+        # most likely alike for the mistakes too: the mistakes run on one of each kind (running them is
+        # the slow part), and the batch finally chosen is checked as it is (_verified).
+        signature = list(zip(map(tuple, optimum), *(map(tuple, _variant(levels, valid, v)) for v in _signature(lp)),
+                             (candidates[valid] != 0).sum(1).tolist()))
+        kinds = [i for i in range(len(valid)) if signature[i] not in signature[:i]]
+        others = [i for i in range(len(valid)) if i not in kinds]
+        memo = _Memo(model)
+        rows = {name: _rows(search(memo, candidates[[valid[i] for i in kinds]], vocab, max_len, 1, 2, 0, lp))
+                for name, search in mistakes.items()}
+        # bit j of a mask: sentence valid[kinds[j]]
+        variant_masks = [_mask(optimum[i] != v[i] for i in kinds) for v in variants]
+        wrong = {n: _mask(rows[n][j] != optimum[i] for j, i in enumerate(kinds)) for n in order}
+        if not all(wrong[n] for n in must_fail):
+            continue
+        apart = {(e, m): _mask(rows[e][j] != rows[m][j] for j in range(len(kinds)))
+                 for j, m in enumerate(order) for e in order[:j]}
+        for subset in _subsets(rng, len(kinds), min(B, len(kinds))):
+            caught = {n for n in order if wrong[n] & subset}
+            if all(v & subset for v in variant_masks) and set(must_fail) <= caught and \
+                    _told_apart(order, caught, named, apart, subset):
+                chosen = [i for j, i in enumerate(kinds) if subset >> j & 1] + others[:B - bin(subset).count("1")]
+                if len(chosen) < B:
+                    continue
+                src = candidates[[valid[i] for i in chosen]]
+                want = _pad_rows([torch.tensor(optimum[i]) for i in chosen])
+                if _verified(memo, src, vocab, max_len, lp, want, caught, named):
+                    return model, src, caught
     raise RuntimeError("no suitable tiny model found for the beam-search check")  # pragma: no cover
 
 
-def _exhaustive_cases(rng, settings, vocab=6, B=4, S=5, max_len=4):
-    cases = []
-    for lp, differs_from in settings:
-        model, src = _search_case(rng, vocab, B, S, max_len, lp, differs_from)
+def _variant(levels, sentences, variant) -> list:
+    """What a variant of the search returns for each of `sentences` (token lists): the optimum of another
+    score (keyword arguments of best_sequence), "greedy" (greedy_sequence), or "first finished"
+    ([<bos>, <eos>]: with a beam as wide as the vocabulary, eos is in the beam at the first step)."""
+    if variant == "greedy":
+        return [greedy_sequence(levels, b).tolist() for b in sentences]
+    if variant == "first finished":
+        return [[1, 2] for _ in sentences]
+    length_penalty, count_eos, count_bos = (variant.get(k, d) for k, d in
+                                            (("length_penalty", 1.0), ("count_eos", True), ("count_bos", False)))
+    scores = []
+    for t, (prefixes, total, ended) in enumerate(levels, start=1):
+        length = torch.full((prefixes.size(0),), float(t + count_bos), dtype=torch.float64)
+        if not count_eos:
+            length = (length - (prefixes[:, -1] == 2).double()).clamp(min=1)
+        scores.append(torch.where(ended, total[sentences] / length ** length_penalty,
+                                  torch.tensor(-math.inf, dtype=torch.float64)))
+    found = []
+    for i in torch.cat(scores, dim=1).argmax(1).tolist():
+        for prefixes, _, _ in levels:
+            if i < prefixes.size(0):
+                found.append(prefixes[i].tolist())
+                break
+            i -= prefixes.size(0)
+    return found
+
+
+def _signature(lp):
+    """The variants whose answers, with the optimum's and the padding, sort sentences into kinds."""
+    return (dict(length_penalty=0.0), dict(length_penalty=lp, count_eos=False),
+            dict(length_penalty=lp, count_bos=True), "greedy")
+
+
+class _Memo:
+    """The model, remembering its answers (whole calls, by their inputs): the catalogued mistakes ask it
+    the same questions while a case is searched for."""
+
+    def __init__(self, model):
+        self.model, self.seen = model, {}
+
+    @staticmethod
+    def _key(*tensors):
+        return tuple(None if t is None else (tuple(t.shape), t.numpy().tobytes()) for t in tensors)
+
+    def encode(self, src, src_mask=None):
+        key = ("encode",) + self._key(src, src_mask)
+        if key not in self.seen:
+            self.seen[key] = self.model.encode(src, src_mask)
+        return self.seen[key]
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        key = ("decode",) + self._key(tgt, memory, tgt_mask, memory_mask)
+        if key not in self.seen:
+            self.seen[key] = self.model.decode(tgt, memory, tgt_mask, memory_mask)
+        return self.seen[key]
+
+
+def _rows(out: torch.Tensor, pad_id=0) -> list:
+    """A decoder's output [N, L] -> per sentence, its tokens without the trailing padding."""
+    rows = []
+    for row in out.tolist():
+        while row and row[-1] == pad_id:
+            row.pop()
+        rows.append(row)
+    return rows
+
+
+def _mask(flags) -> int:
+    return sum(1 << i for i, f in enumerate(flags) if f)
+
+
+def _subsets(rng, n: int, k: int):
+    """Every k-subset of range(n) as a bit mask, in an order drawn from rng."""
+    subsets = [sum(1 << i for i in c) for c in itertools.combinations(range(n), k)]
+    return [subsets[i] for i in rng.permutation(len(subsets))]
+
+
+def _told_apart(order, caught, named, apart, subset) -> bool:
+    """The diagnosis names the first catalogued mistake whose output matches the student's. A mistake
+    this case catches for the first time in its exercise (not in `named`) must therefore give an output
+    of its own: no mistake before it in the catalogue may give the same tokens in every sentence
+    (stopping at the first finished hypothesis, or counting <bos> in the length, were told "ignores the
+    length penalty")."""
+    for j, m in enumerate(order):
+        if m in caught and m not in named:
+            if any(e in caught and not apart[(e, m)] & subset for e in order[:j]):
+                return False
+    return True
+
+
+def _verified(model, src, vocab, max_len, lp, want, caught, named) -> bool:
+    """The choice checked on the case exactly as it will be run: the catalogued mistakes on the chosen
+    batch, compared as the grader compares (same shape, same tokens). (`model` may be the search's _Memo:
+    it gives the model's own answers.)"""
+    outs = {}
+    for name, search in _beam_mistake_functions().items():
+        out = search(model, src.clone(), vocab, max_len, 1, 2, 0, lp)
+        fails = not (out.shape == want.shape and torch.equal(out, want))
+        if fails != (name in caught):
+            return False
+        if fails and name not in named and any(o.shape == out.shape and torch.equal(o, out) for o in outs.values()):
+            return False
+        if fails:
+            outs[name] = out
+    return True
+
+
+_MISTAKE_FUNCTIONS: dict = {}
+
+
+def _beam_mistake_functions() -> dict:
+    """name -> the catalogued beam-search mistake, built once (our own code, run in the trusted process),
+    in the catalogue's order."""
+    if not _MISTAKE_FUNCTIONS:
+        _MISTAKE_FUNCTIONS.update((m.name, m.build("beam_search")) for m in BEAM_MISTAKES)
+    return _MISTAKE_FUNCTIONS
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """The search runs thousands of operations on tensors of a few dozen numbers: one thread does them
+    fastest (with more, each waits for the others; on a busy machine, many times longer)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _exhaustive_cases(rng, settings, catch=(), vocab=6, B=4, S=5, max_len=4):
+    """One case per (length_penalty, differs_from) setting. Each is chosen knowing which mistakes the
+    earlier cases of the exercise already catch (see _told_apart); the last one also catches whichever
+    of the mistakes named in `catch` the others do not."""
+    with _one_thread():
+        return _choose_cases(rng, settings, catch, vocab, B, S, max_len)
+
+
+def _choose_cases(rng, settings, catch, vocab, B, S, max_len):
+    cases, named = [], set()
+    for i, (lp, differs_from) in enumerate(settings):
+        must_fail = tuple(n for n in catch if n not in named) if i == len(settings) - 1 else ()
+        proxies = [_PROXIES[n](lp) for n in must_fail if n in _PROXIES]
+        model, src, caught = _search_case(rng, vocab, B, S, max_len, lp, list(differs_from) + proxies,
+                                          must_fail, frozenset(named))
+        named |= caught
         cases.append(Case(f"a tiny model (vocab {vocab}), src [{B}, {S}] with padding, beam_size={vocab} (as wide as "
                           f"the vocabulary), max_len={max_len}, length_penalty={lp:g}: the exhaustive-search optimum",
                           lambda f, m=model, s=src, lp=lp: f(m, s.clone(), vocab, max_len, 1, 2, 0, lp)))
@@ -606,7 +806,7 @@ def _same_rng_same_cases(make):
 def _beam_cases(rng):
     return _exhaustive_cases(rng, [(1.0, [dict(length_penalty=1.0, count_eos=False)]),
                                    (1.0, [dict(length_penalty=0.0)]),
-                                   (0.6, [])])
+                                   (0.6, [])], catch=tuple(m.name for m in BEAM_MISTAKES))
 
 
 @_same_rng_same_cases
@@ -634,8 +834,8 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_p
     with torch.no_grad():
         out = []
         for b in range(src.size(0)):
-            ys = torch.full((1, 1), bos_id, dtype=torch.long)
-            scores = torch.zeros(1, dtype=torch.float64)
+            ys = torch.full(({start}, 1), bos_id, dtype=torch.long)
+            scores = torch.zeros({start}, dtype=torch.float64)
             finished = []
             for t in range(1, max_len + 1):
                 s = src[b:b + 1].expand(ys.size(0), -1)
@@ -650,7 +850,7 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_p
                     score, tokens = float(top[i]), ys[i].tolist()
                     finished.append(({normalize}, tokens))
                 ys, scores = ys[~ended], top[~ended]
-                if ys.size(0) == 0:
+                if {stop}:
                     break
             {choose}
             out.append(best)
@@ -659,7 +859,8 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_p
 '''
 _BEAM_RIGHT = dict(src_mask="(s != pad_id)[:, None, None, :]", logp="torch.log_softmax(logits.double(), -1)",
                    normalize="score / t ** length_penalty",
-                   choose="best = max(finished, key=lambda h: h[0])[1]")
+                   choose="best = max(finished, key=lambda h: h[0])[1]",
+                   start="1", stop="ys.size(0) == 0")
 
 
 def _beam_code(**changes) -> str:
@@ -667,6 +868,16 @@ def _beam_code(**changes) -> str:
 
 
 BEAM_MISTAKES = (
+    Mistake("stops at the first finished hypothesis (returns as soon as one hypothesis ends)",
+            "a hypothesis that ends with eos leaves the beam, but the search goes on with the others until none "
+            "is left or max_len is reached; then return the finished hypothesis with the best "
+            "sum(log p) / num_generated_tokens ** length_penalty: a later, longer one can score better",
+            _beam_code(stop="finished")),
+    Mistake("starts with beam_size identical copies of <bos> (the beam fills with duplicates)",
+            "start with one live hypothesis, [<bos>] (or give the copies scores 0, -inf, -inf, ...): identical "
+            "copies extend into identical candidates, the best token fills every place in the beam and the "
+            "search is no wider than greedy decoding",
+            _beam_code(start="beam_size")),
     Mistake("ignores the length penalty (ranks finished hypotheses by the raw sum of log p)",
             "divide each finished hypothesis' sum of log p by num_generated_tokens ** length_penalty",
             _beam_code(normalize="score")),
@@ -692,6 +903,19 @@ BEAM_MISTAKES = (
 )
 
 
+# The mistakes that pick another finished hypothesis: the beam-search cases catch each of them (with a
+# wrong answer of its own). Each has a cheap stand-in computed from the enumeration (what the search
+# returns with that mistake, when the beam does not get in the way), tested before the mistakes are run.
+_LENGTH_AND_SEARCH_MISTAKES = tuple(m.name for m in BEAM_MISTAKES[:5])
+_PROXIES = dict(zip(_LENGTH_AND_SEARCH_MISTAKES, (
+    lambda lp: "first finished",
+    lambda lp: "greedy",
+    lambda lp: dict(length_penalty=0.0),
+    lambda lp: dict(length_penalty=lp, count_bos=True),
+    lambda lp: dict(length_penalty=lp, count_eos=False),
+)))
+
+
 # --------------------------------------------------------------------------- sampling
 N_DRAWS = 100_000
 SNAP = 0.01     # frequencies this close to the exact probability count as equal (noise is < 0.002)
@@ -706,10 +930,13 @@ def _exact_probs(logits, temperature, top_k):
 
 
 def _draws(f, logits, temperature, top_k, seed=1234):
-    """Runs in the sandbox: N_DRAWS draws per row of `logits`, as the sampler returned them."""
+    """Runs in the sandbox: N_DRAWS draws per row of `logits`, as the sampler returned them. (Under
+    fork_rng: a sampler that reseeds torch's global generator leaves it as it was, here and where the
+    grader runs the catalogued mistakes.)"""
     rows, V = logits.shape
     many = logits[:, None, :].expand(rows, N_DRAWS, V).contiguous()
-    return f(many, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(seed))
+    with torch.random.fork_rng(devices=[]):
+        return f(many, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(seed))
 
 
 def _distribution(logits, temperature, top_k):
@@ -762,9 +989,51 @@ def _top_k_cases(rng):
 
 def _two_draws(f, logits, top_k):
     """Runs in the sandbox: two calls with generators seeded alike, as the sampler returned them."""
-    a = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
-    b = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
+    with torch.random.fork_rng(devices=[]):
+        a = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
+        b = f(logits.clone(), temperature=1.0, top_k=top_k, generator=torch.Generator().manual_seed(7))
     return a, b
+
+
+def _one_generator_twice(f, logits):
+    """Runs in the sandbox: two calls with one generator, the second after the first has drawn from it."""
+    with torch.random.fork_rng(devices=[]):
+        g = torch.Generator().manual_seed(7)
+        return f(logits.clone(), temperature=1.0, generator=g), f(logits.clone(), temperature=1.0, generator=g)
+
+
+def _different_draws(result) -> np.ndarray:
+    """derive (trusted side): (a, b) -> [both are tensors of one shape and they differ]."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"expected the two calls' draws, got {type(result).__name__}")
+    a, b = result
+    return _flag(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                 and not torch.equal(a, b))
+
+
+def _under_two_global_states(f, logits):
+    """Runs in the sandbox: a call with a generator seeded 7 after torch.manual_seed(1), torch's global
+    random state before and after it, and the same call after torch.manual_seed(2)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        before = torch.random.get_rng_state()
+        a = f(logits.clone(), temperature=1.0, generator=torch.Generator().manual_seed(7))
+        after = torch.random.get_rng_state()
+        torch.manual_seed(2)
+        b = f(logits.clone(), temperature=1.0, generator=torch.Generator().manual_seed(7))
+    return a, b, before, after
+
+
+def _generator_only(result) -> np.ndarray:
+    """derive (trusted side): (a, b, before, after) -> [the draws are the same whatever torch's global
+    random state, the call left torch's global random state as it was]."""
+    if not isinstance(result, (tuple, list)) or len(result) != 4:
+        raise TypeError(f"expected two calls' draws and two random states, got {type(result).__name__}")
+    a, b, before, after = result
+    same = _same_draws((a, b))[0]
+    untouched = (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)
+                 and before.shape == after.shape and torch.equal(before, after))
+    return np.array([same, untouched])
 
 
 def _same_draws(result) -> np.ndarray:
@@ -796,6 +1065,13 @@ def _sampling_argument_cases(rng):
              derive=_same_draws),
         Case("temperature=0 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, 0.0)),
         Case("temperature=-1 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, -1.0)),
+        Case("a call with a generator seeded 7 under two different global random states (torch.manual_seed(1), "
+             "then (2)): the draws must come from the generator alone, and the call must leave torch's global "
+             "random state as it was (returns [same draws, global state untouched])",
+             lambda f: _under_two_global_states(f, logits), derive=_generator_only),
+        Case("one generator used for two calls: the second call continues from where the first left the "
+             "generator, so it must draw other tokens (returns whether it did)",
+             lambda f: _one_generator_twice(f, logits), derive=_different_draws),
     ]
 
 
@@ -841,6 +1117,12 @@ SAMPLE_MISTAKES = (
     Mistake("ignores the generator (draws from the global random state)",
             "pass generator=generator to the sampling call (torch.multinomial, torch.rand, ...)",
             _sample_code(draw="return torch.multinomial(probs.reshape(-1, probs.size(-1)), 1).reshape(probs.shape[:-1])")),
+    Mistake("seeds torch's global random generator instead of drawing with `generator`",
+            "don't call torch.manual_seed in the sampler: pass the generator to the sampling call "
+            "(torch.multinomial(probs, 1, generator=generator)), so that each call continues from the "
+            "generator's state and the rest of the program's random numbers are left alone",
+            _sample_code(draw="torch.manual_seed(generator.initial_seed() if generator is not None else 0)\n"
+                              "    return torch.multinomial(probs.reshape(-1, probs.size(-1)), 1).reshape(probs.shape[:-1])")),
     Mistake("no ValueError for a temperature <= 0",
             "check the temperature first: raise ValueError unless temperature > 0",
             _sample_code(check="pass")),
@@ -873,3 +1155,7 @@ EXERCISES = [
 ]
 
 check = make_checker(EXERCISES)
+
+# The graded functions each graded one calls (the grader: trusted.grade_job). When one of these fails
+# its own tests, the exercises calling it are checked again with the course's version in its place.
+DEPENDS = {"greedy_decode": ("make_masks",), "beam_search": ("make_masks",)}

@@ -1,0 +1,190 @@
+"""Messages that say the real cause, graded for real (the sandbox, the trusted judge; nbgrader's
+feedback page for one of them): a syntax error or a failed import in an answer cell, an endless
+loop (at the top of a cell, inside the graded function, eating the whole notebook's time),
+PyTorch's seven-line state_dict error, and the same values dumped in every test cell."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from autograder import selfcheck
+from autograder.sandbox import Limits
+
+from .conftest import autograde, inject, solved_notebook
+
+pytestmark = pytest.mark.slow
+
+A01, A02, A03 = "01_similarity_attention", "02_queries_keys_values", "03_multi_head_attention"
+QUICK = Limits(cell_seconds=3, notebook_seconds=120)  # an endless loop costs 3 s per cell
+
+UNCLOSED = "def cosine_similarity(E):\n    U = E / np.linalg.norm(E, axis=1, keepdims=True\n    return U @ U.T"
+BAD_IMPORT = "from scipy_not_installed import cdist\n\ndef cosine_similarity(E):\n    return 1 - cdist(E, E, 'cosine')"
+LOOP_AT_TOP = "n = 0\nwhile True:\n    n += 1\n\ndef cosine_similarity(E):\n    return E @ E.T"
+LOOP_INSIDE = "def cosine_similarity(E):\n    while True:\n        pass"
+NO_SCALE = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v, weights'''
+
+
+@pytest.fixture(scope="module")
+def check(tmp_path_factory):
+    """`attn-course check` on a notebook in memory: (result, the report the student reads)."""
+    cache = tmp_path_factory.mktemp("check-cache")
+
+    def run(assignment: str, nb, limits: Limits = QUICK):
+        prepared = selfcheck.prepare(assignment, root=cache)
+        data = nbformat.writes(nb).encode()
+        result = selfcheck.check_notebook(prepared, data, limits)
+        return result, selfcheck.format_report(result, selfcheck.verdicts_of(result, data, prepared.stubs))
+
+    return run
+
+
+def by_cell(result) -> dict[str, str]:
+    return {c.grade_id: c.message for c in result.cells}
+
+
+def answer_cell_number(nb, graded: str) -> int:
+    return next(n for n, c in enumerate(nb.cells, start=1) if c.metadata.get("nbgrader", {}).get("grade_id") == graded)
+
+
+def test_syntax_error_names_type_message_and_line(course, check):
+    nb = inject(solved_notebook(course, A01), {"cosine_similarity": UNCLOSED})
+    result, report = check(A01, nb)
+    message = by_cell(result)["test_cosine_similarity"]
+    number = answer_cell_number(nb, "cosine_similarity")
+    assert f"your answer cell `cosine_similarity` (cell {number} of the notebook)" in message, message
+    assert "SyntaxError: '(' was never closed at line 4: `U = E / np.linalg.norm(E, axis=1, keepdims=True`" in message
+    assert "fix it and run the cell again" in message
+    assert result.score == result.max_score - 2  # only cosine_similarity's cell
+    assert "SyntaxError" in report
+
+
+def test_failed_import_names_the_module_and_line_and_reaches_the_feedback_page(course):
+    """Graded through nbgrader: the explanation is what the feedback page shows."""
+    nb = inject(solved_notebook(course, A01), {"cosine_similarity": BAD_IMPORT})
+    result = autograde(course, A01, nb)
+    message = by_cell(result)["test_cosine_similarity"]
+    assert ("stopped with ModuleNotFoundError: No module named 'scipy_not_installed' at line 3: "
+            "`from scipy_not_installed import cdist`") in message, message
+    assert "nothing named `cosine_similarity` is defined, because your answer cell `cosine_similarity`" in message
+    html = (course.root / "feedback" / result.student_id / A01 / f"{A01}.html").read_text()
+    assert "No module named &#39;scipy_not_installed&#39; at line 3" in html or \
+        "No module named 'scipy_not_installed' at line 3" in html
+
+
+def test_endless_loop_in_an_answer_cell_names_the_cell_and_the_time_limit(course, check):
+    nb = inject(solved_notebook(course, A01), {"cosine_similarity": LOOP_AT_TOP})
+    result, _ = check(A01, nb)
+    message = by_cell(result)["test_cosine_similarity"]
+    number = answer_cell_number(nb, "cosine_similarity")
+    assert (f"because your answer cell `cosine_similarity` (cell {number} of the notebook) ran past the per-cell "
+            "time limit of 3 s and was interrupted before it defined `cosine_similarity`") in message, message
+    assert f"the answer cell cosine_similarity (cell {number})" in result.status  # the instructor's table too
+
+
+def test_endless_loop_in_the_graded_function_names_the_test_cell_and_the_limit(course, check):
+    nb = inject(solved_notebook(course, A01), {"cosine_similarity": LOOP_INSIDE})
+    result, _ = check(A01, nb)
+    message = by_cell(result)["test_cosine_similarity"]
+    number = answer_cell_number(nb, "test_cosine_similarity")
+    assert (f"not graded: checking your `cosine_similarity` in test cell `test_cosine_similarity` (cell {number} of "
+            "the notebook) ran past the per-cell time limit of 3 s") in message, message
+    assert "loop that never ends" in message
+
+
+def test_notebook_out_of_time_says_which_cells_used_it(course, check):
+    """Endless cells in a row use up the notebook's time: the tests after them say so, and
+    name the cells (none reads 'the notebook stopped before this test' and nothing else)."""
+    nb = solved_notebook(course, A01)
+    at = answer_cell_number(nb, "dot_similarity")
+    for k in reversed(range(8)):  # 16 s of endless cells: more than the notebook's 14 s
+        nb.cells.insert(at - 1, nbformat.v4.new_code_cell(f"# slow cell {k}\nwhile True:\n    pass"))
+    result, _ = check(A01, nb, Limits(cell_seconds=2, notebook_seconds=14))
+    message = by_cell(result)["test_basic_self_attention"]
+    assert message.startswith("not graded: the notebook stopped before this test ("), message
+    assert "the notebook ran past its 14 s limit" in message
+    assert "ran past the per-cell time limit of 2 s" in message and "'# slow cell 0'" in message
+    assert result.score >= 10  # what came before the slow cells stands
+
+
+def test_state_dict_size_mismatch_is_named_in_two_lines(course, check):
+    """key_dim left at d_model: PyTorch's load_state_dict error lists seven parameters; the student
+    reads which parameter, expected versus got, and the likely cause."""
+    nb = solved_notebook(course, A03)
+    source = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "MultiHeadAttention")
+    wide = source.replace("key_dim = d_model // num_heads", "key_dim = d_model")
+    assert wide != source
+    result, report = check(A03, inject(nb, {"MultiHeadAttention": wide}))
+    message = by_cell(result)["test_MultiHeadAttention"]
+    assert "size mismatch for" not in report and "torch.Size" not in report
+    lines = message.split("\n")
+    assert lines[0].startswith("MultiHeadAttention: the test copies weights of the right shapes into your module, "
+                               "and q_proj.weight has the wrong shape: expected [16, 16], yours is [64, 16]"), lines[0]
+    if "This matches a known mistake" not in message:  # else the catalogue names the cause
+        assert lines[1].startswith("  Likely cause: these layers are 4 times too wide") and "key_dim left at d_model" in lines[1]
+        assert lines[2].startswith("  on: ") and len(lines) == 3, message
+    assert len(lines) <= 5, message
+    later = by_cell(result)["test_MultiHeadAttention_mask"]
+    assert "expected [12, 12], yours is [36, 12]" in later and "Likely cause" not in later  # said once
+
+
+def test_each_dump_is_shown_once(course, check):
+    """A missing scale fails three test cells of scaled_dot_product_attention: the expected and
+    received values are printed under the first only; the others keep their one-line difference."""
+    result, report = check(A02, inject(solved_notebook(course, A02), {"scaled_dot_product_attention": NO_SCALE}))
+    messages = by_cell(result)
+    assert report.count("expected: [") == 1 and report.count("received: [") == 1, report
+    for later in ("test_scaled_dot_product_attention_mask", "test_scaled_dot_product_attention_matches_torch"):
+        assert "values differ (largest difference" in messages[later]
+        assert "shown once, under test_scaled_dot_product_attention" in messages[later]
+        assert "This matches a known mistake: no 1/sqrt(d_k) scaling." in messages[later]
+    assert report.count("Where to look: divide the scores q @ k^T") == 1
+    assert len(report.splitlines()) < 40, report  # was 132 lines
+
+
+def test_identical_messages_point_back(course, check):
+    """The same check in two test cells gives the same message: the second refers to the first."""
+    wrong = "def basic_self_attention(X):\n    return (X @ X.T) @ X"
+    result, _ = check(A01, inject(solved_notebook(course, A01), {"basic_self_attention": wrong}))
+    first, second = (by_cell(result)[c] for c in ("test_basic_self_attention",
+                                                  "test_basic_self_attention_permutation_equivariance"))
+    assert "expected: [" in first
+    assert second == ("basic_self_attention gave a wrong result on: X of shape (5, 3)\n"
+                      "  This matches a known mistake: no softmax: (X X^T) X.\n"
+                      "  (the same as under test_basic_self_attention above)"), second
+
+
+def test_state_dict_summary_as_judged_in_grading():
+    """The same summary from the judge itself (run_case and serialization as in the sandbox, the
+    verdict here), on each case of the comparison with torch.nn.MultiheadAttention."""
+    import torch.nn as nn
+
+    from attention_course import multihead as ref
+    from autograder.checks import nb03
+
+    from .conftest import fresh_copy, judged_as_in_grading
+
+    class Wide(fresh_copy(ref)["MultiHeadAttention"]):  # the course's code, re-created: not the reference's objects
+        def __init__(self, d_model, num_heads, key_dim=None, value_dim=None, dropout=0.0, bias=True):
+            nn.Module.__init__(self)
+            key_dim = d_model if key_dim is None else key_dim  # the slip: one head as wide as the model
+            value_dim = key_dim if value_dim is None else value_dim
+            self.num_heads, self.key_dim, self.value_dim = num_heads, key_dim, value_dim
+            self.q_proj = nn.Linear(d_model, num_heads * key_dim, bias=bias)
+            self.k_proj = nn.Linear(d_model, num_heads * key_dim, bias=bias)
+            self.v_proj = nn.Linear(d_model, num_heads * value_dim, bias=bias)
+            self.out_proj = nn.Linear(num_heads * value_dim, d_model, bias=bias)
+            self.dropout = nn.Dropout(dropout)
+
+    exercise = nb03.check.exercises["MultiHeadAttention_torch"]
+    messages = [m for m in judged_as_in_grading(exercise, Wide) if m]
+    assert messages
+    for message in messages:
+        assert "size mismatch" not in message and "q_proj.weight has the wrong shape: expected [" in message, message
+        assert len(message.split("\n")) <= 5, message

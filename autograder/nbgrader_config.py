@@ -8,6 +8,12 @@ c.CourseDirectory.course_id = "attention-step-by-step"
 # Student stubs: a clear instruction, and an exception the checks recognise as "not attempted".
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+# The ungraded "Think about it" answer cells carry their reference answer between
+# <!-- BEGIN SOLUTION --> and <!-- END SOLUTION --> in a plain markdown cell: no gradebook row,
+# no points, and the student version shows YOUR ANSWER HERE. nbgrader only clears regions in
+# cells without solution metadata when enforce_metadata is off; tests/test_build.py checks that
+# no reference answer reaches notebooks/.
+c.ClearSolutions.enforce_metadata = False
 
 # Per-cell time limit. The default (30 s) is tight for a first torch import on a busy 2-core
 # laptop; the whole-notebook wall clock is enforced by the grader around nbgrader.

@@ -49,6 +49,12 @@ def test_solution_is_a_walkthrough_and_release_is_clean(assignment):
     release = nbformat.read(NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4)
     text = "\n".join(c.source for c in release.cells)
     assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text and "autograder.checks" not in text
+    # "Think about it": the solution's reference answer, the student's empty answer cell
+    answers = [c for c in solution.cells if c.cell_type == "markdown" and "<!-- BEGIN SOLUTION -->" in c.source]
+    assert answers and all("Reference answer" in c.source for c in answers), "every notebook asks, and answers"
+    assert "Reference answer" not in text
+    released = {c.get("id"): c.source for c in release.cells}
+    assert all("YOUR ANSWER HERE" in released[c.get("id")] for c in answers)
     assert all(not c.get("outputs") for c in release.cells if c.cell_type == "code")
     for cell in solution.cells:
         meta = cell.metadata.get("nbgrader", {})

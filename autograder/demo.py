@@ -40,6 +40,8 @@ DEMO_MISTAKES = {
                                   {"test_causal_mask"}),
     "06_transformer_translator": ("nb06", "inverse_sqrt_lr", "decays like 1/step instead of 1/sqrt(step)",
                                   {"test_inverse_sqrt_lr"}),
+    "07_attention_at_scale": ("nb07", "sliding_window_mask", "off-by-one window: window + 1 keys (i - j <= window)",
+                              {"test_sliding_window_mask"}),
 }
 
 

@@ -35,7 +35,7 @@ def test_quick_config_learns_to_translate(tmp_path):
     trained, _ = bleu(translate_texts(run.model, run.tokenizer, sources), references)
 
     torch.manual_seed(0)
-    untrained_model = Seq2SeqTransformer(**cfg.model_config(run.tokenizer.get_vocab_size())).eval()
+    untrained_model = Seq2SeqTransformer(cfg.model_config(run.tokenizer.get_vocab_size())).eval()
     untrained, _ = bleu(translate_texts(untrained_model, run.tokenizer, sources, extra_len=5), references)
     print(f"quick: {run.summary['steps']} steps in {run.summary['loop_seconds']:.0f} s; held-out BLEU "
           f"{trained:.2f} trained vs {untrained:.2f} untrained")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -81,8 +82,6 @@ def run_is_complete(run_dir: str | Path, config: TrainConfig, src: str, tgt: str
         info = json.loads((run_dir / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    from dataclasses import asdict
-
     return ((run_dir / "model.pt").is_file() and (run_dir / "summary.json").is_file()
             and info.get("train") == json.loads(json.dumps(asdict(config)))
             and info.get("src") == src and info.get("tgt") == tgt)

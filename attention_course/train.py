@@ -162,12 +162,17 @@ def prepare_run_dir(cfg: TrainConfig, src: str, tgt: str, out_dir) -> Path:
     return out
 
 
-def validation_check(model, tok, val_pairs, val_batches, cfg: TrainConfig) -> dict:
-    """Validation loss, and greedy BLEU on the first `val_bleu_sentences` validation sentences."""
+def validation_bleu(model, tok, val_pairs, cfg: TrainConfig) -> float:
+    """Greedy BLEU on the first `val_bleu_sentences` validation sentences (what model selection reads)."""
     n = cfg.val_bleu_sentences
     hyps = translate_texts(model, tok, [p[0] for p in val_pairs[:n]], beam_size=1)
-    score, _ = bleu(hyps, [p[1] for p in val_pairs[:n]])
-    return {"val_loss": validation_loss(model, val_batches, cfg.label_smoothing), "val_bleu": score}
+    return bleu(hyps, [p[1] for p in val_pairs[:n]])[0]
+
+
+def validation_check(model, tok, val_pairs, val_batches, cfg: TrainConfig) -> dict:
+    """Validation loss, and greedy validation BLEU."""
+    return {"val_loss": validation_loss(model, val_batches, cfg.label_smoothing),
+            "val_bleu": validation_bleu(model, tok, val_pairs, cfg)}
 
 
 def choose_final_weights(model, tok, val_pairs, cfg: TrainConfig, ckpt_dir: Path, last_bleu: float, log):
@@ -175,11 +180,9 @@ def choose_final_weights(model, tok, val_pairs, cfg: TrainConfig, ckpt_dir: Path
     checkpoints = sorted(ckpt_dir.glob("step_*.pt"))[-cfg.average_last:]
     if cfg.average_last <= 1 or len(checkpoints) <= 1:
         return "last", last_bleu
-    n = cfg.val_bleu_sentences
     last_state = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(average_state_dicts(checkpoints))
-    hyps = translate_texts(model, tok, [p[0] for p in val_pairs[:n]], beam_size=1)
-    avg_bleu, _ = bleu(hyps, [p[1] for p in val_pairs[:n]])
+    avg_bleu = validation_bleu(model, tok, val_pairs, cfg)
     log(f"averaged the last {len(checkpoints)} checkpoints: val BLEU {avg_bleu:.2f} (last checkpoint {last_bleu:.2f})")
     if avg_bleu >= last_bleu:
         return f"average of the last {len(checkpoints)} checkpoints", avg_bleu

@@ -143,3 +143,15 @@ def judged_as_in_grading(exercise, impl, *patches) -> list:
             blob = serialize.dumps(core.run_case(exercise, case, impl))
         messages.append(core.judge(exercise, case, serialize.loads(blob)))
     return messages
+
+
+# A scaled_dot_product_attention without the 1/sqrt(d_k) scale: the missing-scale mistake, as a student
+# writes it (tests of messages and of one-bug-one-penalty grade it through the real grader).
+NO_SCALE = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v, weights'''

@@ -10,7 +10,7 @@ import pytest
 from autograder import selfcheck
 from autograder.sandbox import Limits
 
-from .conftest import autograde, inject, solved_notebook
+from .conftest import NO_SCALE, autograde, inject, solved_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -21,14 +21,6 @@ UNCLOSED = "def cosine_similarity(E):\n    U = E / np.linalg.norm(E, axis=1, kee
 BAD_IMPORT = "from scipy_not_installed import cdist\n\ndef cosine_similarity(E):\n    return 1 - cdist(E, E, 'cosine')"
 LOOP_AT_TOP = "n = 0\nwhile True:\n    n += 1\n\ndef cosine_similarity(E):\n    return E @ E.T"
 LOOP_INSIDE = "def cosine_similarity(E):\n    while True:\n        pass"
-NO_SCALE = '''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights'''
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from autograder import grade, selfcheck, trusted
 from autograder.checks.core import check_exercise
 from autograder.sandbox import Limits
 
-from .conftest import autograde, inject, solved_notebook
+from .conftest import NO_SCALE, autograde, inject, solved_notebook
 
 A01, A02, A05 = "01_similarity_attention", "02_queries_keys_values", "05_masked_cross_attention"
 MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06")
@@ -26,14 +26,6 @@ LIMITS = Limits(cell_seconds=20, notebook_seconds=240)
 
 NO_KEEPDIMS = "def softmax(x, axis=-1):\n    e = np.exp(x - x.max(axis=axis, keepdims=True))\n    return e / e.sum(axis=axis)"
 NO_SOFTMAX = "def basic_self_attention(X):\n    return (X @ X.T) @ X"
-NO_SCALE = '''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights'''
 GELU = '''class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()

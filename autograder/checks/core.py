@@ -31,6 +31,20 @@ class ForbiddenCall(Exception):
     """The student's code called something the exercise asks them to write themselves."""
 
 
+def raises_value_error(make) -> np.ndarray:
+    """[True] when `make()` raises ValueError, [False] when it returns or raises anything else (a
+    stub's NotImplementedError and a forbidden call still propagate: they are not answers)."""
+    try:
+        make()
+    except ValueError:
+        return np.array([True])
+    except (NotImplementedError, ForbiddenCall):
+        raise
+    except Exception:  # noqa: BLE001 - any other outcome is "did not raise ValueError"
+        return np.array([False])
+    return np.array([False])
+
+
 @dataclass(frozen=True)
 class Mistake:
     """A plausible wrong implementation, written out as code that defines the graded name."""

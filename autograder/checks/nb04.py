@@ -6,24 +6,11 @@ import torch
 
 from attention_course import positional as ref
 
-from .core import Case, Exercise, ForbiddenCall, Mistake, make_checker, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, raises_value_error, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 # float32 tables: a correct implementation may compute angles in float32 (error ~ pos * 1e-7).
 RTOL, ATOL = 1e-4, 1e-4
-
-
-def _raises_value_error(make) -> np.ndarray:
-    """[True] when `make()` raises ValueError, [False] when it returns or raises anything else."""
-    try:
-        make()
-    except ValueError:
-        return np.array([True])
-    except (NotImplementedError, ForbiddenCall):
-        raise
-    except Exception:  # noqa: BLE001 - any other outcome is "did not raise ValueError"
-        return np.array([False])
-    return np.array([False])
 
 
 def _x(rng, *shape) -> torch.Tensor:
@@ -38,11 +25,11 @@ def _table_cases(rng):
 
 def _odd_cases(rng):
     return [Case(f"sinusoidal_positional_encoding({n}, {d}) with an odd d_model must raise ValueError "
-                 "(True = it did)", lambda f, n=n, d=d: _raises_value_error(lambda: f(n, d)))
+                 "(True = it did)", lambda f, n=n, d=d: raises_value_error(lambda: f(n, d)))
             for n, d in [(10, 7), (4, 1), (30, 33)]] + [
         # so that a function that always raises ValueError does not earn this check
         Case("sinusoidal_positional_encoding(10, 8): an even d_model must NOT raise ValueError (True = it did)",
-             lambda f: _raises_value_error(lambda: f(10, 8)))]
+             lambda f: raises_value_error(lambda: f(10, 8)))]
 
 
 def _with_table(cls, d, max_len, table, x):
@@ -83,12 +70,12 @@ def _module_cases(rng):
 def _max_len_cases(rng):
     return [
         Case("PositionalEncoding(8, max_len=10) on x of shape [2, 11, 8] must raise ValueError (True = it did)",
-             lambda cls: _raises_value_error(lambda: cls(8, max_len=10)(torch.zeros(2, 11, 8)))),
+             lambda cls: raises_value_error(lambda: cls(8, max_len=10)(torch.zeros(2, 11, 8)))),
         Case("PositionalEncoding(6, max_len=3) on x of shape [1, 40, 6] must raise ValueError (True = it did)",
-             lambda cls: _raises_value_error(lambda: cls(6, max_len=3)(torch.zeros(1, 40, 6)))),
+             lambda cls: raises_value_error(lambda: cls(6, max_len=3)(torch.zeros(1, 40, 6)))),
         Case("PositionalEncoding(8, max_len=10) on x of shape [3, 10, 8]: T == max_len is allowed, "
              "so it must NOT raise ValueError (True = it did)",
-             lambda cls: _raises_value_error(lambda: cls(8, max_len=10)(torch.zeros(3, 10, 8)))),
+             lambda cls: raises_value_error(lambda: cls(8, max_len=10)(torch.zeros(3, 10, 8)))),
     ]
 
 

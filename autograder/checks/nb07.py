@@ -20,7 +20,7 @@ from attention_course import efficient as ref
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
-from .core import Case, Exercise, ForbiddenCall, Mistake, make_checker, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, raises_value_error, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -46,19 +46,6 @@ def _shape(t) -> str:
 def _n(count: int, thing: str) -> str:
     """'1 position', '3 positions'."""
     return f"{count} {thing}" + ("" if count == 1 else "s")
-
-
-def _raises_value_error(make) -> np.ndarray:
-    """[True] when `make()` raises ValueError, [False] when it returns or raises anything else."""
-    try:
-        make()
-    except ValueError:
-        return np.array([True])
-    except (NotImplementedError, ForbiddenCall):
-        raise
-    except Exception:  # noqa: BLE001 - any other outcome is "did not raise ValueError"
-        return np.array([False])
-    return np.array([False])
 
 
 class _Cache:
@@ -159,10 +146,10 @@ def _cost_cases(rng):
     good = dict(seq_len=10, d_model=20, num_heads=6, num_layers=1, num_kv_heads=2, head_dim=8)
     cases += [Case(f"attention_flops_and_memory({_args(bad)}): 6 query heads cannot share 4 key/value heads "
                    "evenly, so it must raise ValueError (True = it did)",
-                   lambda f: _raises_value_error(lambda: f(**bad))),
+                   lambda f: raises_value_error(lambda: f(**bad))),
               Case(f"attention_flops_and_memory({_args(good)}): 20 is not a multiple of 6, but head_dim is given, "
                    "so it must NOT raise ValueError (True = it did)",
-                   lambda f: _raises_value_error(lambda: f(**good)))]
+                   lambda f: raises_value_error(lambda: f(**good)))]
     return cases
 
 
@@ -304,7 +291,7 @@ def _rotary_cases(rng):
              for what, t, p, b in settings]
     odd = x(3, 5)
     cases += [Case("apply_rotary on x [3, 5]: an odd feature dimension cannot be split into pairs, so it must raise "
-                   "ValueError (True = it did)", lambda f: _raises_value_error(lambda: f(odd.clone(), torch.arange(3))))]
+                   "ValueError (True = it did)", lambda f: raises_value_error(lambda: f(odd.clone(), torch.arange(3))))]
     return cases
 
 
@@ -366,9 +353,9 @@ def _gqa_cases(rng):
         cases.append(Case(f"GroupedQueryAttention({d}, {H}, {H_kv}) must raise ValueError (True = it did): "
                           + ("4 query heads cannot share 3 key/value heads evenly" if H_kv == 3
                              else "18 features cannot be split into 4 heads"),
-                          lambda cls, a=(d, H, H_kv): _raises_value_error(lambda: cls(*a))))
+                          lambda cls, a=(d, H, H_kv): raises_value_error(lambda: cls(*a))))
     cases.append(Case("GroupedQueryAttention(16, 4, 2) must NOT raise ValueError (True = it did)",
-                      lambda cls: _raises_value_error(lambda: cls(16, 4, 2))))
+                      lambda cls: raises_value_error(lambda: cls(16, 4, 2))))
     return cases
 
 
@@ -648,9 +635,9 @@ def _window_cases(rng):
     cases = [Case(f"sliding_window_mask({n}, {w})", lambda f, n=n, w=w: f(n, w))
              for n, w in [(6, 3), (5, 1), (4, 4), (4, 10), (8, 2), (1, 1), (7, 5)]]
     cases += [Case("sliding_window_mask(4, 0): a window without even the token itself must raise ValueError "
-                   "(True = it did)", lambda f: _raises_value_error(lambda: f(4, 0))),
+                   "(True = it did)", lambda f: raises_value_error(lambda: f(4, 0))),
               Case("sliding_window_mask(4, 1) must NOT raise ValueError (True = it did)",
-                   lambda f: _raises_value_error(lambda: f(4, 1)))]
+                   lambda f: raises_value_error(lambda: f(4, 1)))]
     return cases
 
 

@@ -43,11 +43,17 @@ def init_distributed(device: torch.device | None = None) -> Distributed:
 
 
 def pick_device(device: str | None = None, dist: Distributed = Distributed()) -> torch.device:
+    """The device asked for, else CUDA when available, else the CPU. A CUDA device always carries its
+    index ("cuda" -> "cuda:0"): `torch.cuda.set_device` refuses one without."""
     if device:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", dist.local_rank) if dist.active else torch.device("cuda")
-    return torch.device("cpu")
+        chosen = torch.device(device)
+    elif torch.cuda.is_available():
+        chosen = torch.device("cuda")
+    else:
+        return torch.device("cpu")
+    if chosen.type == "cuda" and chosen.index is None:
+        chosen = torch.device("cuda", dist.local_rank if dist.active else torch.cuda.current_device())
+    return chosen
 
 
 def describe_device(device: torch.device) -> str:

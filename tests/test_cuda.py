@@ -51,10 +51,21 @@ def test_fused_bf16_matches_readable_fp32_forward_and_backward(norm_first):
     assert torch.isfinite(logits).all() and torch.isfinite(loss)
     torch.testing.assert_close(logits[real], ref_logits[real], rtol=5e-2, atol=5e-2)
     assert abs(float(loss) - float(ref_loss)) < 1e-2 * float(ref_loss)
+    # A gradient that is zero in exact arithmetic (the key projection's bias: adding one vector to every
+    # key shifts all of a query's scores equally, and softmax ignores that) holds only rounding noise,
+    # whose direction means nothing: such gradients must be tiny on both paths; the others point the same way.
+    scale = torch.stack([g.norm() for g in ref_grads.values()]).mean()
+    wrong = []
     for name, g in grads.items():
         ref = ref_grads[name]
+        if ref.norm() < 1e-4 * scale:
+            if g.float().norm() > 1e-2 * scale:
+                wrong.append(f"{name}: gradient {float(g.float().norm()):.2e} where the fp32 path has ~0")
+            continue
         cos = torch.nn.functional.cosine_similarity(g.flatten().float(), ref.flatten(), dim=0)
-        assert cos > 0.99, (name, float(cos))
+        if cos <= 0.99:
+            wrong.append(f"{name}: cosine {float(cos):.4f} with the fp32 gradient")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_cached_decoders_equal_readable_on_the_gpu(tmp_path):

@@ -45,11 +45,18 @@ def average_state_dicts(paths) -> dict:
     return {k: (v / n).float() if v.is_floating_point() else v for k, v in avg.items()}
 
 
+def cpu_state(model) -> dict:
+    """The model's state_dict on the CPU, tied weights (shared embeddings) kept as one tensor: copying
+    each entry to the CPU on its own would store them three times."""
+    copies: dict[int, torch.Tensor] = {}
+    return {k: copies.setdefault(v.data_ptr(), v.detach().cpu()) for k, v in model.state_dict().items()}
+
+
 def save_checkpoint(model, folder: Path, step: int, keep: int) -> Path:
     """Save the weights as checkpoints/step_NNNNNNN.pt and keep only the newest `keep`."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:07d}.pt"
-    torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "step": step}, path)
+    torch.save({"model": cpu_state(model), "step": step}, path)
     for old in sorted(folder.glob("step_*.pt"))[:-keep]:
         old.unlink()
     return path

@@ -23,7 +23,7 @@ import torch
 
 from . import bpe
 from .batching import Batch, collate, encode_pairs, padded_batches, step_stream, token_batches  # noqa: F401
-from .checkpoints import average_state_dicts, load_run, run_is_complete, save_checkpoint
+from .checkpoints import average_state_dicts, cpu_state, load_run, run_is_complete, save_checkpoint
 from .data import REPO, load_pairs
 from .evaluation import (RESULTS, bleu, current_commit, evaluate, record, shown, translate_texts,  # noqa: F401
                          tune_length_penalty, validation_loss)
@@ -295,7 +295,7 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
     loop_seconds = clock.loop_seconds()
     eval_seconds = clock.paused
     chosen_weights, final_bleu = choose_final_weights(model, tok, val_pairs, cfg, ckpt_dir, history[-1]["val_bleu"], log)
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out / "model.pt")
+    torch.save(cpu_state(model), out / "model.pt")
     n = min(cfg.val_bleu_sentences, len(val_pairs))
     summary = {"config": cfg.name, "src": src, "tgt": tgt, "device": info["device"], "threads": threads,
                "processes": dist.world_size, "steps": step, "epochs": round(epoch, 2),

@@ -29,7 +29,7 @@ def version() -> str:
     except PackageNotFoundError:
         import tomllib
 
-        from .build import REPO
+        from .data import REPO      # not .build: the training commands must run without nbgrader installed
 
         try:
             return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -293,15 +293,21 @@ def _bench_translator(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .train import evaluate, record, tune_length_penalty
+    from .evaluation import evaluate, evaluate_ensemble, record, tune_length_penalty
 
-    if args.tune_length_penalty:
-        tune_length_penalty(args.run, beam_size=args.beam, mirror=args.mirror, device=args.device,
-                            progress=not args.no_progress)
-
-    entries = evaluate(args.run, test_sets=args.test_set or None, beam_size=args.beam,
-                       length_penalty=args.length_penalty, mirror=args.mirror, device=args.device,
-                       progress=not args.no_progress)
+    if len(args.run) > 1:
+        if args.length_penalty is not None:
+            raise SystemExit("attn-course evaluate: an ensemble's length penalty is always chosen on the "
+                             "validation set; leave out --length-penalty")
+        entries = evaluate_ensemble(args.run, name=args.name, test_sets=args.test_set or None, beam_size=args.beam,
+                                    mirror=args.mirror, device=args.device, progress=not args.no_progress)
+    else:
+        if args.tune_length_penalty:
+            tune_length_penalty(args.run[0], beam_size=args.beam, mirror=args.mirror, device=args.device,
+                                progress=not args.no_progress)
+        entries = evaluate(args.run[0], test_sets=args.test_set or None, beam_size=args.beam,
+                           length_penalty=args.length_penalty, mirror=args.mirror, device=args.device,
+                           progress=not args.no_progress)
     if args.record is not None:
         print("recorded in", record(entries, *([args.record] if args.record else [])))
     return 0
@@ -372,7 +378,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_train)
     p = sub.add_parser("evaluate", help="sacreBLEU of a trained run on the Multi30k test sets (cased and -lc)")
-    p.add_argument("run", help="run directory written by `attn-course train`")
+    p.add_argument("run", nargs="+", help="run directory written by `attn-course train` (or a shipped model in "
+                   "models/); several: decode as an ensemble (the mean of their log-probabilities)")
+    p.add_argument("--name", default=None, help="an ensemble's name in the results (default <config>-ensemble<N>)")
     p.add_argument("--test-set", action="append", help="test_2016_flickr, test_2017_flickr, test_2017_mscoco (repeatable; default all)")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the configuration's; 1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=None)

@@ -89,10 +89,14 @@ def _cross_attention_step(attn, h: torch.Tensor, cache: DecoderCache, layer: int
 
 def decode_step(model, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
     """Logits [N, V] for the next token after `tokens` [N] (the tokens at position cache.length),
-    given the cached prefix; appends this position to the cache. The model must be in eval mode
+    given the cached prefix; appends this position to the cache (for an `Ensemble`: the mean of its
+    members' log-probabilities). The model must be in eval mode
     (no dropout), as for any decoding."""
     if model.training:
         raise RuntimeError("decode_step needs model.eval(): dropout would make cached decoding differ")
+    if isinstance(model, Ensemble):                                        # mean of log p: [N, V]
+        return torch.stack([F.log_softmax(decode_step(m, tokens, c).float(), dim=-1)
+                            for m, c in zip(model.members, cache.caches)]).mean(dim=0)
     t = cache.length
     cache.self_mask[:, 0, 0, t] = tokens != cache.pad_id
     x = model.tgt_embed(tokens[:, None]) * math.sqrt(model.d_model) + model.positional.pe[t]   # [N, 1, D]
@@ -109,7 +113,41 @@ def decode_step(model, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tenso
     return model.generator(model.decoder_norm(x))[:, 0]                    # [N, V]
 
 
-def _start(model, src: torch.Tensor, max_len: int, pad_id: int) -> DecoderCache:
+class Ensemble(torch.nn.Module):
+    """Several translators decoding as one: at every step the next-token scores are the mean of the
+    members' log-probabilities (independently trained seeds make different mistakes, and averaging
+    them usually gains a BLEU point or two). The members must share a vocabulary. Decodes with the
+    cached decoders below and `evaluation.translate_texts` (the readable decoders need one model)."""
+
+    def __init__(self, models):
+        super().__init__()
+        models = list(models)
+        if not models:
+            raise ValueError("an ensemble needs at least one model")
+        vocab = {m.generator.out_features for m in models}
+        if len(vocab) > 1:
+            raise ValueError(f"the ensemble's models have different vocabularies ({sorted(vocab)}): "
+                             "members must be trained with the same tokenizer")
+        self.members = torch.nn.ModuleList(models)
+
+    @property
+    def positional(self):
+        """The positional table that bounds the sentence length (the shortest member's)."""
+        return min((m.positional for m in self.members), key=lambda p: p.pe.size(0))
+
+
+@dataclass
+class EnsembleCache:
+    """One `DecoderCache` per member of an `Ensemble`."""
+    caches: list[DecoderCache]
+
+    def select(self, rows: torch.Tensor) -> "EnsembleCache":
+        return EnsembleCache([c.select(rows) for c in self.caches])
+
+
+def _start(model, src: torch.Tensor, max_len: int, pad_id: int) -> DecoderCache | EnsembleCache:
+    if isinstance(model, Ensemble):
+        return EnsembleCache([_start(m, src, max_len, pad_id) for m in model.members])
     src_mask = (src != pad_id)[:, None, None, :]                           # [N, 1, 1, S]
     return start_cache(model, src, src_mask, max_len, pad_id)
 

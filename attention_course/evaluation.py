@@ -16,7 +16,7 @@ from . import bpe
 from .batching import collate
 from .checkpoints import load_run
 from .data import REPO, TEST_SETS, load_pairs
-from .decoding import beam_search_cached, greedy_decode_cached
+from .decoding import Ensemble, beam_search_cached, greedy_decode_cached
 from .recipes import CONFIGS, TrainConfig
 from .translate import beam_search, greedy_decode, label_smoothed_cross_entropy, make_masks
 
@@ -124,6 +124,21 @@ def current_commit() -> str:
 LENGTH_PENALTIES = (0.0, 0.3, 0.6, 0.8, 1.0, 1.2, 1.5)
 
 
+def _validation_bleus(model, tok, pairs, beam: int, candidates, progress: bool, log) -> dict[float, float]:
+    """Validation BLEU of beam search for each candidate length penalty."""
+    scores = {}
+    for lp in candidates:
+        hyps = translate_texts(model, tok, [p[0] for p in pairs], beam_size=beam, length_penalty=lp, progress=progress)
+        scores[lp] = bleu(hyps, [p[1] for p in pairs])[0]
+        log(f"validation BLEU, beam {beam}, length penalty {lp:g}: {scores[lp]:.2f}")
+    return scores
+
+
+def _best_length_penalty(scores: dict[float, float], default: float) -> float:
+    """The best-scoring length penalty; among equals, the one nearest the configuration's."""
+    return max(scores, key=lambda lp: (scores[lp], -abs(lp - default)))
+
+
 def tune_length_penalty(run_dir: str | Path, candidates=LENGTH_PENALTIES, beam_size: int | None = None,
                         mirror=None, device: str | None = None, progress: bool = True, log=print) -> float:
     """Choose beam search's length penalty on the validation set (never on a test set): the one with the
@@ -133,12 +148,8 @@ def tune_length_penalty(run_dir: str | Path, candidates=LENGTH_PENALTIES, beam_s
     cfg = TrainConfig.from_dict(info["train"])
     beam = beam_size or cfg.beam_size
     pairs = load_pairs(info.get("corpus", "multi30k"), "val", info["src"], info["tgt"], mirror)
-    scores = {}
-    for lp in candidates:
-        hyps = translate_texts(model, tok, [p[0] for p in pairs], beam_size=beam, length_penalty=lp, progress=progress)
-        scores[lp] = bleu(hyps, [p[1] for p in pairs])[0]
-        log(f"validation BLEU, beam {beam}, length penalty {lp:g}: {scores[lp]:.2f}")
-    best = max(scores, key=lambda lp: (scores[lp], -abs(lp - cfg.length_penalty)))
+    scores = _validation_bleus(model, tok, pairs, beam, candidates, progress, log)
+    best = _best_length_penalty(scores, cfg.length_penalty)
     path = run_dir / "summary.json"
     summary = json.loads(path.read_text())
     summary["length_penalty"] = {"chosen": best, "beam": beam, "on": f"val ({len(pairs)} sentences)",
@@ -148,32 +159,12 @@ def tune_length_penalty(run_dir: str | Path, candidates=LENGTH_PENALTIES, beam_s
     return best
 
 
-def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
-             length_penalty: float | None = None, mirror=None, device: str | None = None,
-             hypotheses_dir: str | Path | None = None, progress: bool = True, log=print) -> list[dict]:
-    """sacreBLEU of a run on the test sets (cased and lowercased, with signatures); writes the
-    detokenized hypotheses and returns one results entry per test set. The length penalty: as
-    given, else the one `tune_length_penalty` chose on the validation set, else the configuration's."""
-    run_dir = Path(run_dir)
-    model, tok, info = load_run(run_dir, device)
-    if next(model.parameters()).device.type == "cuda":
-        torch.set_float32_matmul_precision("high")   # TF32, as during training's evaluations
-    cfg = TrainConfig.from_dict(info["train"])
-    summary = json.loads((run_dir / "summary.json").read_text())
-    src, tgt, corpus = info["src"], info["tgt"], info.get("corpus", "multi30k")
-    beam = beam_size or cfg.beam_size
-    tuned = summary.get("length_penalty", {})
-    if length_penalty is not None:
-        lp, lp_source = length_penalty, "given"
-    elif tuned and tuned.get("beam") == beam:
-        lp, lp_source = tuned["chosen"], "chosen on val"
-    else:
-        lp, lp_source = cfg.length_penalty, "configuration"
+def _score_test_sets(model, tok, name: str, src: str, tgt: str, corpus: str, beam: int, lp: float,
+                     test_sets, mirror, hypotheses_dir, progress: bool, log, common: dict) -> list[dict]:
+    """Translate each test set, score it (cased and -lc), write the hypotheses; one entry per test set."""
     test_sets = list(test_sets or (("test",) if corpus == "toy" else TEST_SETS))
     hyp_dir = Path(hypotheses_dir) if hypotheses_dir is not None else RESULTS / "hypotheses"
     hyp_dir.mkdir(parents=True, exist_ok=True)
-    base = asdict(CONFIGS[cfg.name]) if cfg.name in CONFIGS else {}
-    changed = {k: v for k, v in asdict(cfg).items() if base and base.get(k) != v}
     entries = []
     for test_set in test_sets:
         pairs = load_pairs(corpus, test_set, src, tgt, mirror)
@@ -184,21 +175,93 @@ def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
         refs = [p[1] for p in pairs]
         cased, signature = bleu(hyps, refs)
         lowered, signature_lc = bleu(hyps, refs, lowercase=True)
-        path = hyp_dir / f"{cfg.name}.{src}-{tgt}.{test_set}.{tgt}"
+        path = hyp_dir / f"{name}.{src}-{tgt}.{test_set}.{tgt}"
         path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-        entries.append({
-            "src": src, "tgt": tgt, "test_set": test_set, "bleu": round(cased, 2), "bleu_lc": round(lowered, 2),
-            "signature": signature, "signature_lc": signature_lc, "device": summary["device"],
-            "train_seconds": summary["train_seconds"], "tokens_per_second": summary["tokens_per_second"],
-            "config": cfg.name, "commit": current_commit(), "hypotheses": shown(path),
-            "loop_seconds": summary["loop_seconds"],
-            **({"config_overrides": changed} if changed else {}),
-            "decoding": f"beam {beam}, length penalty {lp:g} ({lp_source})" if beam > 1 else "greedy",
-            "steps": summary["steps"], "epochs": summary["epochs"], "parameters": summary["parameters"],
-            "weights": summary["weights"], "decode_seconds": round(seconds, 1),
-        })
+        entries.append({"src": src, "tgt": tgt, "test_set": test_set, "bleu": round(cased, 2),
+                        "bleu_lc": round(lowered, 2), "signature": signature, "signature_lc": signature_lc,
+                        "config": name, "commit": current_commit(), "hypotheses": shown(path),
+                        **common, "decode_seconds": round(seconds, 1)})
         log(f"{src}->{tgt} {test_set}: BLEU {cased:.2f} (cased, {signature}); {lowered:.2f} lowercased (-lc)")
     return entries
+
+
+def _device_for_evaluation(model) -> None:
+    if next(model.parameters()).device.type == "cuda":
+        torch.set_float32_matmul_precision("high")   # TF32, as during training's evaluations
+
+
+def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
+             length_penalty: float | None = None, mirror=None, device: str | None = None,
+             hypotheses_dir: str | Path | None = None, progress: bool = True, log=print) -> list[dict]:
+    """sacreBLEU of a run on the test sets (cased and lowercased, with signatures); writes the
+    detokenized hypotheses and returns one results entry per test set. The length penalty: as
+    given, else the one `tune_length_penalty` chose on the validation set, else the configuration's."""
+    run_dir = Path(run_dir)
+    model, tok, info = load_run(run_dir, device)
+    _device_for_evaluation(model)
+    cfg = TrainConfig.from_dict(info["train"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    beam = beam_size or cfg.beam_size
+    tuned = summary.get("length_penalty", {})
+    if length_penalty is not None:
+        lp, lp_source = length_penalty, "given"
+    elif tuned and tuned.get("beam") == beam:
+        lp, lp_source = tuned["chosen"], "chosen on val"
+    else:
+        lp, lp_source = cfg.length_penalty, "configuration"
+    base = asdict(CONFIGS[cfg.name]) if cfg.name in CONFIGS else {}
+    changed = {k: v for k, v in asdict(cfg).items() if base and base.get(k) != v}
+    common = {"device": summary["device"], "train_seconds": summary["train_seconds"],
+              "tokens_per_second": summary["tokens_per_second"], "loop_seconds": summary["loop_seconds"],
+              **({"config_overrides": changed} if changed else {}),
+              "decoding": f"beam {beam}, length penalty {lp:g} ({lp_source})" if beam > 1 else "greedy",
+              "steps": summary["steps"], "epochs": summary["epochs"], "parameters": summary["parameters"],
+              "weights": summary["weights"]}
+    return _score_test_sets(model, tok, cfg.name, info["src"], info["tgt"], info.get("corpus", "multi30k"), beam,
+                            lp, test_sets, mirror, hypotheses_dir, progress, log, common)
+
+
+def evaluate_ensemble(run_dirs, name: str | None = None, test_sets=None, beam_size: int | None = None,
+                      candidates=LENGTH_PENALTIES, mirror=None, device: str | None = None,
+                      hypotheses_dir: str | Path | None = None, progress: bool = True, log=print) -> list[dict]:
+    """sacreBLEU of several runs decoding as one (`decoding.Ensemble`: the mean of their log-probabilities),
+    e.g. seeds of one recipe. The runs must share the language pair and the tokenizer. The length penalty
+    is chosen on the validation set, as for one model; entries are recorded under their own name
+    (default "<config>-ensemble<N>"), apart from the single models'."""
+    run_dirs = [Path(d) for d in run_dirs]
+    loaded = [load_run(d, device) for d in run_dirs]
+    infos = [info for _, _, info in loaded]
+    pairs_of = {(i["src"], i["tgt"], i.get("corpus", "multi30k")) for i in infos}
+    if len(pairs_of) > 1:
+        raise ValueError(f"an ensemble's runs must translate the same language pair: got {sorted(pairs_of)}")
+    tok = loaded[0][1]
+    for d, (_, other, _) in zip(run_dirs[1:], loaded[1:]):
+        if other.to_str() != tok.to_str():
+            raise ValueError(f"{shown(d)} has a different tokenizer from {shown(run_dirs[0])}: an ensemble's "
+                             "members must share one vocabulary (train them with the same recipe and data)")
+    model = Ensemble([m for m, _, _ in loaded]).eval()
+    _device_for_evaluation(model)
+    cfg = TrainConfig.from_dict(infos[0]["train"])
+    (src, tgt, corpus), = pairs_of
+    beam = beam_size or cfg.beam_size
+    name = name or f"{cfg.name}-ensemble{len(run_dirs)}"
+    val = load_pairs(corpus, "val", src, tgt, mirror)
+    scores = _validation_bleus(model, tok, val, beam, candidates, progress, log)
+    lp = _best_length_penalty(scores, cfg.length_penalty)
+    log(f"length penalty {lp:g} chosen on the validation set ({len(val)} sentences)")
+    summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs]
+    common = {"device": summaries[0]["device"], "train_seconds": round(sum(s["train_seconds"] for s in summaries), 1),
+              "tokens_per_second": round(sum(s["tokens_per_second"] for s in summaries) / len(summaries)),
+              "loop_seconds": round(sum(s["loop_seconds"] for s in summaries), 1),
+              "decoding": f"beam {beam}, length penalty {lp:g} (chosen on val), mean log-probabilities of "
+                          f"{len(run_dirs)} models",
+              "val_bleu_by_length_penalty": {f"{k:g}": round(v, 2) for k, v in scores.items()},
+              "steps": summaries[0]["steps"], "epochs": summaries[0]["epochs"],
+              "parameters": sum(s["parameters"] for s in summaries),
+              "weights": f"ensemble of {len(run_dirs)} runs ({summaries[0]['weights']} each)",
+              "members": [shown(d) for d in run_dirs]}
+    return _score_test_sets(model, tok, name, src, tgt, corpus, beam, lp, test_sets, mirror, hypotheses_dir,
+                            progress, log, common)
 
 
 def record(entries: list[dict], path: str | Path = RESULTS / "translator.json") -> Path:

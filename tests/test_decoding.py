@@ -84,6 +84,75 @@ def test_beam_search_stops_early_and_drops_finished_sentences(toy_model, monkeyp
     assert torch.equal(out, beam_search(model, src, 4, max_len, *SPECIALS, length_penalty=1.0))
 
 
+# --------------------------------------------------------------------------- ensembles
+def _random_model(seed: int, vocab: int = 40) -> Seq2SeqTransformer:
+    torch.manual_seed(seed)
+    return Seq2SeqTransformer(vocab, vocab, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                              d_ff=64, dropout=0.0, share_embeddings=True, norm_first=bool(seed % 2)).eval()
+
+
+@torch.no_grad()
+def _readable_ensemble_greedy(models, src, max_len):
+    """Greedy decoding by the definition: recompute every member on the whole prefix, average the
+    members' log-probabilities, take the best token."""
+    bos, eos, pad = SPECIALS
+    ys = torch.full((src.size(0), 1), bos, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        src_mask, tgt_mask = make_masks(src, ys, pad)
+        log_p = torch.stack([m.decode(ys, m.encode(src, src_mask), tgt_mask, src_mask)[:, -1].log_softmax(-1)
+                             for m in models]).mean(0)
+        token = log_p.argmax(-1).masked_fill(finished, pad)
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        finished |= token == eos
+        if finished.all():
+            break
+    return ys
+
+
+def test_an_ensemble_of_one_decodes_as_its_model(toy_model):
+    model, src = toy_model
+    one = decoding.Ensemble([model]).eval()
+    assert torch.equal(decoding.greedy_decode_cached(one, src, 25, *SPECIALS),
+                       decoding.greedy_decode_cached(model, src, 25, *SPECIALS))
+    assert torch.equal(decoding.beam_search_cached(one, src, 4, 25, *SPECIALS, length_penalty=1.0),
+                       decoding.beam_search_cached(model, src, 4, 25, *SPECIALS, length_penalty=1.0))
+
+
+def test_an_ensemble_decodes_with_the_mean_of_its_members_log_probabilities():
+    models = [_random_model(seed) for seed in (1, 2, 3)]
+    src = torch.randint(4, 40, (5, 9))
+    src[2, 6:] = bpe.PAD_ID
+    ensemble = decoding.Ensemble(models).eval()
+    out = decoding.greedy_decode_cached(ensemble, src, 12, *SPECIALS)
+    assert torch.equal(out, _readable_ensemble_greedy(models, src, 12))
+    alone = [decoding.greedy_decode_cached(m, src, 12, *SPECIALS) for m in models]
+    assert not all(torch.equal(out, a) for a in alone)          # the members disagree, and the mean decides
+
+
+def test_an_ensemble_refuses_members_with_different_vocabularies():
+    with pytest.raises(ValueError, match="different vocabularies"):
+        decoding.Ensemble([_random_model(1, vocab=40), _random_model(2, vocab=50)])
+
+
+def test_evaluate_ensemble_scores_seeds_as_one_and_refuses_a_different_tokenizer(tmp_path):
+    from attention_course.evaluation import evaluate_ensemble
+
+    quiet = dict(progress=False, log=lambda *a: None)
+    runs = [train("toy", "en", "de", out_dir=tmp_path / f"seed{s}", seed=s, max_steps=40, **quiet).run_dir
+            for s in (1, 2)]
+    entries = evaluate_ensemble(runs, candidates=(0.6, 1.0), hypotheses_dir=tmp_path / "hyp", **quiet)
+    (entry,) = entries
+    assert entry["config"] == "toy-ensemble2" and len(entry["members"]) == 2
+    assert entry["decoding"].startswith("beam 3, length penalty") and "(chosen on val)" in entry["decoding"]
+    assert set(entry["val_bleu_by_length_penalty"]) == {"0.6", "1"}
+    assert (tmp_path / "hyp" / "toy-ensemble2.en-de.test.de").read_text().count("\n") == len(
+        data.load_pairs("toy", "test", "en", "de"))
+    other = train("toy", "en", "de", out_dir=tmp_path / "other", vocab_size=200, max_steps=5, **quiet).run_dir
+    with pytest.raises(ValueError, match="different tokenizer"):
+        evaluate_ensemble([runs[0], other], **quiet)
+
+
 # --------------------------------------------------------------------------- the shipped model
 from attention_course import checkpoints  # noqa: E402
 

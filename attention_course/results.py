@@ -26,7 +26,7 @@ def _minutes(seconds: float) -> str:
 def table(path: str | Path = RESULTS_FILE) -> str:
     """A Markdown table, one row per (config, language pair, test set), plus the signatures used."""
     runs = json.loads(Path(path).read_text())
-    runs = sorted(runs, key=lambda r: (r["config"] != "gpu", r["config"], r["src"], r["tgt"],
+    runs = sorted(runs, key=lambda r: (not r["config"].startswith("gpu"), r["config"], r["src"], r["tgt"],
                                        ORDER.get(r["test_set"], 9)))
     lines = ["| config | pair | test set | BLEU | BLEU -lc | decoding | training | tokens/s | device | output |",
              "|---|---|---|---:|---:|---|---:|---:|---|---|"]
@@ -35,6 +35,10 @@ def table(path: str | Path = RESULTS_FILE) -> str:
                      f"{r['bleu_lc']:.1f} | {r.get('decoding', '')} | {_minutes(r['train_seconds'])} | "
                      f"{r['tokens_per_second']:,} | {r['device']} | [{Path(r['hypotheses']).name}]({r['hypotheses']}) |")
     signatures = sorted({r["signature"] for r in runs} | {r.get("signature_lc", "") for r in runs} - {""})
+    notes = {r["config"]: r["note"] for r in runs if r.get("note")}
+    if notes:
+        lines.append("")
+        lines.extend(f"- `{config}`: {note}." for config, note in notes.items())
     lines.append("")
     lines.append("sacreBLEU signatures: " + "; ".join(f"`{s}`" for s in signatures) + ".")
     return "\n".join(lines) + "\n"

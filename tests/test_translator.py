@@ -265,7 +265,7 @@ def test_committed_results_file(repo):
 
 
 def test_gpu_recipe_runs_end_to_end_on_cpu(tmp_path):
-    """The `gpu` recipe (6+6 pre-norm layers, checkpoint averaging, beam 5) for a few steps on the toy
+    """The `gpu` recipe (Transformer-Tiny: 4+4 pre-norm layers, checkpoint averaging, beam 5) for a few steps on the toy
     corpus: a GPU session's first full run must not be the first time this path executes."""
     lines = []
     run = training.train("gpu", "en", "de", out_dir=tmp_path, progress=False, log=lines.append, corpus="toy",

@@ -26,12 +26,13 @@ build: $(STAMP)
 	attn-course build $(BUILD_ARGS)
 
 ## make train: train the notebook-06 translator, evaluate it on the Multi30k test sets, record the
-## results in results/translator.json (CONFIG=auto|gpu|cpu|quick, auto = gpu if CUDA is available; SRC, TGT)
+## results in results/translator.json, beam search's length penalty chosen on the validation set first
+## (CONFIG=auto|gpu|cpu|cpu-hour|quick, auto = gpu if CUDA is available; SRC, TGT)
 CONFIG ?= auto
 SRC ?= en
 TGT ?= de
 train: $(STAMP)
-	attn-course train --config $(CONFIG) --src $(SRC) --tgt $(TGT) --evaluate --record
+	attn-course train --config $(CONFIG) --src $(SRC) --tgt $(TGT) --evaluate --tune-length-penalty --record
 
 ## make gpu-check: before the first GPU run: fused bf16 attention against the readable fp32 path
 ## (forward and backward, with masks), cached decoding on the GPU, a few bf16 training steps

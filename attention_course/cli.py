@@ -163,13 +163,12 @@ def _grade_arguments(args) -> dict:
 
 
 # --------------------------------------------------------------------------- grade: outcome
-PROBLEMS = ("missing", "error", "crash", "timeout", "exit", "memory", "unreadable notebook")
-_PROBLEM = re.compile(r"^\s*(" + "|".join(PROBLEMS) + r")\b")
+PROBLEMS = ("missing", "error", "crash", "timeout", "exit", "memory", "unreadable notebook")   # Status values
 
 
-def problems_of(status: str) -> list[str]:
-    """The kinds of trouble in a status ("ok", or parts such as "crash: ..." joined by "; ")."""
-    return list(dict.fromkeys(m.group(1) for part in status.split(";") if (m := _PROBLEM.match(part))))
+def problems_of(result) -> list[str]:
+    """The kinds of trouble a graded notebook met (its typed `kinds`, never its status text)."""
+    return list(dict.fromkeys(k.value for k in result.kinds if k.value in PROBLEMS))
 
 
 def outcome(results) -> tuple[int, str]:
@@ -179,7 +178,7 @@ def outcome(results) -> tuple[int, str]:
     kinds = Counter()
     bad = 0
     for r in results:
-        found = problems_of(r.status)
+        found = problems_of(r)
         bad += bool(found)
         kinds.update(found)
     students = len({r.student_id for r in results})

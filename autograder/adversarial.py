@@ -17,6 +17,8 @@ from typing import Callable
 
 import nbformat
 
+from .outcomes import Status
+
 ASSIGNMENT = "01_similarity_attention"
 # softmax's cells (3 + 2) and basic self-attention's, which is built on it (3 + 1)
 SOFTMAX_AND_DEPENDENTS = 9
@@ -28,8 +30,8 @@ class Adversary:
     name: str
     what: str
     build: Callable[..., bytes]  # (solved, blank, paths) -> the submitted file's bytes
-    expect: str  # "full", "zero", "full-minus:<points>", "status:<prefix>"
-    status: str = ""  # a prefix the status must start with ("" = any; "ok" = exactly ok)
+    expect: str  # "full", "zero", "full-minus:<points>"
+    status: Status | None = None  # the status the notebook must end with (None: any)
     needs: str = ""  # "bubblewrap": only meaningful with the allow-list sandbox
 
 
@@ -247,8 +249,8 @@ HONESTY_BYPASSES = [
 
 CATALOGUE: list[Adversary] = [
     # ---- honest baselines
-    Adversary("solved", "every exercise right", lambda s, b, p: _nb(s), "full", "ok"),
-    Adversary("blank", "the release, untouched", lambda s, b, p: _nb(b), "zero", "ok"),
+    Adversary("solved", "every exercise right", lambda s, b, p: _nb(s), "full", Status.OK),
+    Adversary("blank", "the release, untouched", lambda s, b, p: _nb(b), "zero", Status.OK),
     # ---- tampering: on top of the blank notebook, none may earn a point
     Adversary("tamper-allclose", "patches numpy.allclose, assert_allclose, torch.allclose, torch.testing",
               lambda s, b, p: _nb(_cells_with(b, TAMPER_ALLCLOSE, before="normalize_rows")), "zero"),
@@ -273,23 +275,23 @@ CATALOGUE: list[Adversary] = [
     Adversary("warnings", "solution cells print warnings to stderr",
               lambda s, b, p: _nb(_cells_with(s, "import warnings, sys\nwarnings.warn('careful')\nprint('noise', file=sys.stderr)", before="softmax")), "full"),
     Adversary("flood", "prints 200,000 lines", lambda s, b, p: _nb(_cells_with(s, "for i in range(200_000):\n    print('line', i)", before="softmax")), "full"),
-    Adversary("corrupt-json", "not JSON at all", lambda s, b, p: b'{"cells": [ oops', "zero", "unreadable notebook"),
-    Adversary("not-utf8", "binary garbage", lambda s, b, p: bytes(range(256)) * 10, "zero", "unreadable notebook"),
+    Adversary("corrupt-json", "not JSON at all", lambda s, b, p: b'{"cells": [ oops', "zero", Status.UNREADABLE),
+    Adversary("not-utf8", "binary garbage", lambda s, b, p: bytes(range(256)) * 10, "zero", Status.UNREADABLE),
     Adversary("bizarre-cells", "unknown cell types, list-valued sources, missing metadata",
               lambda s, b, p: _bizarre(s), "full"),
     # ---- crashes, hangs, exits: keep what does not depend on the bad cell
-    Adversary("os-exit", "os._exit(3) in a cell of its own", lambda s, b, p: _nb(_cells_with(s, "import os\nos._exit(3)", before="softmax")), "full", "exit"),
-    Adversary("segfault", "dereferences NULL with ctypes", lambda s, b, p: _nb(_cells_with(s, "import ctypes\nctypes.string_at(0)", before="softmax")), "full", "crash"),
-    Adversary("sys-exit", "sys.exit() in a cell", lambda s, b, p: _nb(_cells_with(s, "import sys\nsys.exit(1)", before="softmax")), "full", "ok"),
+    Adversary("os-exit", "os._exit(3) in a cell of its own", lambda s, b, p: _nb(_cells_with(s, "import os\nos._exit(3)", before="softmax")), "full", Status.EXIT),
+    Adversary("segfault", "dereferences NULL with ctypes", lambda s, b, p: _nb(_cells_with(s, "import ctypes\nctypes.string_at(0)", before="softmax")), "full", Status.CRASH),
+    Adversary("sys-exit", "sys.exit() in a cell", lambda s, b, p: _nb(_cells_with(s, "import sys\nsys.exit(1)", before="softmax")), "full", Status.OK),
     Adversary("hang", "an infinite loop that ignores SIGINT and the alarm",
-              lambda s, b, p: _nb(_cells_with(s, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass", before="softmax")), "full", "timeout"),
+              lambda s, b, p: _nb(_cells_with(s, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass", before="softmax")), "full", Status.TIMEOUT),
     Adversary("swallowing-loop", "a loop that swallows every exception (the alarm may or may not escape it)",
               lambda s, b, p: _nb(_cells_with(s, "while True:\n    try:\n        pass\n    except BaseException:\n        pass", before="softmax")), "full"),
     Adversary("memory", "allocates far past the memory limit, growing", lambda s, b, p: _nb(_cells_with(s, "hog = []\nwhile True:\n    hog.append(bytearray(256 * 2**20))", before="softmax")), "full"),
     Adversary("processes", "starts processes until refused (bounded at 400)",
               lambda s, b, p: _nb(_cells_with(s, "import subprocess\nkids = []\nfor i in range(400):\n    kids.append(subprocess.Popen(['sleep', '30']))", before="softmax")), "full"),
     Adversary("crash-in-solution", "os._exit inside the dot_similarity cell: only dot_similarity is lost",
-              lambda s, b, p: _nb(_replace(s, "dot_similarity", "import os\nos._exit(0)")), f"full-minus:{DOT_POINTS}", "exit"),
+              lambda s, b, p: _nb(_replace(s, "dot_similarity", "import os\nos._exit(0)")), f"full-minus:{DOT_POINTS}", Status.EXIT),
     # ---- academic honesty
     Adversary("imports-reference", "softmax imported from the course's reference",
               lambda s, b, p: _nb(_replace(s, "softmax", "#| export\nfrom attention_course.similarity import softmax")), f"full-minus:{SOFTMAX_AND_DEPENDENTS}"),
@@ -313,7 +315,7 @@ CATALOGUE: list[Adversary] = [
     Adversary("forges-frames", "writes 'done' and 200 MB-inflating .npz results into every pipe it holds",
               lambda s, b, p: _nb(_cells_with(b, FORGE_FRAMES, at_end=True)), "zero"),
     Adversary("giant-frame", "announces a 2 GiB result on the channel",
-              lambda s, b, p: _nb(_cells_with(b, GIANT_FRAME, at_end=True)), "zero", "channel"),
+              lambda s, b, p: _nb(_cells_with(b, GIANT_FRAME, at_end=True)), "zero", Status.CHANNEL),
     Adversary("cgroup-and-sysctl", "writes 0 and max into every pids.max it finds, and into /proc/sys",
               lambda s, b, p: _nb(_cells_with(s, CGROUP_ATTACK, before="softmax")), "full"),
     Adversary("walks-file-system", "walks the file system for other students' notebooks", _probe(WALK_FOR_NOTEBOOKS),
@@ -321,9 +323,9 @@ CATALOGUE: list[Adversary] = [
     Adversary("reads-home", "reads a file in the grader's home folder", _probe(_read_denied("home_file")), "full",
               needs="bubblewrap"),
     Adversary("slow-cell", "a cell that sleeps past the cell limit after every answer is defined",
-              lambda s, b, p: _nb(_cells_with(s, "import time\ntime.sleep(60)", at_end=True)), "full", "timeout"),
+              lambda s, b, p: _nb(_cells_with(s, "import time\ntime.sleep(60)", at_end=True)), "full", Status.TIMEOUT),
     Adversary("markdown-script", "raw <script> and an onerror handler in a markdown cell",
-              lambda s, b, p: _nb(_with_markdown(s, MARKDOWN_SCRIPT)), "full", "ok"),
+              lambda s, b, p: _nb(_with_markdown(s, MARKDOWN_SCRIPT)), "full", Status.OK),
 ]
 
 MARKDOWN_SCRIPT = '<script>document.title="PWNED-SCRIPT"</script>\n\n<img src=x onerror="alert(\'PWNED-IMG\')">'
@@ -425,6 +427,11 @@ def _bizarre(nb) -> bytes:
     data["cells"].insert(1, {"cell_type": "weird", "source": "?", "metadata": {}})
     data["cells"].insert(2, {"cell_type": "code", "source": "x = 1"})  # no metadata, no outputs
     return json.dumps(data).encode()
+
+
+def status_as_designed(adversary: Adversary, status: Status) -> bool:
+    """Whether a notebook's status is the one the adversary is designed to end with (any, when None)."""
+    return adversary.status is None or status is adversary.status
 
 
 def expected_score(adversary: Adversary, full: float) -> float:

@@ -26,6 +26,7 @@ from attention_course.build import SOLUTIONS, notebook_path, prepare_source_cour
 
 from .demo import DEMO_MISTAKES, find_mistake, solved, with_mistake
 from .grade import Course, grade
+from .outcomes import Status
 from .sandbox import isolation_mode
 
 
@@ -106,8 +107,8 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
         "workers": int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "sandbox": isolation_mode(),
-        "graded_notebooks": len([r for r in results if not r.status.startswith("missing")]),
-        "all_as_designed": all(r.status == "ok" for r in results if r.notebook in assignments),
+        "graded_notebooks": len([r for r in results if r.status is not Status.MISSING]),
+        "all_as_designed": all(r.status is Status.OK for r in results if r.notebook in assignments),
         "same_scores_as_plain_nbgrader": not disagree,
         **({"score_disagreements": disagree} if disagree else {}),
     }

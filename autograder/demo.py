@@ -16,6 +16,7 @@ from attention_course.build import SOLUTIONS, notebook_path
 
 from . import adversarial
 from .grade import Course, NotebookResult, format_table, grade
+from .outcomes import Status
 from .sandbox import Limits
 
 # The demo's hang must not hold `make grade` for a minute: a shorter cell limit.
@@ -102,11 +103,11 @@ def expectations(results: list[NotebookResult]) -> list[str]:
     for r in results:
         if r.student_id in hostile and r.notebook == adversarial.ASSIGNMENT:
             a = hostile[r.student_id]
-            if r.score != adversarial.expected_score(a, r.max_score) or not r.status.startswith(a.status):
-                problems.append(f"{a.name} scored {r.score:g} with status {r.status!r}")
+            if r.score != adversarial.expected_score(a, r.max_score) or not adversarial.status_as_designed(a, r.status):
+                problems.append(f"{a.name} scored {r.score:g} with status {r.status_text!r}")
         failed = {c.grade_id for c in r.cells if c.score < c.max_score}
-        if r.student_id == "full-marks" and (r.score != r.max_score or r.status != "ok"):
-            problems.append(f"full-marks lost points in {r.notebook}: {sorted(failed)} {r.status}")
+        if r.student_id == "full-marks" and (r.score != r.max_score or r.status is not Status.OK):
+            problems.append(f"full-marks lost points in {r.notebook}: {sorted(failed)} {r.status_text}")
         if r.student_id == "blank" and r.score != 0:
             problems.append(f"blank earned {r.score:g} points in {r.notebook}")
         if r.student_id == "typical-mistake" and r.notebook in DEMO_MISTAKES:

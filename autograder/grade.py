@@ -2,7 +2,7 @@
 
 Layout of the output folder DIR:
     DIR/gradebook.db                 nbgrader's gradebook
-    DIR/grades.csv                   student_id,notebook,score,max_score,status
+    DIR/grades.csv                   student_id,notebook,score,max_score,...,status,...,notes (CSV_COLUMNS)
     DIR/feedback/<student>/<assignment>.html   per-student feedback, hidden tests removed
     DIR/course/                      nbgrader's course directory (source, submitted, autograded, ...)
 """
@@ -22,6 +22,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -30,6 +31,7 @@ from attention_course.build import (
 )
 
 from . import trusted
+from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import Limits, World, _contains_needed, make_kit, run_notebook_job
 from .submissions import StudentSubmission, collect_all, parse_notebook
 
@@ -42,7 +44,8 @@ warnings.filterwarnings("ignore", message=".*not in session.*")
 GRADING_CONFIG = (Path(__file__).resolve().parent / "nbgrader_grading_config.py").read_text()
 _KIT_LOCK = threading.Lock()
 CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "late_penalty", "timestamp", "status", "review",
-               "sandbox", "source_file"]
+               "sandbox", "source_file", "notes"]
+RECORD_FORMAT = 2  # saved runs: 2 = typed status, notes and mistakes as fields (1, unmarked: status as text)
 
 
 @dataclass
@@ -52,6 +55,19 @@ class CellResult:
     score: float
     max_score: float
     message: str = ""
+    mistake: str = ""  # the catalogued mistake the verdict named ("" when none): the report counts these
+    expected: str = ""  # the verdict's short summary of the expected value, where it had one
+    received: str = ""  # ... and of the student's
+
+    def take_verdict(self, verdict: Verdict) -> None:
+        """A failed verdict's message and fields on this cell (nbgrader keeps only the text)."""
+        self.message, self.mistake = verdict.message, verdict.mistake
+        self.expected, self.received = verdict.expected, verdict.received
+
+    @classmethod
+    def from_dict(cls, payload: Any) -> "CellResult":
+        """A saved cell: the fields' types checked (ValueError otherwise); older ones lack the verdict's fields."""
+        return cls(**plain_fields(cls, payload, required=("grade_id", "exercise", "score", "max_score")))
 
 
 @dataclass
@@ -60,13 +76,60 @@ class NotebookResult:
     notebook: str
     score: float
     max_score: float
-    status: str = "ok"
+    status: Status = Status.OK  # what happened to the notebook as a whole (a Status; "ok" is taken too)
     cells: list[CellResult] = field(default_factory=list)
     review: str = ""  # code the honesty pass could not decide: for a human to look at
     sandbox: str = ""  # which sandbox ran the notebook (sandbox.isolation_mode)
     late_penalty: float = 0.0  # from the gradebook (nbgrader's AssignLatePenalties)
     timestamp: str = ""  # the submission time nbgrader recorded (UTC, ISO 8601)
     source_file: str = ""  # the file graded, relative to the class folder, and where its time came from
+    detail: str = ""  # the status in words: what happened, where (free text: shown, never parsed)
+    notes: list[str] = field(default_factory=list)  # about the submission (a renamed id, a second copy): not the status
+    other_kinds: list[Status] = field(default_factory=list)  # kinds of the incidents after the first (in `detail` too)
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # a value such as "ok" is taken; free text is refused
+
+    @property
+    def status_text(self) -> str:
+        """The status column of grades.csv: the kind, then the detail ('timeout: ...')."""
+        return status_text(self.status, self.detail)
+
+    @property
+    def kinds(self) -> list[Status]:
+        """Every kind of trouble this notebook met, in order ([OK] when none)."""
+        return [self.status, *self.other_kinds]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data (saved runs, results.json)."""
+        return self.__dict__ | {"status": self.status.value, "other_kinds": [k.value for k in self.other_kinds],
+                                "cells": [c.__dict__ for c in self.cells]}
+
+    @classmethod
+    def from_dict(cls, payload: Any) -> "NotebookResult":
+        """A saved result, its fields' types checked (ValueError otherwise). One saved by an older
+        grader (status as text with the notes in it, cells without mistakes) is read as well."""
+        fields_ = plain_fields(cls, payload, required=("student_id", "notebook", "score", "max_score"))
+        status = fields_.get("status", Status.OK.value)
+        if not isinstance(status, str):
+            raise ValueError("NotebookResult.status: expected a str")
+        if "detail" not in fields_:  # an older record: the whole status was one text
+            status, fields_["detail"], fields_["notes"] = status_from_text(status)
+        fields_["status"] = Status(status)
+        fields_["notes"] = _strings(fields_.get("notes", []), "notes")
+        fields_["other_kinds"] = [Status(k) for k in _strings(fields_.get("other_kinds", []), "other_kinds")]
+        cells = fields_.get("cells", [])
+        if not isinstance(cells, list):
+            raise ValueError("NotebookResult.cells: expected a list")
+        fields_["cells"] = [CellResult.from_dict(c) for c in cells]
+        return cls(**fields_)
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    """`value` when it is a list of str, else ValueError naming the field."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"NotebookResult.{name}: expected a list of str")
+    return list(value)
 
 
 # --------------------------------------------------------------------------- the course
@@ -167,12 +230,13 @@ def _error_message(cell) -> str:
     return ""
 
 
-def read_result(course: Course, student: str, assignment: str, status: str = "ok") -> NotebookResult:
+def read_result(course: Course, student: str, assignment: str, status: Status = Status.OK,
+                detail: str = "") -> NotebookResult:
     """Scores from the gradebook, messages from the autograded notebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
     max_score = course.max_score(assignment)
-    result = NotebookResult(student, assignment, 0.0, max_score, status)
+    result = NotebookResult(student, assignment, 0.0, max_score, status, detail=detail)
     try:
         with Gradebook(course.db_url) as gb:
             nb = gb.find_submission_notebook(assignment, assignment, student)
@@ -221,7 +285,7 @@ def world_for(source: Path, job: Path, kit: str, hidden: list[str]) -> World:
 
 def verdicts_in_sandbox(source: Path, nb, hidden: list[str], limits: Limits | None = None) -> dict[str, dict]:
     """The trusted path for one notebook already in memory (nbgrader's own `autograde`, run
-    without `attn-course grade`): sandboxed run, verdicts judged here. {grade_id: {passed, message}}."""
+    without `attn-course grade`): sandboxed run, verdicts judged here. {grade_id: Verdict.to_dict()}."""
     source_nb = nbformat.read(source, as_version=4)
     tests = trusted.test_cells(source_nb)
     job = trusted.build_job(trusted.normalize_submission(nb, source_nb), tests)
@@ -231,7 +295,7 @@ def verdicts_in_sandbox(source: Path, nb, hidden: list[str], limits: Limits | No
         world = world_for(source, folder, make_kit(Path(tmp) / "kit"), hidden)
         verdicts, _ = trusted.grade_job(job, tests, limits.cell_seconds,
                                         lambda inputs: run_notebook_job(folder, inputs, world, limits))
-    return {k: v.__dict__ for k, v in verdicts.items()}
+    return {k: v.to_dict() for k, v in verdicts.items()}
 
 
 def _load_submission(data: bytes) -> tuple[dict | None, str | None]:
@@ -245,7 +309,7 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     limits = limits or Limits()
     student_nb, problem = _load_submission(data)
     if problem:
-        return NotebookResult(student, assignment, 0.0, course.max_score(assignment), f"unreadable notebook: {problem}")
+        return NotebookResult(student, assignment, 0.0, course.max_score(assignment), Status.UNREADABLE, detail=problem)
     source = course.source(assignment)
     tests = trusted.test_cells(source)
     normalized = trusted.normalize_submission(student_nb, source)
@@ -256,8 +320,8 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
                                       lambda inputs: run_notebook_job(folder, inputs, world, limits))
     verdict_file = folder / "verdicts.json"
-    verdict_file.write_text(json.dumps({k: v.__dict__ for k, v in verdicts.items()}))
-    status = trusted.incidents_status(run, job)
+    verdict_file.write_text(json.dumps({k: v.to_dict() for k, v in verdicts.items()}))
+    status, detail, others = trusted.incidents_status(run, job)
 
     target = course.root / "submitted" / student / assignment
     shutil.rmtree(target, ignore_errors=True)
@@ -267,16 +331,20 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
         (target / "timestamp.txt").write_text(timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
     failure = course.autograde_with_verdicts(assignment, student, verdict_file)
     if failure:
-        status = "error: nbgrader: " + failure
-    result = read_result(course, student, assignment, status)
+        status, detail, others = Status.ERROR, "nbgrader: " + failure, []
+    result = read_result(course, student, assignment, status, detail)
+    result.other_kinds = others
     result.review, result.sandbox = trusted.review_notes(job), run.isolation
     for cell in result.cells:  # the trusted message, whatever nbgrader kept of it
         v = verdicts.get(cell.grade_id)
         if v and not v.passed:
-            cell.message = v.message
+            cell.take_verdict(v)
         elif v and v.note and cell.score >= cell.max_score:
             cell.message = v.note  # passed, with something to know (a failed dependency was replaced)
     return result
+
+
+NOT_SUBMITTED = "no notebook for this assignment was submitted"  # the detail of a MISSING status
 
 
 def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = None,
@@ -287,14 +355,15 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
     for assignment in course.assignments if assignments is None else assignments:
         if assignment not in sub.notebooks:
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                          "missing: no notebook for this assignment was submitted"))
+                                          Status.MISSING, detail=NOT_SUBMITTED))
             continue
         try:
             stamp = getattr(sub, "timestamps", {}).get(assignment)
             results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp))
         except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
+            detail = f"the grader failed on this notebook ({type(err).__name__}: {err})"
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                          f"error: the grader failed on this notebook ({type(err).__name__}: {err})"[:400]))
+                                          Status.ERROR, detail=detail[:400 - len("error: ")]))
     return results
 
 
@@ -315,7 +384,7 @@ def write_csv(results: list[NotebookResult], path: Path) -> None:
         writer.writerow(CSV_COLUMNS)
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
             writer.writerow([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
-                             r.timestamp, r.status, r.review, r.sandbox, r.source_file])
+                             r.timestamp, r.status_text, r.review, r.sandbox, r.source_file, "; ".join(r.notes)])
     os.chmod(fh.name, 0o644)  # readable by the group (NamedTemporaryFile makes 0600)
     os.replace(fh.name, path)
 
@@ -331,9 +400,10 @@ def collect_feedback(course: Course, out: Path) -> None:
 def format_table(results: list[NotebookResult], hide_missing: bool = False) -> str:
     rows = [("student", "notebook", "score", "status")]
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
-        if hide_missing and r.status.startswith("missing"):
+        if hide_missing and r.status is Status.MISSING:
             continue
-        rows.append((r.student_id, r.notebook, f"{r.score:g} / {r.max_score:g}", r.status))
+        notes = f" ({'; '.join(r.notes)})" if r.notes else ""
+        rows.append((r.student_id, r.notebook, f"{r.score:g} / {r.max_score:g}", r.status_text + notes))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = []
     for k, row in enumerate(rows):
@@ -359,7 +429,7 @@ def _record_path(out: Path, student: str, assignment: str) -> Path:
 
 
 def _save_result(path: Path, fingerprint: str, result: NotebookResult) -> None:
-    payload = {"fingerprint": fingerprint, "result": result.__dict__ | {"cells": [c.__dict__ for c in result.cells]}}
+    payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "result": result.to_dict()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
@@ -367,14 +437,16 @@ def _save_result(path: Path, fingerprint: str, result: NotebookResult) -> None:
 
 
 def _load_result(path: Path, fingerprint: str | None = None) -> NotebookResult | None:
-    """A saved result (any, or only one made from the same files when `fingerprint` is given)."""
+    """A saved result (any, or only one made from the same files when `fingerprint` is given);
+    None when absent or damaged. One saved by an older grader is read for the tables, but not
+    reused in place of grading (`fingerprint` given): grading again fills in its mistakes."""
     try:
         payload = json.loads(path.read_text())
-        if fingerprint is not None and payload.get("fingerprint") != fingerprint:
+        if fingerprint is not None and (payload.get("fingerprint") != fingerprint
+                                        or payload.get("format") != RECORD_FORMAT):
             return None
-        r = payload["result"]
-        return NotebookResult(**{**r, "cells": [CellResult(**c) for c in r["cells"]]})
-    except (OSError, ValueError, KeyError, TypeError):
+        return NotebookResult.from_dict(payload["result"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -429,24 +501,33 @@ def class_results(course: Course, out: Path) -> list[NotebookResult]:
         for assignment in course.assignments:
             saved = _load_result(_record_path(out, sid, assignment))
             if (sid, assignment) in penalties:
-                status = saved.status if saved else "ok"
-                r = read_result(course, sid, assignment, status)
+                r = read_result(course, sid, assignment)
                 if saved:
-                    messages = {c.grade_id: (c.message, c.score >= c.max_score) for c in saved.cells}
-                    for c in r.cells:  # a failure's message; a pass its note, if it passed when graded too
-                        if c.grade_id in messages:
-                            message, passed = messages[c.grade_id]
-                            if c.score < c.max_score:
-                                c.message = message
-                            elif passed and message:
-                                c.message = message
-                    r.review, r.sandbox, r.source_file = saved.review, saved.sandbox, saved.source_file
+                    _take_saved(r, saved)
                 r.late_penalty, r.timestamp = penalties[sid, assignment]
             else:
                 r = saved or NotebookResult(sid, assignment, 0.0, course.max_score(assignment),
-                                            "missing: no notebook for this assignment was submitted")
+                                            Status.MISSING, detail=NOT_SUBMITTED)
             results.append(r)
     return results
+
+
+def _take_saved(r: NotebookResult, saved: NotebookResult) -> None:
+    """What the gradebook does not hold, from the saved run onto `r` (scores from the gradebook):
+    the status, notes and review; per cell, a failure's message and the mistake it named (kept
+    when a manual grade passed it since), or a pass's note if it passed when graded too."""
+    r.status, r.detail, r.notes, r.other_kinds = saved.status, saved.detail, saved.notes, saved.other_kinds
+    r.review, r.sandbox, r.source_file = saved.review, saved.sandbox, saved.source_file
+    by_id = {c.grade_id: c for c in saved.cells}
+    for c in r.cells:
+        old = by_id.get(c.grade_id)
+        if old is None:
+            continue
+        failed_then = old.score < old.max_score
+        if c.score < c.max_score or (not failed_then and old.message):
+            c.message = old.message
+        if failed_then:
+            c.mistake, c.expected, c.received = old.mistake, old.expected, old.received
 
 
 def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
@@ -521,10 +602,7 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
                 results.append(saved)
         graded = grade_one(course, sub, limits, [a for a, _ in todo]) if todo else []
         for (assignment, fingerprint), r in zip(todo, graded):
-            notes = [f"{k}: {v}" for k, v in sub.problems.items()]
-            if notes:
-                r.status = r.status + " (" + "; ".join(notes) + ")"
-            r.source_file = sub.origins.get(assignment, "")
+            note_submission(r, sub, assignment)
             _save_result(_record_path(out, sub.student_id, assignment), fingerprint, r)
             results.append(r)
         done.extend(results)
@@ -538,13 +616,20 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
     from .report import class_report
 
     class_report(results, out / "report.html")
-    (out / "results.json").write_text(json.dumps(
-        [r.__dict__ | {"cells": [c.__dict__ for c in r.cells]} for r in results], indent=1))
+    (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))
     if progress:
         print(f"graded {len(subs)} students in {time.time() - started:.0f} s "
               f"({workers} in parallel) -> {out / 'grades.csv'} ({len({r.student_id for r in results})} in the gradebook)")
     graded = {(s.student_id) for s in subs}
     return [r for r in results if r.student_id in graded and r.notebook in chosen]
+
+
+def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str) -> None:
+    """What the intake found about this student's files (a renamed id, a second copy, a refused
+    file) into `r.notes`, and the file graded into `r.source_file`: never into the status, whose
+    kind says what happened to the notebook itself."""
+    r.notes = [f"{k}: {v}" for k, v in sub.problems.items()]
+    r.source_file = sub.origins.get(assignment, "")
 
 
 def _enrol(course: Course, student: str) -> None:

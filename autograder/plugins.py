@@ -57,6 +57,9 @@ class NameTestCells(NbGraderPreprocessor):
         return nb, resources
 
 
+NOT_GRADED = {"passed": False, "message": "not graded"}  # a test cell the verdicts do not name
+
+
 class TrustedVerdicts(NbGraderPreprocessor):
     """Stands in for nbgrader's Execute during `autograde`: nothing of the student's runs here.
 
@@ -78,12 +81,16 @@ class TrustedVerdicts(NbGraderPreprocessor):
 
         from nbformat.v4 import new_output
 
+        from .outcomes import Verdict
+
         path = os.environ.get("ATTN_VERDICTS")
         if path:  # `attn-course grade` decided the verdicts already
             with open(path) as fh:
                 verdicts = json.load(fh)
         else:  # nbgrader's own autograde (formgrader's button, the command line): the same trusted path
             verdicts = self._verdicts_now(nb, resources)
+        if not isinstance(verdicts, dict):
+            raise ValueError("the verdicts are not a mapping of grade_id to verdict")
         for cell in nb.cells:
             kept = cell.metadata.pop(FEEDBACK_OUTPUTS, None)
             if cell.cell_type != "code":
@@ -92,12 +99,12 @@ class TrustedVerdicts(NbGraderPreprocessor):
             cell.execution_count = None
             meta = cell.metadata.get("nbgrader", {})
             if meta.get("grade") and not meta.get("solution"):
-                verdict = verdicts.get(meta.get("grade_id"), {"passed": False, "message": "not graded"})
-                if not verdict["passed"]:
-                    cell.outputs = [new_output("error", ename="Failed", evalue=verdict["message"],
-                                               traceback=[f"Failed: {verdict['message']}"])]
-                elif verdict.get("note"):  # passed (stdout keeps the points): what the student should know
-                    cell.outputs = [new_output("stream", name="stdout", text=f"Passed. {verdict['note']}\n")]
+                verdict = Verdict.from_dict(verdicts.get(meta.get("grade_id"), NOT_GRADED))
+                if not verdict.passed:
+                    cell.outputs = [new_output("error", ename="Failed", evalue=verdict.message,
+                                               traceback=[f"Failed: {verdict.message}"])]
+                elif verdict.note:  # passed (stdout keeps the points): what the student should know
+                    cell.outputs = [new_output("stream", name="stdout", text=f"Passed. {verdict.note}\n")]
             elif isinstance(kept, dict):
                 cell.outputs, _ = student_outputs(kept.get("outputs"), NOTEBOOK_OUTPUT_LIMIT)
                 count = kept.get("execution_count")

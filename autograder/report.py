@@ -6,11 +6,10 @@ from __future__ import annotations
 import base64
 import html
 import io
-import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-MISTAKE = re.compile(r"This matches a known mistake: (.+?)\.\n")
+from .outcomes import Status
 
 
 def _figure_png(fig) -> str:
@@ -61,6 +60,13 @@ def _review_section(results) -> list[str]:
     return parts
 
 
+def mistake_counts(results) -> Counter:
+    """How many students' notebooks each catalogued mistake was recognised in, from the cells'
+    `mistake` field (never from the message's words). Once per notebook: a mistake named in several
+    test cells (each test of the same function) counts once."""
+    return Counter(m for r in results for m in {c.mistake for c in r.cells if c.mistake})
+
+
 def class_report(results, path: Path) -> Path:
     """Write the report for a list of NotebookResult; returns its path."""
     by_notebook = defaultdict(list)
@@ -72,7 +78,7 @@ def class_report(results, path: Path) -> Path:
              "<h1>Class report</h1>",
              f"<p>{len({r.student_id for r in results})} students, {len(by_notebook)} notebooks.</p>"]
     for notebook in sorted(by_notebook):
-        rows = [r for r in by_notebook[notebook] if not r.status.startswith("missing")]
+        rows = [r for r in by_notebook[notebook] if r.status is not Status.MISSING]
         missing = len(by_notebook[notebook]) - len(rows)
         parts.append(f"<h2>{html.escape(notebook)}</h2>")
         if not rows:
@@ -91,13 +97,12 @@ def class_report(results, path: Path) -> Path:
         if per_exercise:
             parts.append(f"<img alt='score distribution per exercise of {html.escape(notebook)}' "
                          f"src='data:image/png;base64,{_exercise_plot(notebook, per_exercise)}'>")
-        # once per student: a mistake named in several test cells (each test of the same function) counts once
-        mistakes = Counter(m for r in rows for m in {m for c in r.cells for m in MISTAKE.findall(c.message + "\n")})
+        mistakes = mistake_counts(rows)
         if mistakes:
             parts.append("<h3>Most frequent recognised mistakes</h3><table><tr><th>mistake</th><th>students</th></tr>")
             parts += [f"<tr><td>{html.escape(m)}</td><td>{n}</td></tr>" for m, n in mistakes.most_common(10)]
             parts.append("</table>")
-        problems = Counter(r.status.split(":")[0] for r in rows if r.status != "ok")
+        problems = Counter(r.status.value for r in rows if r.status is not Status.OK)
         if problems:
             parts.append("<h3>Grading incidents</h3><table><tr><th>kind</th><th>notebooks</th></tr>")
             parts += [f"<tr><td>{html.escape(k)}</td><td>{n}</td></tr>" for k, n in problems.most_common()]

@@ -35,6 +35,7 @@ from attention_course.build import SOLUTIONS, assignments, notebook_path, write_
 
 from . import trusted
 from .grade import Course, NotebookResult, CellResult, exercise_of, sandbox_world
+from .outcomes import Status
 from .sandbox import Limits, make_kit, run_notebook_job
 from .submissions import match_assignment, parse_notebook
 
@@ -205,7 +206,7 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
                           if c.metadata.get("nbgrader", {}).get("grade")))
     student_nb, problem = parse_notebook(data)
     if problem:
-        return NotebookResult(student, assignment, 0.0, max_score, f"unreadable notebook: {problem}")
+        return NotebookResult(student, assignment, 0.0, max_score, Status.UNREADABLE, detail=problem)
     normalized = trusted.normalize_submission(student_nb, source)
     job = trusted.build_job(normalized, tests)
     course = prepared.course
@@ -221,11 +222,14 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     graded = set(_solution_sources(source))
-    result = NotebookResult(student, assignment, 0.0, max_score, trusted.incidents_status(run, job))
+    status, detail, others = trusted.incidents_status(run, job)
+    result = NotebookResult(student, assignment, 0.0, max_score, status, detail=detail, other_kinds=others)
     for t in tests:
         v = verdicts.get(t.grade_id) or trusted.Verdict(False, "not graded")
-        result.cells.append(CellResult(t.grade_id, exercise_of(t.grade_id, graded),
-                                       t.points if v.passed else 0.0, t.points, v.note if v.passed else v.message))
+        cell = CellResult(t.grade_id, exercise_of(t.grade_id, graded), t.points if v.passed else 0.0, t.points, v.note)
+        if not v.passed:
+            cell.take_verdict(v)
+        result.cells.append(cell)
     result.score = float(sum(c.score for c in result.cells))
     result.review, result.sandbox = trusted.review_notes(job), run.isolation
     return result
@@ -276,7 +280,7 @@ def verdicts_of(result: NotebookResult, data: bytes, stubs: dict[str, str]) -> d
 def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
     marks = {"pass": "PASS", "fail": "FAIL", "not attempted": "TODO"}
     lines = [f"{result.notebook}: {result.score:g} / {result.max_score:g} points"
-             + ("" if result.status == "ok" else f"  [{result.status}]")]
+             + ("" if result.status is Status.OK else f"  [{result.status_text}]")]
     by_exercise = defaultdict(list)
     for cell in result.cells:
         by_exercise[cell.exercise].append(cell)

@@ -34,8 +34,10 @@ from typing import Any, Callable
 import cloudpickle
 import nbformat
 
-from .checks.core import Exercise, cases_of, diagnose, diagnose_crash, judge, notimpl_origin, owned_by
-from .sandbox import JobResult
+from .checks.core import (KNOWN_MISTAKE, Exercise, cases_of, diagnose, diagnose_crash, failure_of, judge,
+                          notimpl_origin, owned_by)
+from .outcomes import Status, Verdict, summarize
+from .sandbox import Incident, JobResult
 
 SKIP_TAG = "grader-skip"  # cell tag: the grader does not run this cell (it is long and not graded)
 CHECK_CALL = re.compile(r"\b(nb\d+)\.check\(\s*[\"'](\w+)[\"']\s*,\s*(\w+)\s*\)")
@@ -61,14 +63,6 @@ class TestCell:
     grade_id: str
     points: float
     checks: list[CheckRef]
-
-
-@dataclass
-class Verdict:
-    passed: bool
-    message: str = ""  # why it failed, for the student
-    note: str = ""  # for a passed cell: what the student should still know (which dependency was replaced)
-    cause: str = ""  # what decided a failure (missing, notimpl, error, value, ...): the grader's own use
 
 
 @dataclass
@@ -332,12 +326,13 @@ def _judge_cell(t: TestCell, outcomes, job: Job, run: JobResult) -> Verdict:
                 return Verdict(False, f"{ex.graded}: unreadable result", cause="unreadable")
             if outcome[0] == "missing":
                 return Verdict(False, _missing_message(job, run, ex.graded, ref.variable), cause="missing")
-            message = judge(ex, case, outcome, want)
-            if message:
+            failed = failure_of(ex, case, outcome, want)
+            if failed:
                 cause = outcome[0]
                 if cause == "notimpl" and not owned_by(notimpl_origin(outcome) or ex.graded, ex.graded):
                     cause = "notimpl-elsewhere"  # a function it calls is not written yet
-                return Verdict(False, message, cause=cause)
+                return Verdict(False, failed.message, cause=cause, mistake=failed.mistake,
+                               expected=failed.expected, received=failed.received)
     return Verdict(True)
 
 
@@ -421,30 +416,33 @@ def _why_not_reached(t: TestCell, i: int, run: JobResult, job: Job) -> str:
     return "not graded: the notebook stopped before this test, and the grader was not told why"
 
 
-def incidents_status(run: JobResult, job: Job) -> str:
-    """The explicit reason that goes in grades.csv's status ('ok' when nothing went wrong)."""
-    parts = []
-    for x in run.incidents:
-        if 0 <= x.cell < len(job.cells):
-            cell = job.cells[x.cell]
-            if cell["kind"] == "code":
-                first = next((line.strip() for line in cell["source"].splitlines() if line.strip()), "")[:60]
-                answer = next((gid for gid, k in job.answer_cells.items() if k == x.cell), None)
-                where = f"the answer cell {answer}" if answer else f"the code cell starting {first!r}"
-                number = job.positions[x.cell] if x.cell < len(job.positions) else None
-                where += f" (cell {number})" if number else ""
-            else:
-                where = f"the checks of {cell['test']}"
-            if x.points_kept:
-                after = "the points it earned stand" if cell["kind"] == "code" else "this test scored 0"
-            else:
-                after = "skipped; the rest was graded"
-            parts.append(f"{x.kind}: {where}: {x.detail} ({after})")
-        else:
-            parts.append(f"{x.kind}: {x.detail}")
+def incidents_status(run: JobResult, job: Job) -> tuple[Status, str, list[Status]]:
+    """The notebook's status for grades.csv: (kind, detail, the kinds of further incidents), from
+    the run's incidents in order and the sandbox it ran in; (OK, '', []) when nothing went wrong."""
+    parts = [(Status.of_incident(x.kind), _incident_text(x, job)) for x in run.incidents]
     if not run.isolated:
-        parts.append(f"sandbox: {run.isolation}")
-    return "; ".join(parts) or "ok"
+        parts.append((Status.SANDBOX, run.isolation))
+    return summarize(parts)
+
+
+def _incident_text(x: Incident, job: Job) -> str:
+    """One incident for the instructor: where it happened, what, and what became of the points."""
+    if not 0 <= x.cell < len(job.cells):
+        return x.detail
+    cell = job.cells[x.cell]
+    if cell["kind"] == "code":
+        first = next((line.strip() for line in cell["source"].splitlines() if line.strip()), "")[:60]
+        answer = next((gid for gid, k in job.answer_cells.items() if k == x.cell), None)
+        where = f"the answer cell {answer}" if answer else f"the code cell starting {first!r}"
+        number = job.positions[x.cell] if x.cell < len(job.positions) else None
+        where += f" (cell {number})" if number else ""
+    else:
+        where = f"the checks of {cell['test']}"
+    if x.points_kept:
+        after = "the points it earned stand" if cell["kind"] == "code" else "this test scored 0"
+    else:
+        after = "skipped; the rest was graded"
+    return f"{where}: {x.detail} ({after})"
 
 
 # --------------------------------------------------------------------------- one mistake, one penalty
@@ -564,8 +562,9 @@ def apply_isolation(job: Job, tests: list[TestCell], verdicts: dict[str, Verdict
                 cause="isolated")
             continue
         line = f"\n  It fails with {course} in place of yours too, so the mistake is in {graded} itself."
-        if mistake is not None and f"known mistake: {mistake.name}." not in first.message:
-            line += f"\n  This matches a known mistake: {mistake.name}.\n  Where to look: {mistake.hint}"
+        if mistake is not None and mistake.name != first.mistake:
+            line += f"\n  {KNOWN_MISTAKE}{mistake.name}.\n  Where to look: {mistake.hint}"
+            first.mistake = mistake.name  # its own mistake, found with the course's dependencies in place
         head, _, rest = first.message.partition("\n")  # right under the first line: it changes how to read the rest
         first.message = head + line + ("\n" + rest if rest else "")
 
@@ -742,7 +741,7 @@ def condense(job: Job, tests: list[TestCell], verdicts: dict[str, Verdict]) -> N
         message = v.message
         if message in seen:
             head = [line for line in message.split("\n")[:1]]
-            head += [line for line in message.split("\n")[1:] if line.startswith("  This matches a known mistake:")]
+            head += [line for line in message.split("\n")[1:] if line.startswith("  " + KNOWN_MISTAKE)]
             v.message = "\n".join(head) + f"\n  (the same as under {seen[message]} above)"
             continue
         seen[message] = t.grade_id

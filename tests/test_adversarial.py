@@ -12,8 +12,9 @@ import pytest
 
 from attention_course.build import REPO
 from autograder import adversarial
-from autograder.adversarial import ASSIGNMENT, CATALOGUE, expected_score
+from autograder.adversarial import ASSIGNMENT, CATALOGUE, expected_score, status_as_designed
 from autograder.grade import grade
+from autograder.outcomes import Status
 from autograder.sandbox import Limits, is_isolated, isolation_mode
 
 from .conftest import solved_notebook
@@ -75,12 +76,14 @@ def _intake_attacks(folder, solved) -> dict:
 
 def test_intake_attacks_are_refused_and_colliding_names_both_graded(graded):
     results = graded[0]
-    for student, words in INTAKE.items():
-        assert results[student].score == 0 and words in results[student].status, results[student].status
+    for student, words in INTAKE.items():  # refused by the intake: said in the notes; nothing to grade
+        r = results[student]
+        assert r.score == 0 and r.status is Status.MISSING and any(words in n for n in r.notes), (r.status_text, r.notes)
     for student in ("Zoe_Li", "Zoe_Li-2"):
         r = results[student]
-        assert r.score == r.max_score, (r.status, [(c.grade_id, c.message[:100]) for c in r.cells if c.score < c.max_score])
-        assert "Zoe_Li" in r.status and ("Zoé Li" in r.status or "Zoë Li" in r.status), r.status
+        assert r.score == r.max_score, (r.status_text, [(c.grade_id, c.message[:100]) for c in r.cells if c.score < c.max_score])
+        notes = "; ".join(r.notes)
+        assert r.status is Status.OK and "Zoe_Li" in notes and ("Zoé Li" in notes or "Zoë Li" in notes), (r.status_text, notes)
 
 
 def _fingerprints(out) -> dict[str, str]:
@@ -99,11 +102,10 @@ def test_adversary_scores_exactly_what_it_earned(graded, adversary):
     if adversary.name not in results:
         pytest.skip(f"{adversary.name} needs the {adversary.needs} sandbox (this run: {isolation_mode()})")
     r = results[adversary.name]
-    assert r.score == expected_score(adversary, r.max_score), (r.status, [(c.grade_id, c.message[:120]) for c in r.cells if c.score < c.max_score])
-    if adversary.status == "ok":
-        assert r.status == "ok", r.status
-    elif adversary.status:
-        assert r.status.startswith(adversary.status), r.status
+    assert r.score == expected_score(adversary, r.max_score), (r.status_text, [(c.grade_id, c.message[:120]) for c in r.cells if c.score < c.max_score])
+    assert status_as_designed(adversary, r.status), r.status_text
+    if adversary.status is Status.OK:
+        assert r.status_text == "ok", r.status_text
 
 
 def test_catalogue_is_large_and_complete():
@@ -124,9 +126,9 @@ def test_honesty_violations_are_named(graded):
 
 def test_crashes_say_what_happened(graded):
     results = graded[0]
-    assert "os._exit" in results["os-exit"].status
-    assert "segmentation fault" in results["segfault"].status
-    assert "ignored the interrupt" in results["hang"].status
+    assert "os._exit" in results["os-exit"].detail
+    assert "segmentation fault" in results["segfault"].detail
+    assert "ignored the interrupt" in results["hang"].detail
 
 
 def test_nothing_was_written_outside_the_sandbox(graded):
@@ -164,10 +166,10 @@ def test_grader_files_unchanged_and_gradebook_whole(graded):
 def test_sandbox_attacks_are_reported(graded):
     results = graded[0]
     if "giant-frame" in results:
-        assert "MiB of results" in results["giant-frame"].status
+        assert "MiB of results" in results["giant-frame"].detail
     messages = " ".join(c.message for c in results["forges-frames"].cells)
     assert "could not read" in messages or "not attempted" in messages
-    assert "was interrupted (the points it earned stand)" in results["slow-cell"].status
+    assert "was interrupted (the points it earned stand)" in results["slow-cell"].detail
 
 
 def test_feedback_markdown_is_sanitised(graded):
@@ -198,7 +200,7 @@ def honesty_batch(course, tmp_path_factory):
 @pytest.mark.parametrize("bypass", adversarial.HONESTY_BYPASSES, ids=lambda b: b.name)
 def test_honesty_bypass_scores_fairly(honesty_batch, bypass):
     honest, r = honesty_batch["honest"], honesty_batch[bypass.name]
-    assert honest.score == honest.max_score and not honest.review, (honest.status, honest.review)
+    assert honest.score == honest.max_score and not honest.review, (honest.status_text, honest.review)
     want = r.max_score if bypass.expect == "full" else 0.0
     sdpa_cells = [c for c in r.cells if c.exercise == "scaled_dot_product_attention"]
     if bypass.expect == "zero":  # the graded exercise is lost, whatever depends on it may go too

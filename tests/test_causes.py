@@ -77,7 +77,7 @@ def test_endless_loop_in_an_answer_cell_names_the_cell_and_the_time_limit(course
     number = answer_cell_number(nb, "cosine_similarity")
     assert (f"because your answer cell `cosine_similarity` (cell {number} of the notebook) ran past the per-cell "
             "time limit of 3 s and was interrupted before it defined `cosine_similarity`") in message, message
-    assert f"the answer cell cosine_similarity (cell {number})" in result.status  # the instructor's table too
+    assert f"the answer cell cosine_similarity (cell {number})" in result.detail  # the instructor's table too
 
 
 def test_endless_loop_in_the_graded_function_names_the_test_cell_and_the_limit(course, check):

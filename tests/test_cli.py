@@ -18,6 +18,7 @@ import autograder.grade
 from attention_course import cli
 from attention_course.build import REPO, StudentWorkError, assignments
 from autograder.grade import NotebookResult, write_csv
+from autograder.outcomes import Status
 
 A01, A02 = "01_similarity_attention", "02_queries_keys_values"
 
@@ -235,11 +236,17 @@ def test_defaults_reach_grade(subs, tmp_path, capsys, fake_grade):
 
 # --------------------------------------------------------------------------- grade: exit status
 def _results(*statuses):
-    return [NotebookResult(f"s{i}", A01, 1.0 if s == "ok" else 0.0, 2.0, s) for i, s in enumerate(statuses)]
+    """One result per status: a Status, or (status, detail[, other kinds[, notes]])."""
+    results = []
+    for i, s in enumerate(statuses):
+        status, detail, others, notes = (*s, [], [])[:4] if isinstance(s, tuple) else (s, "", [], [])
+        results.append(NotebookResult(f"s{i}", A01, 1.0 if status is Status.OK else 0.0, 2.0, status, detail=detail,
+                                      other_kinds=others, notes=notes))
+    return results
 
 
 def test_exit_0_when_every_notebook_was_graded(subs, tmp_path, capsys, fake_grade):
-    fake_grade.results = _results("ok", "ok")
+    fake_grade.results = _results(Status.OK, (Status.OK, "", [], ["x.ipynb: a second notebook for 01"]))
     code, out, err = run_grade(capsys, subs, "--out", tmp_path / "out")
     assert code == 0
     assert "all 2 notebooks of 2 students graded without problems" in out
@@ -247,18 +254,19 @@ def test_exit_0_when_every_notebook_was_graded(subs, tmp_path, capsys, fake_grad
 
 
 @pytest.mark.parametrize("status, kind", [
-    ("missing: no notebook", "missing"),
-    ("error: nbgrader: ValueError: x", "error"),
-    ("crash: the kernel died (signal 9)", "crash"),
-    ("timeout: notebook took over 300 s", "timeout"),
-    ("exit: the notebook called exit(3)", "exit"),
-    ("memory: over 6 GB", "memory"),
-    ("unreadable notebook: not JSON", "unreadable notebook"),
-    ("ok; timeout: cell test_x was interrupted (the points it earned stand)", "timeout"),
-    ("crash: kernel died; memory: over 6 GB (x.ipynb: a second notebook for 01; graded the first one found)", "crash"),
+    ((Status.MISSING, "no notebook"), "missing"),
+    ((Status.ERROR, "nbgrader: ValueError: x"), "error"),
+    ((Status.CRASH, "the kernel died (signal 9)"), "crash"),
+    ((Status.TIMEOUT, "notebook took over 300 s"), "timeout"),
+    ((Status.EXIT, "the notebook called exit(3)"), "exit"),
+    ((Status.MEMORY, "over 6 GB"), "memory"),
+    ((Status.UNREADABLE, "not JSON"), "unreadable notebook"),
+    ((Status.TIMEOUT, "cell test_x was interrupted (the points it earned stand)"), "timeout"),
+    ((Status.CRASH, "kernel died; memory: over 6 GB", [Status.MEMORY],
+      ["x.ipynb: a second notebook for 01; graded the first one found"]), "crash"),
 ])
 def test_exit_1_with_a_summary_when_a_notebook_went_wrong(subs, tmp_path, capsys, fake_grade, status, kind):
-    fake_grade.results = _results("ok", status, "ok")
+    fake_grade.results = _results(Status.OK, status, Status.OK)
     code, out, err = run_grade(capsys, subs, "--out", tmp_path / "out")
     assert code == 1
     [summary] = err.strip().splitlines()
@@ -266,21 +274,23 @@ def test_exit_1_with_a_summary_when_a_notebook_went_wrong(subs, tmp_path, capsys
 
 
 def test_summary_counts_each_kind(subs, tmp_path, capsys, fake_grade):
-    fake_grade.results = _results("missing: x", "missing: y", "crash: z; memory: w", "ok")
+    fake_grade.results = _results((Status.MISSING, "x"), (Status.MISSING, "y"),
+                                  (Status.CRASH, "z; memory: w", [Status.MEMORY]), Status.OK)
     code, _, err = run_grade(capsys, subs, "--out", tmp_path / "out")
     assert code == 1
     assert "3 of 4 notebooks (4 students) had problems: 2 missing, 1 crash, 1 memory" in err
 
 
 def test_a_note_about_the_submission_is_not_a_problem():
-    assert cli.problems_of("ok (Copy of 01.ipynb: a second notebook for 01; graded the first one found)") == []
-    assert cli.problems_of("ok") == []
-    assert cli.problems_of("crash: x; timeout: y") == ["crash", "timeout"]
+    noted, ok, two = _results((Status.OK, "", [], ["Copy of 01.ipynb: a second notebook for 01; graded the first one found"]),
+                              Status.OK, (Status.CRASH, "x; timeout: y", [Status.TIMEOUT]))
+    assert cli.problems_of(noted) == [] and cli.problems_of(ok) == []
+    assert cli.problems_of(two) == ["crash", "timeout"]
 
 
 def test_outputs_are_group_readable(subs, tmp_path, capsys, fake_grade):
     os.umask(0o077)  # a strict user umask: the CLI still lets the group read
-    fake_grade.results = _results("ok")
+    fake_grade.results = _results(Status.OK)
     out = tmp_path / "out"
     assert run_grade(capsys, subs, "--out", out)[0] == 0
     mode = stat.S_IMODE((out / "grades.csv").stat().st_mode)

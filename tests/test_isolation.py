@@ -16,6 +16,7 @@ import pytest
 from attention_course.build import REPO
 from autograder import grade, selfcheck, trusted
 from autograder.checks.core import check_exercise
+from autograder.outcomes import Status
 from autograder.sandbox import Limits
 
 from .conftest import NO_SCALE, autograde, inject, solved_notebook
@@ -197,6 +198,8 @@ def test_both_wrong_costs_both_and_says_the_mistake_is_its_own(course, check):
     assert message.split("\n")[1] == ("  It fails with the course's `softmax` in place of yours too, so the mistake is "
                                       "in basic_self_attention itself."), message
     assert "This matches a known mistake: no softmax: (X X^T) X." in message
+    mistakes = {c.grade_id: c.mistake for c in result.cells}
+    assert mistakes["test_basic_self_attention"] == "no softmax: (X X^T) X", mistakes  # the field, for the report
 
 
 @pytest.mark.slow
@@ -239,7 +242,7 @@ def test_nothing_of_the_course_code_reaches_the_student(course, check):
     assert "passes when it calls the course's `softmax`" in by["test_basic_self_attention_permutation_equivariance"][1]
     assert by["test_basic_self_attention"][0] == 0
     assert "It fails with the course's `softmax` in place of yours too" in by["test_basic_self_attention"][1]
-    texts = {"status": result.status, "review": result.review,
+    texts = {"status": result.status_text, "notes": "; ".join(result.notes), "review": result.review,
              **{f"message {c.grade_id}": c.message for c in result.cells}}
     texts["feedback"] = (course.root / "feedback" / student / A01 / f"{A01}.html").read_text()
     texts["autograded"] = (course.root / "autograded" / student / A01 / f"{A01}.ipynb").read_text()
@@ -260,7 +263,7 @@ def test_exit_codes_and_crashes_of_the_second_run_are_not_reported(course, check
     nb = inject(solved_notebook(course, A01), {"softmax": NO_KEEPDIMS, "basic_self_attention": exits})
     result, report, runs = check(A01, nb)
     assert len(runs) == 2
-    assert result.status == "ok", result.status
+    assert result.status is Status.OK, result.status_text
     assert "exit code" not in report and not _leaks(report), report
     assert exercise_score(result, "basic_self_attention") == (0, 4)
     assert "did not reach this test, so the result above stands" in cells(result)["test_basic_self_attention"][1]

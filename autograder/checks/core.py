@@ -142,59 +142,88 @@ def _short(array, limit: int = 6) -> str:
         return np.array2string(a) if a.ndim else repr(a.item() if a.size == 1 else a)
 
 
+@dataclass(frozen=True)
+class Difference:
+    """How an output differs from the expected one: the sentence for the student and short
+    summaries of both sides (what differs: a type, a length, a shape, a dtype, or the values)."""
+
+    message: str
+    expected: str = ""
+    received: str = ""
+
+
+def _differs(where: str, expected: str, received: str) -> Difference:
+    return Difference(f"{where}: expected {expected}, got {received}", expected, received)
+
+
 def compare(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str = "output") -> str | None:
     """None when `got` matches `expected`, else a sentence saying how it differs."""
+    found = difference(expected, got, rtol, atol, where)
+    return found.message if found else None
+
+
+def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str = "output") -> Difference | None:
+    """None when `got` matches `expected`, else how it differs (`compare`'s sentence, with both sides)."""
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)):
-            return f"{where}: expected a tuple of {len(expected)} values, got {type(got).__name__}"
+            return _differs(where, f"a tuple of {len(expected)} values", type(got).__name__)
         if len(got) != len(expected):
-            return f"{where}: expected {len(expected)} values, got {len(got)}"
+            return Difference(f"{where}: expected {len(expected)} values, got {len(got)}",
+                              f"{len(expected)} values", f"{len(got)} values")
         for i, (e, g) in enumerate(zip(expected, got)):
-            problem = compare(e, g, rtol, atol, f"{where}[{i}]")
+            problem = difference(e, g, rtol, atol, f"{where}[{i}]")
             if problem:
                 return problem
         return None
     if expected is None:
-        return None if got is None else f"{where}: expected None, got {type(got).__name__}"
+        return None if got is None else _differs(where, "None", type(got).__name__)
     is_tensor = type(expected).__module__.startswith("torch")
     if is_tensor and not type(got).__module__.startswith("torch"):
-        return f"{where}: expected a torch.Tensor, got {type(got).__name__}"
+        return _differs(where, "a torch.Tensor", type(got).__name__)
     e, g = _to_numpy(expected), _to_numpy(got)
     if isinstance(e, (bool, np.bool_)) or (isinstance(e, np.ndarray) and e.dtype == bool):
         try:
             g_arr = np.asarray(g)
         except Exception:  # noqa: BLE001
-            return f"{where}: expected booleans, got {type(got).__name__}"
+            return _differs(where, "booleans", type(got).__name__)
         if g_arr.dtype != bool:
-            return f"{where}: expected a boolean mask, got dtype {g_arr.dtype}"
+            return _differs(where, "a boolean mask", f"dtype {g_arr.dtype}")
     try:
         g = np.asarray(g, dtype=np.float64) if not (isinstance(g, np.ndarray) and g.dtype == bool) else g
     except (TypeError, ValueError):
-        return f"{where}: expected numbers of shape {np.shape(e)}, got {type(got).__name__}"
+        return _differs(where, f"numbers of shape {np.shape(e)}", type(got).__name__)
     e = np.asarray(e)
     if e.shape != g.shape:
-        return f"{where}: expected shape {tuple(e.shape)}, got shape {tuple(g.shape)}"
+        return _differs(where, f"shape {tuple(e.shape)}", f"shape {tuple(g.shape)}")
     if is_tensor and str(expected.dtype) != str(got.dtype):
-        return f"{where}: expected dtype {expected.dtype}, got {got.dtype}"
+        return Difference(f"{where}: expected dtype {expected.dtype}, got {got.dtype}",
+                          f"dtype {expected.dtype}", f"dtype {got.dtype}")
+    return _values_differ(e, g, rtol, atol, where)
+
+
+def _values_differ(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, where: str) -> Difference | None:
+    """How two arrays of the same shape differ (None when they agree); both sides summarized by `_short`."""
     if e.dtype == bool:
         e, g = np.atleast_1d(e), np.atleast_1d(g)
         wrong = np.argwhere(e != g)
         if wrong.size:
             idx = tuple(int(i) for i in wrong[0])
-            return f"{where}: {len(wrong)} entries differ, first at index {idx}: expected {e[idx]}, got {g[idx]}"
+            return Difference(f"{where}: {len(wrong)} entries differ, first at index {idx}: expected {e[idx]}, "
+                              f"got {g[idx]}", _short(e), _short(g))
         return None
     e = e.astype(np.float64)
     if np.isnan(g).any() and not np.isnan(e).any():
-        return f"{where}: contains NaN where the expected values are finite"
+        return Difference(f"{where}: contains NaN where the expected values are finite", _short(e), _short(g))
     if np.isinf(g).any() and not np.isinf(e).any():
-        return f"{where}: contains inf where the expected values are finite"
+        return Difference(f"{where}: contains inf where the expected values are finite", _short(e), _short(g))
     if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
         diff = np.abs(np.nan_to_num(g - e, nan=np.inf))
         idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
         at = f" at index {tuple(int(i) for i in idx)}" if idx else ""
-        return (f"{where}: values differ (largest difference {float(diff.max()):.3g}{at}: "
-                f"expected {float(e[idx]):.6g}, got {float(g[idx]):.6g})\n"
-                f"    expected: {_short(e)}\n    received: {_short(g)}")
+        expected, received = _short(e), _short(g)
+        return Difference(f"{where}: values differ (largest difference {float(diff.max()):.3g}{at}: "
+                          f"expected {float(e[idx]):.6g}, got {float(g[idx]):.6g})\n"
+                          f"    expected: {expected}\n    received: {received}", expected, received)
     return None
 
 
@@ -452,10 +481,14 @@ def diagnose_crash(exercise: Exercise, case: Case, error_type: str, error_messag
     return None
 
 
+KNOWN_MISTAKE = "This matches a known mistake: "  # the sentence naming a recognised mistake, for the student
+
+
 def _explain(mistake: Mistake | None) -> str:
+    """The lines naming a recognised mistake and where to look, for the student's message."""
     if not mistake:
         return ""
-    return f"\n  This matches a known mistake: {mistake.name}.\n  Where to look: {mistake.hint}"
+    return f"\n  {KNOWN_MISTAKE}{mistake.name}.\n  Where to look: {mistake.hint}"
 
 
 def cases_of(exercise: Exercise) -> Sequence[Case]:
@@ -556,43 +589,76 @@ def state_dict_summary(name: str, message: str, known_cause: bool = False) -> st
     return None
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why a case failed: the student's message and, as data, the catalogued mistake it matches
+    ('' when none was recognised) and short expected/received summaries ('' where unknown)."""
+
+    message: str
+    mistake: str = ""
+    expected: str = ""
+    received: str = ""
+
+
 def judge(exercise: Exercise, case: Case, outcome: tuple, expected=None) -> str | None:
     """None when the outcome is right, else the student-facing message. Runs in the trusted process."""
+    found = failure_of(exercise, case, outcome, expected)
+    return found.message if found else None
+
+
+def failure_of(exercise: Exercise, case: Case, outcome: tuple, expected=None) -> Failure | None:
+    """None when the outcome is right, else the Failure (`judge`'s message, the mistake's name and
+    the summaries as fields, so nothing downstream reads them out of the text). Trusted process only."""
     name = exercise.graded
     kind = outcome[0]
     if kind == "missing":
-        return f"{name}: nothing named `{name}` is defined. Run the cell that defines it (and keep its name)."
+        return Failure(f"{name}: nothing named `{name}` is defined. Run the cell that defines it (and keep its name).")
     if kind == "notimpl":
-        where = notimpl_origin(outcome)
-        if where and not owned_by(where, name) and not where.startswith("_"):
-            return (f"{name} calls `{where}`, which still raises NotImplementedError (it is not written yet): "
-                    f"write {where.split('.')[0]} too.")
-        if where.startswith("_"):
-            return (f"{name} raised NotImplementedError (in `{where}`): is a method missing, e.g. `forward`?")
-        return (f"{name}: not attempted yet (it still raises NotImplementedError). "
-                f"Replace `raise NotImplementedError()` with your code.")
+        return Failure(_not_written(name, notimpl_origin(outcome)))
     if kind == "forbidden":
-        return f"{name}: not accepted, because {outcome[1]}."
+        return Failure(f"{name}: not accepted, because {outcome[1]}.")
     if kind == "error":
-        mistake = diagnose_crash(exercise, case, outcome[1], outcome[2])
-        summary = state_dict_summary(name, outcome[2], known_cause=mistake is not None)
-        if summary:
-            return f"{summary}\n  on: {case.description}" + _explain(mistake)
-        return f"{name} raised {outcome[1]}: {outcome[2]}\n  on: {case.description}" + _explain(mistake)
+        return _crash_failure(exercise, case, outcome)
+    return _value_failure(exercise, case, outcome, expected)
+
+
+def _not_written(name: str, where: str) -> str:
+    """The message for a NotImplementedError, raised in `where` (a qualified name, or '')."""
+    if where and not owned_by(where, name) and not where.startswith("_"):
+        return (f"{name} calls `{where}`, which still raises NotImplementedError (it is not written yet): "
+                f"write {where.split('.')[0]} too.")
+    if where.startswith("_"):
+        return (f"{name} raised NotImplementedError (in `{where}`): is a method missing, e.g. `forward`?")
+    return (f"{name}: not attempted yet (it still raises NotImplementedError). "
+            f"Replace `raise NotImplementedError()` with your code.")
+
+
+def _crash_failure(exercise: Exercise, case: Case, outcome: tuple) -> Failure:
+    """An ("error", type, message) outcome: what raised, on which case, and the mistake that raises the same."""
+    name = exercise.graded
+    mistake = diagnose_crash(exercise, case, outcome[1], outcome[2])
+    summary = state_dict_summary(name, outcome[2], known_cause=mistake is not None)
+    head = summary if summary else f"{name} raised {outcome[1]}: {outcome[2]}"
+    return Failure(f"{head}\n  on: {case.description}" + _explain(mistake), mistake.name if mistake else "")
+
+
+def _value_failure(exercise: Exercise, case: Case, outcome: tuple, expected) -> Failure | None:
+    """A ("value", output) outcome compared with the reference's (`expected`, as the case returned
+    it: trusted.expected caches exactly that); both sides go through the case's `derive` here."""
+    name = exercise.graded
     if expected is None:
         expected = case.run(exercise.reference)
-    # `expected` is what the case returned on the reference (trusted.expected caches exactly that):
-    # both sides go through the case's `derive` here, in the trusted process.
     want, got = derived(case, expected), derived(case, outcome[1])
     if isinstance(want, Unreadable):
-        return (f"{name}: the grader could not read the reference's result on: {case.description} "
-                f"(a course bug: tell your instructor): {want}")
-    problem = (f"output: could not be read ({got})" if isinstance(got, Unreadable)
-               else compare(want, got, exercise.rtol, exercise.atol))
-    if problem:
-        return (f"{name} gave a wrong result on: {case.description}"
-                + _explain(diagnose(exercise, case, outcome[1])) + f"\n  {problem}")
-    return None
+        return Failure(f"{name}: the grader could not read the reference's result on: {case.description} "
+                       f"(a course bug: tell your instructor): {want}")
+    problem = (Difference(f"output: could not be read ({got})") if isinstance(got, Unreadable)
+               else difference(want, got, exercise.rtol, exercise.atol))
+    if not problem:
+        return None
+    mistake = diagnose(exercise, case, outcome[1])
+    return Failure(f"{name} gave a wrong result on: {case.description}" + _explain(mistake) + f"\n  {problem.message}",
+                   mistake.name if mistake else "", problem.expected, problem.received)
 
 
 def check_exercise(exercise: Exercise, impl) -> None:

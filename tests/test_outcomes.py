@@ -1,0 +1,229 @@
+"""Typed outcomes (autograder/outcomes.py): a verdict carries the catalogued mistake's name as a
+field, a notebook's status is an enum with a free-text detail and the submission notes apart, and
+the report, grades.csv and the saved runs read those fields — never the English of a message."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from autograder import serialize, trusted
+from autograder.checks import core, nb01
+from autograder.grade import (CSV_COLUMNS, CellResult, NotebookResult, _load_result, _save_result, format_table,
+                              note_submission, write_csv)
+from autograder.outcomes import Status, Verdict, status_from_text, status_text, summarize
+from autograder.report import class_report, mistake_counts
+from autograder.sandbox import Incident, JobResult
+from autograder.submissions import StudentSubmission
+
+A01 = "01_similarity_attention"
+NO_MAX = nb01.SOFTMAX_MISTAKES[0]  # "softmax without subtracting the max"
+SUM_RULE = nb01.SOFTMAX_MISTAKES[4]  # "the sum rule (x / x.sum) instead of softmax"
+SOFTMAX = "def softmax(x, axis=-1):\n    e = np.exp(x - x.max(axis=axis, keepdims=True))\n    return {scale}e / e.sum(axis=axis, keepdims=True)"
+
+
+def _student(scale: str = ""):
+    """A softmax as a student writes it (the course's own may not be called), scaled by `scale`."""
+    return core.Mistake("", "", SOFTMAX.format(scale=scale)).build("softmax")
+
+
+# --------------------------------------------------------------------------- verdicts
+def test_a_verdict_with_its_mistake_round_trips_through_json_and_serialize():
+    verdict = Verdict(False, "softmax gave a wrong result on: ...", cause="value", mistake=NO_MAX.name,
+                      expected="[0.2 0.8]", received="[nan nan]")
+    assert Verdict.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
+    assert Verdict.from_dict(serialize.loads(serialize.dumps(verdict.to_dict()))) == verdict
+    assert Verdict.from_dict({"passed": True}) == Verdict(True)  # every other field is optional
+
+
+@pytest.mark.parametrize("payload", [
+    {"passed": False, "message": "x", "mistake": 3},
+    {"passed": False, "message": "x", "mistake": ["softmax without subtracting the max"]},
+    {"passed": False, "message": "x", "mistake": {"name": "softmax without subtracting the max"}},
+    {"passed": False, "message": "x", "mistake": None},
+    {"passed": False, "message": "x", "expected": 1.5},
+    {"passed": "yes", "message": "x"},
+    {"passed": 1, "message": "x"},
+    {"message": "x"},
+    {"passed": False, "message": "x", "__class__": "Verdict"},
+    ["passed", False],
+    "passed",
+])
+def test_a_verdict_of_the_wrong_shape_is_refused(payload):
+    with pytest.raises(ValueError):
+        Verdict.from_dict(payload)
+
+
+def test_a_hostile_blob_cannot_pass_for_a_verdict():
+    """What the sandbox can send decodes to plain data; an array or an unsupported object where the
+    mistake's name should be is refused, not turned into a string."""
+    for mistake in (np.array([1, 2]), object()):
+        blob = serialize.dumps({"passed": False, "message": "x", "mistake": mistake})
+        with pytest.raises(ValueError):
+            Verdict.from_dict(serialize.loads(blob))
+
+
+def _softmax_cell() -> tuple[trusted.TestCell, trusted.CheckRef]:
+    ref = trusted.CheckRef("nb01", "softmax", "softmax")
+    return trusted.TestCell("test_softmax", 3.0, [ref]), ref
+
+
+def _judged(outcomes) -> Verdict:
+    """One test cell's verdict from outcomes as the sandbox would send them (through serialize)."""
+    t, _ = _softmax_cell()
+    job = trusted.Job(cells=[], test_cell_index={"test_softmax": 0})
+    return trusted._judge_cell(t, serialize.loads(serialize.dumps(outcomes)), job, JobResult("bubblewrap"))
+
+
+def _outcomes_of(impl, extra=()) -> dict:
+    t, ref = _softmax_cell()
+    ex = trusted.exercise(ref)
+    return {ref.key: [core.run_case(ex, case, impl) + tuple(extra) for case in trusted.cases(ref)]}
+
+
+def test_the_mistake_is_the_grader_s_diagnosis_whatever_the_sandbox_sends():
+    """The mistake is diagnosed in the trusted process from the returned values: an outcome that also
+    names a mistake (or carries a dict claiming one) changes nothing."""
+    wrong = SUM_RULE.build("softmax")
+    verdict = _judged(_outcomes_of(wrong))
+    assert not verdict.passed and verdict.mistake == SUM_RULE.name and verdict.cause == "value"
+    assert f"{core.KNOWN_MISTAKE}{SUM_RULE.name}." in verdict.message  # the student still reads it
+    forged = _judged(_outcomes_of(wrong, extra=(NO_MAX.name, {"mistake": NO_MAX.name})))
+    assert forged.mistake == SUM_RULE.name
+    right = _judged(_outcomes_of(_student(), extra=(NO_MAX.name,)))
+    assert right.passed and right.mistake == ""
+
+
+def test_a_wrong_value_carries_expected_and_received_summaries():
+    verdict = _judged(_outcomes_of(_student("2 * ")))
+    assert not verdict.passed and verdict.mistake == ""
+    assert verdict.expected and verdict.received and verdict.expected != verdict.received
+    assert f"expected: {verdict.expected}" in verdict.message and f"received: {verdict.received}" in verdict.message
+
+
+def test_a_shape_mismatch_summarises_the_shapes():
+    found = core.difference(np.zeros((2, 3)), np.zeros((3, 2)))
+    assert (found.expected, found.received) == ("shape (2, 3)", "shape (3, 2)")
+    assert found.message == core.compare(np.zeros((2, 3)), np.zeros((3, 2)))
+
+
+# --------------------------------------------------------------------------- statuses
+def test_status_values_are_the_old_prefixes_and_free_text_is_refused():
+    assert NotebookResult("s", A01, 0.0, 1.0, "ok").status is Status.OK
+    assert NotebookResult("s", A01, 0.0, 1.0).status is Status.OK
+    with pytest.raises(ValueError):
+        NotebookResult("s", A01, 0.0, 1.0, "crash: the kernel died")
+    assert status_text(Status.UNREADABLE, "not JSON") == "unreadable notebook: not JSON"
+    assert Status.of_incident("memory") is Status.MEMORY and Status.of_incident("???") is Status.ERROR
+
+
+def test_incidents_keep_the_status_column_as_it_was():
+    job = trusted.Job(cells=[{"kind": "code", "source": "while True:\n    pass"},
+                             {"kind": "record", "test": "test_softmax"}],
+                      test_cell_index={"test_softmax": 1}, positions=[4, 5], answer_cells={"softmax": 0})
+    run = JobResult("none: disabled by ATTN_SANDBOX=none", incidents=[
+        Incident(0, "timeout", "the cell ran past its 3 s limit and was interrupted", points_kept=True),
+        Incident(-1, "crash", "the process crashed (segmentation fault) outside any cell")])
+    status, detail, others = trusted.incidents_status(run, job)
+    assert status is Status.TIMEOUT and others == [Status.CRASH, Status.SANDBOX]
+    assert status_text(status, detail) == (
+        "timeout: the answer cell softmax (cell 4): the cell ran past its 3 s limit and was interrupted "
+        "(the points it earned stand); crash: the process crashed (segmentation fault) outside any cell; "
+        "sandbox: none: disabled by ATTN_SANDBOX=none")
+    assert trusted.incidents_status(JobResult("bubblewrap"), job) == (Status.OK, "", [])
+    assert summarize([]) == (Status.OK, "", [])
+
+
+def test_a_submission_note_does_not_change_the_status():
+    r = NotebookResult("zoe", A01, 3.0, 3.0)
+    sub = StudentSubmission("zoe", problems={"Copy of 01.ipynb": f"a second notebook for {A01}; graded the first one found"},
+                            origins={A01: f"zoe/{A01}.ipynb (file time)"})
+    note_submission(r, sub, A01)
+    assert r.status is Status.OK and r.status_text == "ok" and r.kinds == [Status.OK]
+    assert r.notes == [f"Copy of 01.ipynb: a second notebook for {A01}; graded the first one found"]
+    assert r.source_file == f"zoe/{A01}.ipynb (file time)"
+    missing = NotebookResult("zoe", "02_queries_keys_values", 0.0, 3.0, Status.MISSING, detail="no notebook")
+    note_submission(missing, sub, "02_queries_keys_values")
+    assert missing.status is Status.MISSING and missing.status_text == "missing: no notebook"
+
+
+def test_grades_csv_writes_status_and_notes_in_their_own_columns(tmp_path):
+    results = [NotebookResult("zoe", A01, 3.0, 3.0, notes=["a.ipynb: x", "b.ipynb: y"]),
+               NotebookResult("al", A01, 1.0, 3.0, Status.TIMEOUT, detail="the checks of test_softmax: slow",
+                              other_kinds=[Status.CRASH])]
+    write_csv(results, tmp_path / "grades.csv")
+    rows = {row["student_id"]: row for row in csv.DictReader((tmp_path / "grades.csv").open())}
+    assert list(rows["zoe"]) == CSV_COLUMNS and CSV_COLUMNS[-1] == "notes"
+    assert rows["zoe"]["status"] == "ok" and rows["zoe"]["notes"] == "a.ipynb: x; b.ipynb: y"
+    assert rows["al"]["status"] == "timeout: the checks of test_softmax: slow" and rows["al"]["notes"] == ""
+    assert "ok (a.ipynb: x; b.ipynb: y)" in format_table(results)  # the console table still shows them
+
+
+# --------------------------------------------------------------------------- the report
+def _result(student: str, *cells: CellResult, **kwargs) -> NotebookResult:
+    return NotebookResult(student, A01, sum(c.score for c in cells), sum(c.max_score for c in cells), cells=list(cells),
+                          **kwargs)
+
+
+def test_the_report_counts_mistakes_from_the_field_not_the_words(tmp_path):
+    named = f"softmax gave a wrong result\n  {core.KNOWN_MISTAKE}{NO_MAX.name}.\n  Where to look: ..."
+    reworded = "softmax is off: this looks like the classic overflow slip"
+    results = [
+        _result("a", CellResult("test_softmax", "softmax", 0, 3, named, mistake=NO_MAX.name),
+                CellResult("test_softmax_stability", "softmax", 0, 2, named, mistake=NO_MAX.name)),
+        _result("b", CellResult("test_softmax", "softmax", 0, 3, reworded, mistake=NO_MAX.name)),
+        _result("c", CellResult("test_softmax", "softmax", 0, 3, f"{core.KNOWN_MISTAKE}{SUM_RULE.name}.\n")),
+        _result("d", CellResult("test_softmax", "softmax", 3, 3), notes=["x.ipynb: renamed"]),
+        _result("e", CellResult("test_softmax", "softmax", 0, 3), status=Status.CRASH, detail="kernel died"),
+    ]
+    assert mistake_counts(results) == {NO_MAX.name: 2}  # once per student; the words alone count nothing
+    page = class_report(results, tmp_path / "report.html").read_text()
+    assert f"<tr><td>{NO_MAX.name}</td><td>2</td></tr>" in page
+    assert SUM_RULE.name not in page
+    assert "<tr><td>crash</td><td>1</td></tr>" in page and "renamed" not in page  # a note is no incident
+
+
+# --------------------------------------------------------------------------- saved runs
+def test_saved_runs_round_trip_the_new_fields(tmp_path):
+    r = _result("a", CellResult("test_softmax", "softmax", 0, 3, "wrong", mistake=NO_MAX.name, expected="[1]",
+                                received="[nan]"), status=Status.EXIT, detail="os._exit", notes=["n: 1"],
+                other_kinds=[Status.SANDBOX])
+    path = tmp_path / "a" / f"{A01}.json"
+    _save_result(path, "fp", r)
+    assert _load_result(path, "fp") == r
+    assert _load_result(path) == r
+    assert _load_result(path, "other") is None
+
+
+def test_an_older_saved_run_is_read_gracefully(tmp_path):
+    path = tmp_path / f"{A01}.json"
+    old = {"student_id": "a", "notebook": A01, "score": 0, "max_score": 3,
+           "status": "ok (Copy of 01.ipynb: a second notebook; graded the first one found)",
+           "cells": [{"grade_id": "test_softmax", "exercise": "softmax", "score": 0.0, "max_score": 3.0,
+                      "message": "wrong"}],
+           "review": "", "sandbox": "bubblewrap", "late_penalty": 0.0, "timestamp": "", "source_file": ""}
+    path.write_text(json.dumps({"fingerprint": "fp", "result": old}))
+    r = _load_result(path)
+    assert r.status is Status.OK and r.detail == "" and r.notes == ["Copy of 01.ipynb: a second notebook; graded the first one found"]
+    assert r.cells[0].mistake == "" and r.cells[0].message == "wrong"
+    assert _load_result(path, "fp") is None  # not reused in place of grading: grading again fills in the fields
+    assert status_from_text("timeout: the checks of test_x: slow (this test scored 0); crash: x") == \
+        (Status.TIMEOUT, "the checks of test_x: slow (this test scored 0); crash: x", [])
+    assert status_from_text("unreadable notebook: not JSON") == (Status.UNREADABLE, "not JSON", [])
+
+
+@pytest.mark.parametrize("change", [
+    {"status": "crash!"}, {"status": 3}, {"notes": "a note"}, {"notes": [1]}, {"other_kinds": ["nope"]},
+    {"score": "3"}, {"cells": [{"grade_id": "t", "exercise": "e", "score": 0, "max_score": 1, "mistake": 5}]},
+    {"cells": {"t": 1}}, {"unknown": 1},
+])
+def test_a_damaged_saved_run_is_refused(tmp_path, change):
+    r = _result("a", CellResult("test_softmax", "softmax", 0, 3, "wrong", mistake=NO_MAX.name))
+    path = tmp_path / f"{A01}.json"
+    _save_result(path, "fp", r)
+    payload = json.loads(path.read_text())
+    payload["result"].update(change)
+    path.write_text(json.dumps(payload))
+    assert _load_result(path) is None and _load_result(path, "fp") is None

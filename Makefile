@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test build lab check clean venv train gpu-check bench-translator
+.PHONY: grade test lint build lab check clean venv train gpu-check bench-translator
 
 ## make grade: set up, regenerate the student notebooks, grade the demo class, print the table.
 ## The instructor's demo: to grade your own notebook, run `attn-course check <notebook>`. The build
@@ -15,9 +15,13 @@ grade: $(STAMP)
 	attn-course build
 	attn-course demo --out build/demo
 
-## make test: the whole test suite (CI runs this)
-test: $(STAMP)
+## make test: the linter, then the whole test suite (CI runs this)
+test: $(STAMP) lint
 	python -m pytest
+
+## make lint: ruff (pyflakes, bugbear, isort, blind excepts; settings in pyproject.toml)
+lint: $(STAMP)
+	ruff check .
 
 ## make build: regenerate notebooks/ and the library code extracted from solutions/
 ## (BUILD_ARGS=--overwrite-student-work to replace notebooks whose answers were edited)

@@ -15,7 +15,7 @@ def encode_pairs(tok, pairs, max_len: int | None = None):
     """[(src ids + eos, bos + tgt ids + eos)], dropping pairs longer than max_len tokens."""
     src = bpe.encode(tok, [p[0] for p in pairs], bos=False, eos=True)
     tgt = bpe.encode(tok, [p[1] for p in pairs], bos=True, eos=True)
-    data = list(zip(src, tgt))
+    data = list(zip(src, tgt, strict=True))
     if max_len:
         data = [(s, t) for s, t in data if len(s) <= max_len and len(t) <= max_len + 1]
     return data

@@ -40,8 +40,10 @@ def bench_decoding(sentences: int = 200, beam: int = 5, log=print) -> list[dict]
     lp = summary.get("length_penalty", {}).get("chosen", info["train"]["length_penalty"])
     rows = []
     for name, k in (("greedy", 1), (f"beam {beam}", beam)):
-        readable, t_readable = _timed(lambda: translate_texts(model, tok, texts, beam_size=k, length_penalty=lp, cached=False))
-        cached, t_cached = _timed(lambda: translate_texts(model, tok, texts, beam_size=k, length_penalty=lp, cached=True))
+        readable, t_readable = _timed(lambda k=k: translate_texts(model, tok, texts, beam_size=k, length_penalty=lp,
+                                                                   cached=False))
+        cached, t_cached = _timed(lambda k=k: translate_texts(model, tok, texts, beam_size=k, length_penalty=lp,
+                                                               cached=True))
         rows.append({"decoding": name, "readable_s": t_readable, "cached_s": t_cached,
                      "speedup": t_readable / t_cached, "identical": readable == cached})
         log(f"{name:>8}: readable {t_readable:6.1f} s, KV cache {t_cached:6.1f} s: {t_readable / t_cached:4.1f}x faster; "
@@ -65,9 +67,9 @@ class TorchTransformer(nn.Module):
 
     def copy_into_ours(self) -> None:
         """Their weights into the course model (nn.Transformer's stacks end with a LayerNorm each)."""
-        for mine, theirs in zip(self.ours.encoder_layers, self.core.encoder.layers):
+        for mine, theirs in zip(self.ours.encoder_layers, self.core.encoder.layers, strict=True):
             mine.load_state_dict(state_dict_from_torch(theirs))
-        for mine, theirs in zip(self.ours.decoder_layers, self.core.decoder.layers):
+        for mine, theirs in zip(self.ours.decoder_layers, self.core.decoder.layers, strict=True):
             mine.load_state_dict(state_dict_from_torch(theirs))
         self.ours.encoder_norm.load_state_dict(self.core.encoder.norm.state_dict())
         self.ours.decoder_norm.load_state_dict(self.core.decoder.norm.state_dict())
@@ -117,7 +119,8 @@ def bench_training(config: str = "cpu-hour", steps: int = 20, rounds: int = 3, l
         for name, model, state in (("course layers", ours, states[0]), ("torch.nn.Transformer", theirs, states[1])):
             model.load_state_dict(state)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            _, seconds = _timed(lambda: [_step(model, opt, batch, cfg.label_smoothing) for batch in batches])
+            _, seconds = _timed(lambda model=model, opt=opt: [_step(model, opt, batch, cfg.label_smoothing)
+                                                                  for batch in batches])
             times[name].append(seconds)
     ours_s, theirs_s = statistics.median(times["course layers"]), statistics.median(times["torch.nn.Transformer"])
     log(f"training, {steps} steps of `{config}` ({tokens:,} target tokens), median of {rounds}: course layers "

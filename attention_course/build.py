@@ -23,7 +23,6 @@ from pathlib import Path
 import nbformat
 
 
-
 def _course_root() -> Path:
     """The course checkout: $ATTN_COURSE_ROOT if set; else the folder holding this package when it
     has solutions/ (a checkout, or an editable install); else the current folder when it has
@@ -235,7 +234,7 @@ def find_student_work(releases: dict[Path, nbformat.NotebookNode]) -> dict[Path,
             continue
         try:
             existing = nbformat.read(target, as_version=4)
-        except Exception as err:  # unreadable: it may still be someone's work
+        except Exception as err:  # noqa: BLE001 - unreadable for any reason: it may still be someone's work
             found[target] = [f"(unreadable notebook: {type(err).__name__}; not replaced blindly)"]
             continue
         edited = student_edits(existing, fresh)

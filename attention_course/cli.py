@@ -5,7 +5,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import sys
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -29,7 +28,7 @@ def version() -> str:
     except PackageNotFoundError:
         import tomllib
 
-        from .data import REPO      # not .build: the training commands must run without nbgrader installed
+        from .data import REPO  # not .build: the training commands must run without nbgrader installed
 
         try:
             return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

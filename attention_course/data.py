@@ -106,7 +106,7 @@ def _download(url: str, target: Path, expected: str, progress: bool = True, time
     fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=target.name, disable=not progress,
                       leave=False) as bar:
@@ -286,7 +286,7 @@ def load_multi30k(split: str, src: str, tgt: str, mirror=None, **kwargs) -> list
     b = read_lines(multi30k_file(split, tgt, mirror, **kwargs))
     if len(a) != len(b):
         raise ValueError(f"{split}: {len(a)} {src} lines but {len(b)} {tgt} lines")
-    return list(zip(a, b))
+    return list(zip(a, b, strict=True))
 
 
 def load_toy(split: str, src: str, tgt: str, root: Path = TOY) -> list[tuple[str, str]]:
@@ -296,7 +296,7 @@ def load_toy(split: str, src: str, tgt: str, root: Path = TOY) -> list[tuple[str
     a, b = read_lines(Path(root) / f"{split}.{src}"), read_lines(Path(root) / f"{split}.{tgt}")
     if len(a) != len(b):
         raise ValueError(f"toy {split}: {len(a)} {src} lines but {len(b)} {tgt} lines")
-    return list(zip(a, b))
+    return list(zip(a, b, strict=True))
 
 
 def load_pairs(corpus: str, split: str, src: str, tgt: str, mirror=None) -> list[tuple[str, str]]:

@@ -45,7 +45,7 @@ class DecoderCache:
     def select(self, rows: torch.Tensor) -> "DecoderCache":
         """Keep (and reorder, or repeat) the rows `rows` [N'] of every tensor: beam reordering and
         dropping finished sentences."""
-        pick = lambda ts: [t.index_select(0, rows) for t in ts]   # noqa: E731
+        pick = lambda ts: [t.index_select(0, rows) for t in ts] 
         return DecoderCache(pick(self.memory_k), pick(self.memory_v), pick(self.self_k), pick(self.self_v),
                             self.src_mask.index_select(0, rows), self.self_mask.index_select(0, rows),
                             self.pad_id, self.length)
@@ -96,7 +96,7 @@ def decode_step(model, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tenso
         raise RuntimeError("decode_step needs model.eval(): dropout would make cached decoding differ")
     if isinstance(model, Ensemble):                                        # mean of log p: [N, V]
         return torch.stack([F.log_softmax(decode_step(m, tokens, c).float(), dim=-1)
-                            for m, c in zip(model.members, cache.caches)]).mean(dim=0)
+                            for m, c in zip(model.members, cache.caches, strict=True)]).mean(dim=0)
     t = cache.length
     cache.self_mask[:, 0, 0, t] = tokens != cache.pad_id
     x = model.tgt_embed(tokens[:, None]) * math.sqrt(model.d_model) + model.positional.pe[t]   # [N, 1, D]

@@ -69,7 +69,7 @@ def translate_texts(model, tok, texts, beam_size: int = 1, length_penalty: float
                 hyp = greedy(model, src, max_len, bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID)
             else:
                 hyp = beam(model, src, beam_size, max_len, bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID, length_penalty)
-            for i, text in zip(batch, bpe.decode(tok, hyp.tolist())):
+            for i, text in zip(batch, bpe.decode(tok, hyp.tolist()), strict=True):
                 out[i] = text
     model.train(was_training)
     return out
@@ -235,7 +235,7 @@ def evaluate_ensemble(run_dirs, name: str | None = None, test_sets=None, beam_si
     if len(pairs_of) > 1:
         raise ValueError(f"an ensemble's runs must translate the same language pair: got {sorted(pairs_of)}")
     tok = loaded[0][1]
-    for d, (_, other, _) in zip(run_dirs[1:], loaded[1:]):
+    for d, (_, other, _) in zip(run_dirs[1:], loaded[1:], strict=True):
         if other.to_str() != tok.to_str():
             raise ValueError(f"{shown(d)} has a different tokenizer from {shown(run_dirs[0])}: an ensemble's "
                              "members must share one vocabulary (train them with the same recipe and data)")
@@ -268,7 +268,7 @@ def record(entries: list[dict], path: str | Path = RESULTS / "translator.json") 
     """Add entries to the results file, replacing earlier ones for the same (src, tgt, test set, config)."""
     path = Path(path)
     runs = json.loads(path.read_text()) if path.is_file() else []
-    key = lambda e: (e["src"], e["tgt"], e["test_set"], e["config"])  # noqa: E731
+    key = lambda e: (e["src"], e["tgt"], e["test_set"], e["config"])
     new = {key(e) for e in entries}
     runs = [r for r in runs if key(r) not in new] + list(entries)
     runs.sort(key=lambda e: (e["config"], e["src"], e["tgt"], e["test_set"]))

@@ -78,7 +78,7 @@ def state_dict_from_torch(torch_layer: nn.Module) -> dict:
             continue
         weights = source[f"{theirs}.in_proj_weight"].chunk(3)      # W_q, W_k, W_v stacked
         biases = source[f"{theirs}.in_proj_bias"].chunk(3)
-        for name, w, b in zip(["q_proj", "k_proj", "v_proj"], weights, biases):
+        for name, w, b in zip(["q_proj", "k_proj", "v_proj"], weights, biases, strict=True):
             state[f"{ours}.{name}.weight"], state[f"{ours}.{name}.bias"] = w.clone(), b.clone()
         for p in ["weight", "bias"]:
             state[f"{ours}.out_proj.{p}"] = source[f"{theirs}.out_proj.{p}"].clone()

@@ -37,7 +37,7 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             weight = torch.cat([p.weight for p in projs])             # [Dq + Dk + Dv, D]: one matmul
             bias = torch.cat([p.bias for p in projs])
             return F.linear(query, weight, bias).split([p.out_features for p in projs], dim=-1)
-        return tuple(p(x) for p, x in zip(projs, (query, key, value)))
+        return tuple(p(x) for p, x in zip(projs, (query, key, value), strict=True))
 
     def forward(self, query, key=None, value=None, mask=None):
         if not self.fused:
@@ -75,7 +75,7 @@ def readable_attention(model: nn.Module):
     try:
         yield model
     finally:
-        for m, flag in zip(attention_modules(model), before):
+        for m, flag in zip(attention_modules(model), before, strict=True):
             m.fused = flag
 
 

@@ -25,9 +25,18 @@ from . import bpe
 from .batching import Batch, collate, encode_pairs, padded_batches, step_stream, token_batches  # noqa: F401
 from .checkpoints import average_state_dicts, cpu_state, load_run, run_is_complete, save_checkpoint
 from .data import REPO, load_pairs
-from .evaluation import (RESULTS, bleu, current_commit, evaluate, record, shown, translate_texts,  # noqa: F401
-                         tune_length_penalty, validation_loss)
-from .hardware import Distributed, cpu_threads, describe_device, init_distributed, pick_device, synchronize  # noqa: F401
+from .evaluation import (  # noqa: F401
+    RESULTS,
+    bleu,
+    current_commit,
+    evaluate,
+    record,
+    shown,
+    translate_texts,
+    tune_length_penalty,
+    validation_loss,
+)
+from .hardware import Distributed, cpu_threads, describe_device, init_distributed, pick_device, synchronize
 from .model import Seq2SeqTransformer, set_fused
 from .recipes import CONFIGS, TrainConfig, get_config, parse_overrides  # noqa: F401
 from .translate import inverse_sqrt_lr, label_smoothed_cross_entropy, make_masks

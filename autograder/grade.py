@@ -9,7 +9,6 @@ Layout of the output folder DIR:
 from __future__ import annotations
 
 import csv
-from datetime import datetime, timezone
 import hashlib
 import json
 import os
@@ -21,13 +20,21 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import nbformat
 
 from attention_course.build import (
-    LIBRARY, REPO, SOLUTIONS, assignments as list_assignments, extract_module, prepare_source_course,
+    LIBRARY,
+    REPO,
+    SOLUTIONS,
+    extract_module,
+    prepare_source_course,
+)
+from attention_course.build import (
+    assignments as list_assignments,
 )
 
 from . import trusted
@@ -572,7 +579,7 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
     else:
         course.lock = threading.Lock()
     course.extra_hidden = [str(Path(submissions).resolve())]
-    course.kit  # built once, before any worker starts a sandbox
+    _ = course.kit  # built once, before any worker starts a sandbox
     if late_penalty:
         course.set_late_penalty(late_penalty)
     if due:
@@ -601,7 +608,7 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
             else:
                 results.append(saved)
         graded = grade_one(course, sub, limits, [a for a, _ in todo]) if todo else []
-        for (assignment, fingerprint), r in zip(todo, graded):
+        for (assignment, fingerprint), r in zip(todo, graded, strict=True):
             note_submission(r, sub, assignment)
             _save_result(_record_path(out, sub.student_id, assignment), fingerprint, r)
             results.append(r)

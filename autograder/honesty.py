@@ -918,7 +918,7 @@ def _private_entry(path: str) -> bool:
     parts = path.split(".")
     if parts[0] != "torch":
         return False
-    return any(p in _PRIVATE_ENTRY for p in parts) or any(a == "torch" and b == "ops" for a, b in zip(parts, parts[1:]))
+    return any(p in _PRIVATE_ENTRY for p in parts) or any(a == "torch" and b == "ops" for a, b in zip(parts, parts[1:], strict=False))
 
 
 def _private_torch(path: str) -> bool:

@@ -68,7 +68,7 @@ def overlapping_members(infos: list[zipfile.ZipInfo]) -> tuple[zipfile.ZipInfo, 
     compressed bytes so that a small file inflates many times over. A member occupies
     [header_offset, header_offset + local header + compressed size)."""
     ordered = sorted(infos, key=lambda i: i.header_offset)
-    for first, second in zip(ordered, ordered[1:]):
+    for first, second in zip(ordered, ordered[1:], strict=False):
         end = first.header_offset + _LOCAL_HEADER_BYTES + len(_raw_name(first)) + first.compress_size
         if second.header_offset == first.header_offset or second.header_offset < end:
             return first, second

@@ -295,7 +295,7 @@ def _draw(tex: str) -> str | None:
     svg = re.sub(r'href="#', 'href="#' + prefix, svg)
     box = re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg)
     box_w, box_h = (float(box.group(1)), float(box.group(2))) if box else (width, height)
-    em = lambda pt: f"{pt / size:.3f}em"  # noqa: E731
+    em = lambda pt: f"{pt / size:.3f}em"
     size_attrs = (f'width="{em(box_w)}" height="{em(box_h)}" style="vertical-align: -{em(depth * box_h / height)}" '
                   f'role="img" aria-label="{html.escape(tex)}" focusable="false"')
     svg = re.sub(r'width="[^"]*" height="[^"]*"', lambda _: size_attrs, svg, count=1)

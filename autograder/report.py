@@ -31,7 +31,7 @@ def _exercise_plot(notebook: str, per_exercise: dict[str, list[float]]) -> str:
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
     for ax in axes.flat[len(names):]:
         ax.axis("off")
-    for ax, name in zip(axes.flat, names):
+    for ax, name in zip(axes.flat, names, strict=False):
         fractions = per_exercise[name]
         ax.hist(fractions, bins=[0, 0.2, 0.4, 0.6, 0.8, 1.0001], color="#4c72b0", edgecolor="white")
         ax.set_title(f"{name}\nmean {100 * sum(fractions) / max(len(fractions), 1):.0f}%", fontsize=9)

@@ -34,7 +34,7 @@ import nbformat
 from attention_course.build import SOLUTIONS, assignments, notebook_path, write_course_config
 
 from . import trusted
-from .grade import Course, NotebookResult, CellResult, exercise_of, sandbox_world
+from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
 from .sandbox import Limits, make_kit, run_notebook_job
 from .submissions import match_assignment, parse_notebook

@@ -48,7 +48,8 @@ def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
                 tag = {"__tensor__": key, "dtype": dtype, "requires_grad": bool(v.requires_grad)}
             else:
                 arr, tag = v, {"__array__": key}
-            if arr.dtype == object or arr.size > MAX_ELEMENTS:
+            # object and structured dtypes would need a pickle (or .npy format 3): loads refuses both
+            if arr.dtype.hasobject or arr.dtype.names is not None or arr.size > MAX_ELEMENTS:
                 return {"__unsupported__": f"array of dtype {arr.dtype} and size {arr.size}"}
             arrays[key] = np.array(arr, order="C", copy=True)  # keeps 0-d arrays 0-d (ascontiguousarray does not)
             return tag
@@ -128,7 +129,10 @@ def loads(blob: bytes, max_bytes: int = MAX_BLOB_BYTES) -> Any:
             return t.to(dtype) if isinstance(dtype, torch.dtype) else t
         return Unsupported(node.get("__unsupported__", "?"))
 
-    return build(structure)
+    try:
+        return build(structure)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise UnsafeBlob(f"the sandbox's results are malformed ({type(err).__name__}: {err})") from err
 
 
 def _read_arrays(blob: bytes, max_bytes: int) -> dict[str, np.ndarray]:

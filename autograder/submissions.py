@@ -153,7 +153,7 @@ def _mib(n: int) -> str:
 def _clean_name(name: str) -> str:
     stem = PurePosixPath(name).name
     stem = re.sub(r"\.ipynb$", "", stem, flags=re.I)
-    stem = re.sub(r"^(copy of\s+)", "", stem, flags=re.I)
+    stem = re.sub(r"^(copy of\s+)+", "", stem, flags=re.I)
     stem = re.sub(r"(\s*\(\d+\)|[-_ ]copy\d*|-checkpoint)$", "", stem, flags=re.I)
     return stem.strip().lower().replace(" ", "_").replace("-", "_")
 
@@ -335,7 +335,7 @@ def _distinct_ids(items: list[tuple[str, str, str]]) -> list[tuple[str, dict[str
     owners: dict[tuple[str, str], int] = {}  # (layout, id) -> index of the entry that has it
     used: set[str] = set()
     result: list[tuple[str, dict[str, str]]] = []
-    for (layout, entry, raw), base in zip(items, bases):
+    for (layout, entry, raw), base in zip(items, bases, strict=True):
         problems: dict[str, str] = {}
         sid = base
         if (layout, base) in owners:
@@ -506,7 +506,7 @@ class _Intake:
     def run(self) -> Intake:
         self.scan(self.root, _ENTRIES)
         ids = _distinct_ids([(s.layout, s.label, s.raw_id) for s in self.sources])
-        for source, (sid, problems) in zip(self.sources, ids):
+        for source, (sid, problems) in zip(self.sources, ids, strict=True):
             sub = self.students.setdefault(sid, StudentSubmission(sid))
             sub.problems.update(problems)
             self.read(sub, source)

@@ -22,20 +22,27 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import importlib
-import json
 import re
 import sys
 import types
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable
 
 import cloudpickle
 import nbformat
 
-from .checks.core import (KNOWN_MISTAKE, Exercise, cases_of, diagnose, diagnose_crash, failure_of, judge,
-                          notimpl_origin, owned_by)
+from .checks.core import (
+    KNOWN_MISTAKE,
+    Exercise,
+    cases_of,
+    diagnose,
+    diagnose_crash,
+    failure_of,
+    judge,
+    notimpl_origin,
+    owned_by,
+)
 from .outcomes import Status, Verdict, summarize
 from .sandbox import Incident, JobResult
 
@@ -321,7 +328,7 @@ def _judge_cell(t: TestCell, outcomes, job: Job, run: JobResult) -> Verdict:
         got = outcomes.get(ref.key) if isinstance(outcomes, dict) else None
         if not isinstance(got, list) or len(got) != len(cases(ref)):
             return Verdict(False, f"{ex.graded}: the checks did not complete", cause="unreadable")
-        for case, outcome, want in zip(cases(ref), got, expected(ref)):
+        for case, outcome, want in zip(cases(ref), got, expected(ref), strict=True):
             if not isinstance(outcome, tuple) or not outcome or not isinstance(outcome[0], str):
                 return Verdict(False, f"{ex.graded}: unreadable result", cause="unreadable")
             if outcome[0] == "missing":
@@ -587,7 +594,7 @@ def _verdict_only(t: TestCell, blob: bytes | None, job: Job):
         got = outcomes.get(ref.key) if isinstance(outcomes, dict) else None
         if not isinstance(got, list) or len(got) != len(cases(ref)):
             return None
-        for case, outcome, want in zip(cases(ref), got, expected(ref)):
+        for case, outcome, want in zip(cases(ref), got, expected(ref), strict=True):
             if not isinstance(outcome, tuple) or not outcome or not isinstance(outcome[0], str):
                 return None
             if judge(ex, case, outcome, want) is None:
@@ -657,7 +664,7 @@ def _blind_function(func: types.FunctionType, memo: dict, class_cell=None) -> ty
     code = _blind_code(func.__code__, func.__doc__)
     namespace = {"__name__": REFERENCE_MODULE, "__builtins__": builtins}
     cells = []
-    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=True):
         if name == "__class__" and class_cell is not None:
             cells.append(class_cell)
         else:

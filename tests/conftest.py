@@ -3,8 +3,8 @@ to autograde a notebook built from the solutions with wrong implementations inje
 from __future__ import annotations
 
 import itertools
-from contextlib import contextmanager
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat

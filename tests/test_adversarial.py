@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import re
 import socket
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -132,13 +133,13 @@ def test_crashes_say_what_happened(graded):
 
 
 def test_nothing_was_written_outside_the_sandbox(graded):
-    out, paths = graded[2], graded[3]
-    assert not (REPO / "pwned.txt").exists()
-    assert not (out / "pwned.txt").exists()
+    paths = graded[3]
+    for place in ("repo_file", "out_file"):                   # the files the probes tried to create
+        assert not Path(paths[place]).exists(), place
 
 
 def test_batch_table_and_feedback_are_complete(graded):
-    results, chosen, out = graded[0], graded[1], graded[2]
+    chosen, out = graded[1], graded[2]
     rows = [row for row in csv.DictReader((out / "grades.csv").open()) if row["notebook"] == ASSIGNMENT]
     assert {row["student_id"] for row in rows} == set(chosen)
     pages = list((out / "feedback").glob("*/*.html"))
@@ -212,9 +213,8 @@ def test_honesty_bypass_scores_fairly(honesty_batch, bypass):
 
 def test_bubblewrap_is_used_where_installed():
     """Where `bwrap` exists (CI installs it), the allow-list sandbox must be the one that runs."""
-    import shutil
-
     import os
+    import shutil
 
     if os.environ.get("ATTN_SANDBOX"):
         pytest.skip(f"ATTN_SANDBOX={os.environ['ATTN_SANDBOX']} chooses the sandbox")

@@ -6,8 +6,18 @@ import nbformat
 import pytest
 
 from attention_course.build import (
-    LIBRARY, NOTEBOOKS, StudentWorkError, assignments, build, execute_solution, extract_library, extract_module,
-    generate_notebooks, notebook_path, select, student_edits,
+    LIBRARY,
+    NOTEBOOKS,
+    StudentWorkError,
+    assignments,
+    build,
+    execute_solution,
+    extract_library,
+    extract_module,
+    generate_notebooks,
+    notebook_path,
+    select,
+    student_edits,
 )
 
 STALE = "is stale: run `make build` (attn-course build) and commit the result"

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from attention_course import bpe, data, decoding
+from attention_course import bpe, checkpoints, data, decoding
 from attention_course.model import Seq2SeqTransformer
 from attention_course.train import collate, train
 from attention_course.translate import beam_search, greedy_decode, make_masks, sample_decode
@@ -154,8 +154,6 @@ def test_evaluate_ensemble_scores_seeds_as_one_and_refuses_a_different_tokenizer
 
 
 # --------------------------------------------------------------------------- the shipped model
-from attention_course import checkpoints  # noqa: E402
-
 SHIPPED = "cpu-hour.en-de"
 
 
@@ -190,4 +188,4 @@ def test_cached_decoding_equals_readable_on_real_sentences_with_the_shipped_mode
     for beam in (1, 5):
         cached = translate_texts(model, tok, texts, beam_size=beam, length_penalty=1.2, cached=True)
         readable = translate_texts(model, tok, texts, beam_size=beam, length_penalty=1.2, cached=False)
-        assert cached == readable, [(c, r) for c, r in zip(cached, readable) if c != r][:3]
+        assert cached == readable, [(c, r) for c, r in zip(cached, readable, strict=True) if c != r][:3]

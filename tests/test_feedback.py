@@ -11,7 +11,12 @@ from nbformat.v4 import new_markdown_cell, new_output
 
 from autograder.adversarial import MARKDOWN_SCRIPT
 from autograder.plugins import (
-    CELL_OUTPUT_LIMIT, FEEDBACK_OUTPUTS, TOO_LARGE, markdown2html, render_math, student_outputs,
+    CELL_OUTPUT_LIMIT,
+    FEEDBACK_OUTPUTS,
+    TOO_LARGE,
+    markdown2html,
+    render_math,
+    student_outputs,
 )
 from autograder.trusted import normalize_submission
 

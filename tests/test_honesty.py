@@ -5,7 +5,6 @@ severity and exercises; honest idioms, the solutions and the student releases mu
 from __future__ import annotations
 
 import importlib
-import math
 import sys
 import threading
 from pathlib import Path

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from attention_course.build import REPO
-from autograder import grade, selfcheck, trusted
+from autograder import selfcheck, trusted
 from autograder.checks.core import check_exercise
 from autograder.outcomes import Status
 from autograder.sandbox import Limits

@@ -26,8 +26,7 @@ import pytest
 
 from autograder import serialize
 from autograder.limits import json_depth
-from autograder.submissions import (MAX_CELLS, MAX_JSON_DEPTH, MAX_SOURCE_CHARS, MAX_STUDENT_FILES,
-                                    parse_notebook)
+from autograder.submissions import MAX_CELLS, MAX_JSON_DEPTH, MAX_SOURCE_CHARS, MAX_STUDENT_FILES, parse_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 MEMORY_LIMIT = 2 * 2**30

@@ -13,7 +13,15 @@ from autograder.checks import nb01
 from autograder.checks.core import CheckFailed, check_exercise, run_case
 from autograder.sandbox import JobResult
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    solved_notebook,
+)
 
 ASSIGNMENT = "01_similarity_attention"
 STUDENT = fresh_copy(ref)

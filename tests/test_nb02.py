@@ -11,11 +11,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention_course import attention as ref
-from autograder.checks import nb02
-from autograder.checks import core
+from autograder.checks import core, nb02
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    solved_notebook,
+)
 
 ASSIGNMENT = "02_queries_keys_values"
 STUDENT = fresh_copy(ref)

@@ -13,12 +13,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention_course import multihead as ref
-from autograder.checks import nb03
 from autograder import serialize
-from autograder.checks import core
+from autograder.checks import core, nb03
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    judged_as_in_grading,
+    patched,
+    solved_notebook,
+)
 
 ASSIGNMENT = "03_multi_head_attention"
 STUDENT = fresh_copy(ref)
@@ -202,7 +211,7 @@ def test_dropout_verdict_cannot_be_patched_in_the_sandbox(name):
     assert torch.allclose(torch.zeros(2), torch.zeros(2)) and "allclose" not in torch.Tensor.__dict__  # ... undone
     messages = judged_as_in_grading(MHA, mistake.build("MultiHeadAttention", MHA.namespace),
                                     *NEVER_CLOSE, *NEVER_CLOSE_NP)
-    failed = [(c.description, m) for c, m in zip(core.cases_of(MHA), messages) if m]
+    failed = [(c.description, m) for c, m in zip(core.cases_of(MHA), messages, strict=True) if m]
     assert failed, messages
     for description, message in failed:
         assert description in DROPOUT_CASES, message

@@ -12,12 +12,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention_course import positional as ref
-from autograder.checks import nb04
 from autograder import serialize
-from autograder.checks import core
+from autograder.checks import core, nb04
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    judged_as_in_grading,
+    patched,
+    solved_notebook,
+)
 
 ASSIGNMENT = "04_positional_encoding"
 STUDENT = fresh_copy(ref)

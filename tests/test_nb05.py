@@ -14,11 +14,19 @@ import torch.nn.functional as F
 
 from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
-from autograder.checks import nb05
-from autograder.checks import core
+from autograder.checks import core, nb05
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, catalogued_mistakes, autograde, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    judged_as_in_grading,
+    solved_notebook,
+)
 
 ASSIGNMENT = "05_masked_cross_attention"
 STUDENT = fresh_copy(ref)

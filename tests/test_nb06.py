@@ -7,17 +7,25 @@ from __future__ import annotations
 import textwrap
 
 import numpy as np
-
 import pytest
 import torch
 
 from attention_course import translate as ref
-from autograder.checks import nb06
 from autograder import serialize
-from autograder.checks import core
+from autograder.checks import core, nb06
 from autograder.checks.core import CheckFailed, Mistake, check_exercise
 
-from .conftest import assert_mistake_fails_and_is_named, autograde, catalogued_mistakes, failed_cells, fresh_copy, inject, solved_notebook, judged_as_in_grading, patched
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    judged_as_in_grading,
+    patched,
+    solved_notebook,
+)
 
 ASSIGNMENT = "06_transformer_translator"
 STUDENT = fresh_copy(ref)

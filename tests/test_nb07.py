@@ -20,8 +20,15 @@ from attention_course.multihead import merge_heads, split_heads
 from autograder.checks import nb07
 from autograder.checks.core import CheckFailed, check_exercise
 
-from .conftest import (assert_mistake_fails_and_is_named, autograde, catalogued_mistakes, failed_cells, fresh_copy,
-                       inject, solved_notebook)
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    solved_notebook,
+)
 
 ASSIGNMENT = "07_attention_at_scale"
 STUDENT = fresh_copy(ref)
@@ -454,7 +461,7 @@ def test_nbgrader_takes_points_for_the_issue_s_mistakes(course):
     # MHA 2 (one head per group) and its cache 2 (wrong consistently), MLA 4 + decoding 2
     assert result.score == 15
     by_cell = {c.grade_id: c.message for c in result.cells}
-    for cell, (graded, start) in [("test_KVCache", mistakes["KVCache"]),
+    for cell, (_graded, start) in [("test_KVCache", mistakes["KVCache"]),
                                   ("test_cached_attention", mistakes["cached_attention"]),
                                   ("test_apply_rotary", mistakes["apply_rotary"]),
                                   ("test_GroupedQueryAttention", mistakes["GroupedQueryAttention"]),

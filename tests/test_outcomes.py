@@ -11,8 +11,16 @@ import pytest
 
 from autograder import serialize, trusted
 from autograder.checks import core, nb01
-from autograder.grade import (CSV_COLUMNS, CellResult, NotebookResult, _load_result, _save_result, format_table,
-                              note_submission, write_csv)
+from autograder.grade import (
+    CSV_COLUMNS,
+    CellResult,
+    NotebookResult,
+    _load_result,
+    _save_result,
+    format_table,
+    note_submission,
+    write_csv,
+)
 from autograder.outcomes import Status, Verdict, status_from_text, status_text, summarize
 from autograder.report import class_report, mistake_counts
 from autograder.sandbox import Incident, JobResult

@@ -95,7 +95,7 @@ def test_fused_model_equals_readable_model_forward_and_backward():
         out_r.square().mean().backward()
         assert model.cross_attention()[0].shape == (3, 4, 6, 7), "the readable path keeps the weights"
     torch.testing.assert_close(out_f, out_r, rtol=1e-5, atol=1e-5)
-    for gf, p in zip(grads_f, model.parameters()):
+    for gf, p in zip(grads_f, model.parameters(), strict=True):
         torch.testing.assert_close(gf, p.grad, rtol=1e-4, atol=1e-6)
     assert all(m.fused for m in model.modules() if isinstance(m, MultiHeadAttention)), "fused again after the block"
 
@@ -106,7 +106,7 @@ def test_model_interface_and_shared_embeddings():
     separate = Seq2SeqTransformer(60, 60, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                                   d_ff=32, share_embeddings=False, norm_first=True)
     assert shared.src_embed.weight is shared.tgt_embed.weight is shared.generator.weight
-    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    n = lambda m: sum(p.numel() for p in m.parameters())
     assert n(separate) - n(shared) == 2 * 60 * 16
     src, tgt = _batch(V=60)
     src_mask, tgt_mask = translate.make_masks(src, tgt, 0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-from pathlib import Path
 
 import pytest
 
@@ -198,7 +197,7 @@ def test_a_mirror_that_was_asked_for_never_falls_back_quietly(fake, monkeypatch)
     """CI sets the mirror and must train on the real data: a missing or wrong mirror is an error."""
     monkeypatch.setattr(data, "_download", _no_network([]))
     options = dict(splits=("train",), manifest=fake["manifest"], cache_dir=fake["cache"], progress=False)
-    with pytest.raises(data.DataUnavailable, match=rf"mirror was asked for.*empty-mirror has no train\.en\.gz"):
+    with pytest.raises(data.DataUnavailable, match=r"mirror was asked for.*empty-mirror has no train\.en\.gz"):
         data.multi30k_availability("en", "de", mirror=fake["root"] / "empty-mirror", **options)
     (fake["mirror"] / "train.de.gz").write_bytes(b"not the pinned file")
     with pytest.raises(data.ChecksumMismatch, match=r"train\.de\.gz"):

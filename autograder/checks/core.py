@@ -57,7 +57,7 @@ class Mistake:
         """Execute `code` and return the object it defines under `graded_name`."""
         env = _default_namespace()
         env.update(namespace or {})
-        exec(textwrap.dedent(self.code), env)  # noqa: S102 - our own catalogue
+        exec(textwrap.dedent(self.code), env)  # our own catalogue
         return env[graded_name]
 
 
@@ -170,7 +170,7 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
         if len(got) != len(expected):
             return Difference(f"{where}: expected {len(expected)} values, got {len(got)}",
                               f"{len(expected)} values", f"{len(got)} values")
-        for i, (e, g) in enumerate(zip(expected, got)):
+        for i, (e, g) in enumerate(zip(expected, got, strict=True)):
             problem = difference(e, g, rtol, atol, f"{where}[{i}]")
             if problem:
                 return problem
@@ -362,7 +362,7 @@ def _op_call_codes() -> dict[int, Any]:
         from torch._ops import OpOverload, OpOverloadPacket
     except ImportError:  # pragma: no cover - torch is a course dependency
         return {}
-    codes = [getattr(getattr(cls, "__call__", None), "__code__", None) for cls in (OpOverload, OpOverloadPacket)]
+    codes = [getattr(cls.__call__, "__code__", None) for cls in (OpOverload, OpOverloadPacket)]
     return {id(c): c for c in codes if c is not None}
 
 
@@ -555,14 +555,14 @@ def state_dict_summary(name: str, message: str, known_cause: bool = False) -> st
         return None
     wrong = [(p, _dims(want), _dims(got)) for p, want, got in _SIZE_MISMATCH.findall(message)]
     keys = {kind: [k.strip(' ".') for k in names.split(",") if k.strip(' ".')] for kind, names in _KEYS.findall(message)}
-    shape = lambda dims: "[" + ", ".join(map(str, dims)) + "]"  # noqa: E731
+    shape = lambda dims: "[" + ", ".join(map(str, dims)) + "]"
     if wrong:
         param, want, got = wrong[0]
         others = [p for p, _, _ in wrong[1:]]
         also = f" (and {len(others)} more: {', '.join(others[:6])}{', ...' if len(others) > 6 else ''})" if others else ""
         lines = [f"{name}: the test copies weights of the right shapes into your module, and {param} has the "
                  f"wrong shape: expected {shape(want)}, yours is {shape(got)}{also}."]
-        ratios = {g / w for _, want_, got_ in wrong for w, g in zip(want_, got_) if w and g != w and len(want_) == len(got_)}
+        ratios = {g / w for _, want_, got_ in wrong for w, g in zip(want_, got_, strict=False) if w and g != w and len(want_) == len(got_)}
         if not known_cause and len(ratios) == 1:
             ratio = ratios.pop()
             factor = f"{ratio:g} times too {'wide' if ratio > 1 else 'narrow'}" if ratio >= 1 else \

@@ -43,10 +43,11 @@ def _with_table(cls, d, max_len, table, x):
 
 def _module_cases(rng):
     x = _x(rng, 3, 11, 16)
+    table = ref.sinusoidal_positional_encoding(60, 16)
     cases = [
         Case("PositionalEncoding(16, max_len=60) on x of shape [B=3, T=11, 16] (with the correct table "
              "copied into the buffer pe first: this case tests forward alone)",
-             lambda cls, x=x, table=ref.sinusoidal_positional_encoding(60, 16): _with_table(cls, 16, 60, table, x)),
+             lambda cls, x=x, table=table: _with_table(cls, 16, 60, table, x)),
         Case("PositionalEncoding(12, max_len=30).pe, the table your __init__ built (with your "
              "sinusoidal_positional_encoding): shape [max_len, d_model]",
              lambda cls: cls(12, max_len=30).pe),
@@ -117,7 +118,7 @@ def _dropout_flags(p: float):
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise TypeError(f"expected the module's three outputs, got {type(result).__name__}")
         clean, clean_again, noisy = (_numbers(v, what) for v, what in
-                                     zip(result, ("evaluation mode", "evaluation mode (2nd call)", "training mode")))
+                                     zip(result, ("evaluation mode", "evaluation mode (2nd call)", "training mode"), strict=True))
         same_shape = clean.shape == noisy.shape
         kept = noisy != 0
         dropped = 1.0 - float(kept.mean()) if kept.size else 1.0
@@ -386,7 +387,7 @@ _CORRECT_TABLE = _table("""
     return pe.float()
 """)
 _env: dict = {"torch": torch}
-exec(_CORRECT_TABLE, _env)  # noqa: S102 - our own code
+exec(_CORRECT_TABLE, _env)  # our own code
 NAMESPACE = {"sinusoidal_positional_encoding": _env["sinusoidal_positional_encoding"]}
 
 EXERCISES = [

@@ -668,7 +668,7 @@ DECODER_MISTAKES = (
 # The mistakes' code runs beside a correct FeedForward (a copy, not the reference: the reference is
 # off limits to the code under test) and the course's MultiHeadAttention.
 _env: dict = {"torch": torch, "nn": nn}
-exec(FF_SOURCE, _env)  # noqa: S102 - our own code
+exec(FF_SOURCE, _env)  # our own code
 NAMESPACE = {"MultiHeadAttention": MultiHeadAttention, "FeedForward": _env["FeedForward"]}
 LAYER_FORBIDDEN = HONESTY + TORCH_LAYERS
 

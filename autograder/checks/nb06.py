@@ -603,13 +603,13 @@ def _search_case(rng, vocab, B, S, max_len, lp, differs_from, must_fail=(), name
         if len(valid) < B:
             continue
         variants = [_variant(levels, valid, v) for v in differs_from]
-        if not all(any(a != b for a, b in zip(optimum, v)) for v in variants):
+        if not all(any(a != b for a, b in zip(optimum, v, strict=False)) for v in variants):
             continue
         # Sentences alike in what the search and its variants make of them (and in their padding) are
         # most likely alike for the mistakes too: the mistakes run on one of each kind (running them is
         # the slow part), and the batch finally chosen is checked as it is (_verified).
         signature = list(zip(map(tuple, optimum), *(map(tuple, _variant(levels, valid, v)) for v in _signature(lp)),
-                             (candidates[valid] != 0).sum(1).tolist()))
+                             (candidates[valid] != 0).sum(1).tolist(), strict=True))
         kinds = [i for i in range(len(valid)) if signature[i] not in signature[:i]]
         others = [i for i in range(len(valid)) if i not in kinds]
         memo = _Memo(model)
@@ -907,13 +907,13 @@ BEAM_MISTAKES = (
 # wrong answer of its own). Each has a cheap stand-in computed from the enumeration (what the search
 # returns with that mistake, when the beam does not get in the way), tested before the mistakes are run.
 _LENGTH_AND_SEARCH_MISTAKES = tuple(m.name for m in BEAM_MISTAKES[:5])
-_PROXIES = dict(zip(_LENGTH_AND_SEARCH_MISTAKES, (
+_PROXIES = dict(zip(_LENGTH_AND_SEARCH_MISTAKES, (   # one proxy per mistake
     lambda lp: "first finished",
     lambda lp: "greedy",
     lambda lp: dict(length_penalty=0.0),
     lambda lp: dict(length_penalty=lp, count_bos=True),
     lambda lp: dict(length_penalty=lp, count_eos=False),
-)))
+), strict=True))
 
 
 # --------------------------------------------------------------------------- sampling

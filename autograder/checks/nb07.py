@@ -317,7 +317,7 @@ def _rotary_relative_cases(rng):
     return [
         Case(f"q, k [{T}, {D}] rotated at positions 0..{T - 1}, then all moved 5 positions later: the change of the "
              "scores q_m . k_n (should be 0: they depend on n - m only)", lambda f: shifted(f, 5)),
-        Case(f"the same, moved 123 positions later (should be 0)", lambda f: shifted(f, 123)),
+        Case("the same, moved 123 positions later (should be 0)", lambda f: shifted(f, 123)),
         Case("one query vector and one key vector placed at every position 0..11: score(m + 1, n + 1) - score(m, n) "
              "(should be 0: the score matrix is constant along its diagonals)", diagonals),
         Case("the length of every rotated vector minus its length before (should be 0: a rotation keeps lengths)",
@@ -421,11 +421,11 @@ MLA_NAMES = ("d_model", "num_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_hea
 
 
 def _mla_text(cfg) -> str:
-    return "MultiHeadLatentAttention(" + ", ".join(f"{n}={v}" for n, v in zip(MLA_NAMES, cfg)) + ")"
+    return "MultiHeadLatentAttention(" + ", ".join(f"{n}={v}" for n, v in zip(MLA_NAMES, cfg, strict=True)) + ")"
 
 
 def _mla_make(cls, cfg, state):
-    return _load(cls(**dict(zip(MLA_NAMES, cfg))), state)
+    return _load(cls(**dict(zip(MLA_NAMES, cfg, strict=True))), state)
 
 
 def _with_correct_rotary(cls, run):
@@ -452,7 +452,7 @@ def _mla_run(cls, cfg, state, x, mask):
 
 
 def _mla_state(cfg, rng):
-    return _random_state(ref.MultiHeadLatentAttention(**dict(zip(MLA_NAMES, cfg))), rng)
+    return _random_state(ref.MultiHeadLatentAttention(**dict(zip(MLA_NAMES, cfg, strict=True))), rng)
 
 
 def _mla_cases(rng):
@@ -563,7 +563,7 @@ def _online_mask_cases(rng):
     cases.append(Case(f"a random mask [{B}, {H}, {T}, {T}] with a fully masked row (it must give zeros, not NaN), "
                       "block_size=4", lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=rand.clone())))
     left = torch.ones(T, T, dtype=torch.bool).tril() & (torch.arange(T) >= 5)[None, :]   # rows 0..4 see nothing
-    cases.append(Case(f"causal AND left padding: the first 5 rows may attend to nothing (zeros), the first block is "
+    cases.append(Case("causal AND left padding: the first 5 rows may attend to nothing (zeros), the first block is "
                       "masked for every row, block_size=4",
                       lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=left.clone())))
     return cases
@@ -621,11 +621,12 @@ def _online_memory_cases(rng):
     for (B, H, T, D), block, masked in [((1, 2, 96, 8), 16, False), ((2, 2, 80, 4), 8, True)]:
         q, k, v = (_t(rng.normal(size=(B, H, T, D))) for _ in range(3))
         full = B * H * T * T * 4
+        mask = _causal(T) if masked else None
         cases.append(Case(f"q, k, v [{B}, {H}, {T}, {D}], block_size={block}"
                           + (", a causal mask" if masked else "")
                           + f": (output, whether the largest tensor created inside stays below half of the "
                           f"[{B}, {H}, {T}, {T}] float32 score matrix, {full // 2} bytes)",
-                          lambda f, q=q, k=k, v=v, b=block, m=_causal(T) if masked else None: _measured(f, q, k, v, b, m),
+                          lambda f, q=q, k=k, v=v, b=block, m=mask: _measured(f, q, k, v, b, m),
                           derive=_fits(full // 2)))
     return cases
 
@@ -867,9 +868,9 @@ ROTARY_MISTAKES = (
 )
 
 _ROTARY_ENV: dict = {"torch": torch}
-exec(ROTARY_SOURCE, _ROTARY_ENV)  # noqa: S102 - our own code: a correct apply_rotary beside the module mistakes
+exec(ROTARY_SOURCE, _ROTARY_ENV)  # our own code: a correct apply_rotary beside the module mistakes
 _KV_ENV: dict = {"torch": torch}
-exec(KV_SOURCE, _KV_ENV)  # noqa: S102
+exec(KV_SOURCE, _KV_ENV)
 
 GQA_SOURCE = """
 class GroupedQueryAttention(nn.Module):

@@ -11,7 +11,6 @@ for the repository (a 2M-parameter model is 4 MB), with its SHA-256 sums in ``mo
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import asdict
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 
 from . import bpe
-from .data import REPO
+from .data import REPO, sha256
 from .hardware import cpu_threads, pick_device
 from .model import ModelConfig, Seq2SeqTransformer
 from .recipes import TrainConfig
@@ -95,14 +94,6 @@ def run_is_complete(run_dir: str | Path, config: TrainConfig, src: str, tgt: str
 
 
 # --------------------------------------------------------------------------- shipped weights
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _read_sums(models: Path) -> dict[str, str]:
     path = models / SUMS
     if not path.is_file():

@@ -31,6 +31,40 @@ class ForbiddenCall(Exception):
     """The student's code called something the exercise asks them to write themselves."""
 
 
+def numbers(value, what: str = "") -> np.ndarray:
+    """A module's output as float64 numbers (a tensor or an array of numbers); TypeError otherwise,
+    naming `what` the output was (e.g. "training mode") when given."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().double().numpy()
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        got = type(value).__name__
+        raise TypeError(f"the module returned {got} in {what}, not a tensor of numbers" if what
+                        else f"expected a tensor of numbers, got {got}")
+    return value.astype(np.float64)
+
+
+def random_state(template, rng) -> dict:
+    """Random float32 values for every entry of `template`'s state_dict, drawn from `rng` in its order:
+    normalisation layers (a first name part holding "norm") near 1 for their scales and near 0 for
+    their shifts, 2-D weights ~ 1/sqrt(fan_in), everything else small. The hidden weights that the
+    module checks of notebooks 05 and 07 copy into the student's layer."""
+    import torch
+
+    state = {}
+    for key, value in template.state_dict().items():
+        shape = tuple(value.shape)
+        if "norm" in key.split(".")[0]:
+            noise = (1.0 if key.endswith("weight") else 0.0) + 0.2 * rng.normal(size=shape)
+        elif key.endswith("weight") and value.dim() == 2:
+            noise = rng.normal(size=shape) / np.sqrt(value.shape[1])
+        else:
+            noise = 0.1 * rng.normal(size=shape)
+        state[key] = torch.tensor(np.asarray(noise), dtype=torch.float32)
+    return state
+
+
 def raises_value_error(make) -> np.ndarray:
     """[True] when `make()` raises ValueError, [False] when it returns or raises anything else (a
     stub's NotImplementedError and a forbidden call still propagate: they are not answers)."""

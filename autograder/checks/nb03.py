@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from attention_course import multihead as ref
 
-from .core import Case, Exercise, Mistake, make_checker, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, numbers, reference_guard
 from .nb02 import ATTEND_SOURCE
 from .tensors import Builtin, causal, random_mask, tensor
 
@@ -73,14 +73,6 @@ def _dropout_verdict(result):
     return out, w, np.array([_changed(out, out_train), not _changed(w, w_train)])
 
 
-def _numbers(value) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().double().numpy()
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-        raise TypeError(f"expected a tensor of numbers, got {type(value).__name__}")
-    return value.astype(np.float64)
-
-
 def _dropout_structure_verdict(p: float, H: int, T_k: int):
     """derive (trusted side) for the case whose v_proj and out_proj are the identity and whose values are
     one-hot per key plus a column of ones: in training mode, head h's output for query t is then
@@ -90,7 +82,7 @@ def _dropout_structure_verdict(p: float, H: int, T_k: int):
     p, H and T_k come from the case itself, not from the sandbox."""
     def verdict(result):
         out, w, out_train, w_train = _four(result)
-        o, weights = _numbers(out_train), _numbers(w)
+        o, weights = numbers(out_train), numbers(w)
         B, T_q = weights.shape[0], weights.shape[2]
         if o.shape != (B, T_q, H * (T_k + 1)) or weights.shape != (B, H, T_q, T_k):
             raise ValueError(f"unexpected shapes: output {o.shape}, weights {weights.shape}")

@@ -6,7 +6,7 @@ import torch
 
 from attention_course import positional as ref
 
-from .core import Case, Exercise, Mistake, make_checker, raises_value_error, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, numbers, raises_value_error, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 # float32 tables: a correct implementation may compute angles in float32 (error ~ pos * 1e-7).
@@ -102,14 +102,6 @@ def _dropout_outputs(cls, x, p):
     return clean, clean_again, noisy
 
 
-def _numbers(value, what: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().double().numpy()
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-        raise TypeError(f"the module returned {type(value).__name__} in {what}, not a tensor of numbers")
-    return value.astype(np.float64)
-
-
 def _dropout_flags(p: float):
     """derive (trusted side) for the dropout cases: (clean, clean_again, noisy) -> [training mode
     changes the output, kept entries are (x + pe) / (1 - p), about a fraction p is zeroed, evaluation
@@ -117,7 +109,7 @@ def _dropout_flags(p: float):
     def flags(result) -> np.ndarray:
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise TypeError(f"expected the module's three outputs, got {type(result).__name__}")
-        clean, clean_again, noisy = (_numbers(v, what) for v, what in
+        clean, clean_again, noisy = (numbers(v, what) for v, what in
                                      zip(result, ("evaluation mode", "evaluation mode (2nd call)", "training mode"), strict=True))
         same_shape = clean.shape == noisy.shape
         kept = noisy != 0

@@ -13,7 +13,7 @@ from torch import nn
 from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
 
-from .core import Case, Exercise, Mistake, make_checker, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, numbers, random_state, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 _BUILT_IN = ("it calls PyTorch's built-in Transformer layers; build the layer from MultiHeadAttention, "
@@ -27,20 +27,6 @@ RTOL, ATOL = 1e-4, 1e-5
 # --------------------------------------------------------------------------- helpers
 def _t(array) -> torch.Tensor:
     return torch.tensor(np.asarray(array), dtype=torch.float32)
-
-
-def _random_state(template: nn.Module, rng) -> dict:
-    """Random values for every parameter of `template` (LayerNorms near 1 / 0, weights ~ 1/sqrt(fan_in))."""
-    state = {}
-    for key, value in template.state_dict().items():
-        if key.split(".")[0].startswith("norm"):
-            base = 1.0 if key.endswith("weight") else 0.0
-            state[key] = _t(base + 0.2 * rng.normal(size=tuple(value.shape)))
-        elif key.endswith("weight") and value.dim() == 2:
-            state[key] = _t(rng.normal(size=tuple(value.shape)) / np.sqrt(value.shape[1]))
-        else:
-            state[key] = _t(0.1 * rng.normal(size=tuple(value.shape)))
-    return state
 
 
 def _load(module: nn.Module, state: dict) -> nn.Module:
@@ -145,7 +131,7 @@ def _ff_cases(rng):
     cases = []
     for d, d_ff, p, shape in [(8, 32, 0.0, (2, 5, 8)), (6, 12, 0.2, (3, 4, 6)), (16, 64, 0.0, (1, 1, 16)),
                               (8, 16, 0.0, (5, 8))]:
-        state = _random_state(ref.FeedForward(d, d_ff), rng)
+        state = random_state(ref.FeedForward(d, d_ff), rng)
         x = _t(rng.normal(size=shape))
         cases.append(Case(f"FeedForward({d}, {d_ff}, dropout={p}) in evaluation mode on x of shape {list(shape)}",
                           lambda cls, d=d, d_ff=d_ff, p=p, s=state, x=x: _no_grad(
@@ -183,14 +169,6 @@ def _ff_dropout_case(rng, d_ff=8, B=4, T=50, p=0.5):
                 run, derive=_ff_dropout_verdict(p, d_ff))
 
 
-def _numbers(value) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().double().numpy()
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-        raise TypeError(f"expected a tensor of numbers, got {type(value).__name__}")
-    return value.astype(np.float64)
-
-
 def _ff_dropout_verdict(p: float, d_ff: int):
     """derive (trusted side): (eval output, training output) -> (eval output, [training mode changes the
     output, the training output is the hidden units after dropout and their sum, the fraction dropped
@@ -199,7 +177,7 @@ def _ff_dropout_verdict(p: float, d_ff: int):
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             raise TypeError(f"expected the outputs in evaluation and training mode, got {type(result).__name__}")
         out, out_train = result
-        clean, noisy = _numbers(out), _numbers(out_train)
+        clean, noisy = numbers(out), numbers(out_train)
         if clean.shape != noisy.shape or clean.shape[-1] != d_ff + 1:
             raise ValueError(f"unexpected shapes: {clean.shape} and {noisy.shape}")
         hidden, picked, total = clean[..., :d_ff], noisy[..., :d_ff], noisy[..., d_ff]
@@ -237,7 +215,7 @@ def _encoder_cases(rng, norm_first):
                 ((12, 3, 20, 0.0), 3, 7, "random"), ((8, 2, 16, 0.0), 2, 6, "causal")]
     for (d, H, d_ff, p), B, T, kind in settings:
         cfg = (d, H, d_ff, p, norm_first)
-        state = _random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        state = random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
         x = _t(rng.normal(size=(B, T, d)))
         mask = {None: None, "padding": _keep(rng, B, T)[:, None, None, :],
                 "random": _random_mask(rng, (B, 1, T, T)) | torch.eye(T, dtype=torch.bool),
@@ -266,7 +244,7 @@ def _encoder_padding_cases(rng):
     for norm_first in (False, True):
         d, H, d_ff, B, T, extra = 16, 4, 32, 2, 5, 3
         cfg = (d, H, d_ff, 0.0, norm_first)
-        state = _random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        state = random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
         x = _t(rng.normal(size=(B, T, d)))
         keep = _keep(rng, B, T, min_len=2)
         padded = torch.cat([x, _t(rng.normal(size=(B, extra, d)))], dim=1)
@@ -303,7 +281,7 @@ def _decoder_cases(rng, norm_first):
                 ((16, 4, 32, 0.1), 2, 4, 6, "causal"), ((12, 3, 24, 0.0), 3, 6, 3, "both")]
     for (d, H, d_ff, p), B, T, S, kind in settings:
         cfg = (d, H, d_ff, p, norm_first)
-        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
         x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         if kind == "full":
@@ -339,7 +317,7 @@ def _causal_leak_cases(rng):
     for norm_first, (B, T, S, t) in [(False, (2, 6, 6, 3)), (True, (2, 5, 5, 2)), (False, (2, 6, 4, 1))]:
         d, H, d_ff = 16, 4, 32
         cfg = (d, H, d_ff, 0.0, norm_first)
-        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
         x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
         changed = x.clone()
         changed[:, t:] = _t(rng.normal(size=(B, T - t, d)))
@@ -358,7 +336,7 @@ def _decoder_padding_cases(rng):
     for norm_first in (False, True):
         d, H, d_ff, B, T = 16, 4, 32, 2, 6
         cfg = (d, H, d_ff, 0.0, norm_first)
-        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
         x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, T, d)))
         src_keep = _keep(rng, B, T, min_len=2)
         other = torch.where(src_keep[..., None], memory, _t(rng.normal(size=(B, T, d))))
@@ -371,7 +349,7 @@ def _decoder_padding_cases(rng):
     for norm_first in (False, True):
         d, H, d_ff, B, T, S, extra = 16, 4, 32, 2, 4, 5, 3
         cfg = (d, H, d_ff, 0.0, norm_first)
-        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
         x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
         src_keep = _keep(rng, B, S, min_len=2)
         padded = torch.cat([memory, _t(rng.normal(size=(B, extra, d)))], dim=1)
@@ -391,7 +369,7 @@ def _decoder_weight_cases(rng):
     for norm_first, (B, H, T, S) in [(False, (2, 4, 4, 4)), (False, (2, 4, 3, 4)), (True, (1, 2, 5, 3))]:
         d, d_ff = 16, 32
         cfg = (d, H, d_ff, 0.0, norm_first)
-        state = _random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
+        state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
         x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
         causal, src_keep = torch.ones(T, T, dtype=torch.bool).tril(), _keep(rng, B, S)[:, None, None, :]
         cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)}, x [{B}, {T}, {d}], memory [{B}, {S}, {d}]: "

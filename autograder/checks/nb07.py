@@ -20,7 +20,7 @@ from attention_course import efficient as ref
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
-from .core import Case, Exercise, Mistake, make_checker, raises_value_error, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, raises_value_error, random_state, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -69,19 +69,6 @@ class _Cache:
 
     def nbytes(self):
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
-
-
-def _random_state(template: nn.Module, rng) -> dict:
-    """Random values for every parameter of `template` (norm scales near 1, weights ~ 1/sqrt(fan_in))."""
-    state = {}
-    for key, value in template.state_dict().items():
-        if "norm" in key.split(".")[0]:
-            state[key] = _t(1.0 + 0.2 * rng.normal(size=tuple(value.shape)))
-        elif key.endswith("weight") and value.dim() == 2:
-            state[key] = _t(rng.normal(size=tuple(value.shape)) / np.sqrt(value.shape[1]))
-        else:
-            state[key] = _t(0.1 * rng.normal(size=tuple(value.shape)))
-    return state
 
 
 def _load(module: nn.Module, state: dict) -> nn.Module:
@@ -339,7 +326,7 @@ def _gqa_cases(rng):
     for (d, H, H_kv), (B, T), kind in [((16, 4, 2), (2, 5), "causal"), ((24, 6, 3), (2, 6), "random"),
                                        ((16, 4, 1), (3, 4), None), ((12, 3, 3), (2, 5), "padding"),
                                        ((32, 8, 2), (1, 7), "causal")]:
-        state = _random_state(ref.GroupedQueryAttention(d, H, H_kv), rng)
+        state = random_state(ref.GroupedQueryAttention(d, H, H_kv), rng)
         x = _t(rng.normal(size=(B, T, d)))
         mask = {"causal": _causal(T), None: None,
                 "random": torch.tensor(rng.uniform(size=(B, 1, T, T)) < 0.6) | torch.eye(T, dtype=torch.bool),
@@ -398,7 +385,7 @@ def _gqa_cached(cls, cfg, state, x, prefill):
 def _gqa_cache_cases(rng):
     cases = []
     for (d, H, H_kv), (B, T, P) in [((16, 4, 2), (2, 6, 3)), ((24, 6, 1), (1, 5, 2)), ((16, 4, 4), (2, 4, 1))]:
-        state = _random_state(ref.GroupedQueryAttention(d, H, H_kv), rng)
+        state = random_state(ref.GroupedQueryAttention(d, H, H_kv), rng)
         x = _t(rng.normal(size=(B, T, d)))
         Dh = d // H
         heads = _n(H_kv, "key/value head") + (f", not {H}" if H_kv != H else "")
@@ -452,7 +439,7 @@ def _mla_run(cls, cfg, state, x, mask):
 
 
 def _mla_state(cfg, rng):
-    return _random_state(ref.MultiHeadLatentAttention(**dict(zip(MLA_NAMES, cfg, strict=True))), rng)
+    return random_state(ref.MultiHeadLatentAttention(**dict(zip(MLA_NAMES, cfg, strict=True))), rng)
 
 
 def _mla_cases(rng):

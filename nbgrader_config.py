@@ -10,11 +10,13 @@
 # the course ships, notebooks/, is written by `attn-course build`, which also extracts the library
 # and refuses to overwrite a student's edits: nbgrader's own release goes to build/nbgrader/release.
 # Everything nbgrader writes here lives under build/nbgrader/ (ignored by git).
+import importlib.util
 import os
 
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads the file
 _root = os.path.dirname(os.path.abspath(__file__))
-exec(open(os.path.join(_root, "autograder", "nbgrader_config.py")).read())  # the course's shared settings
+_engine = os.path.dirname(importlib.util.find_spec("autograder").origin)  # the grader, wherever it is installed
+exec(open(os.path.join(_engine, "nbgrader_config.py")).read())  # the course's shared settings
 
 c.CourseDirectory.root = _root
 c.CourseDirectory.source_directory = "solutions"
@@ -27,4 +29,4 @@ os.makedirs(os.path.join(_root, "build", "nbgrader"), exist_ok=True)
 
 # autograde never runs student code in nbgrader's own kernel: TrustedVerdicts runs it in the
 # sandbox and judges the returned values outside (the same path as `attn-course grade`).
-exec(open(os.path.join(_root, "autograder", "nbgrader_grading_config.py")).read())
+exec(open(os.path.join(_engine, "nbgrader_grading_config.py")).read())

@@ -19,12 +19,23 @@ from pathlib import Path
 import torch
 
 from . import bpe
-from .data import REPO, sha256
+from .data import sha256
 from .hardware import cpu_threads, pick_device
 from .model import ModelConfig, Seq2SeqTransformer
+from .paths import course_file
 from .recipes import TrainConfig
 
-MODELS = REPO / "models"
+
+def models_dir() -> Path:
+    """The course's models/ folder: the shipped, trained translators."""
+    return course_file("models")
+
+
+def __getattr__(name: str) -> Path:
+    """MODELS: the course's models/ folder, looked up when asked for."""
+    if name == "MODELS":
+        return models_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 SUMS = "SHA256SUMS"
 SHIPPED_FILES = ("model.fp16.pt", bpe.FILE_NAME, "config.json", "summary.json", "history.json")
 
@@ -106,10 +117,11 @@ def _read_sums(models: Path) -> dict[str, str]:
     return sums
 
 
-def ship_run(run_dir: str | Path, name: str, models: Path = MODELS) -> Path:
+def ship_run(run_dir: str | Path, name: str, models: Path | None = None) -> Path:
     """Copy a finished run into models/<name>/ with half-precision weights, and record the SHA-256
     of every file in models/SHA256SUMS."""
-    run_dir, dest = Path(run_dir), Path(models) / name
+    models = Path(models) if models is not None else models_dir()
+    run_dir, dest = Path(run_dir), models / name
     dest.mkdir(parents=True, exist_ok=True)
     state = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
     halves: dict[int, torch.Tensor] = {}        # tied weights (shared embeddings) stay one tensor
@@ -127,10 +139,11 @@ class ShippedModelError(RuntimeError):
     pass
 
 
-def load_shipped(name: str, device=None, models: Path = MODELS):
+def load_shipped(name: str, device=None, models: Path | None = None):
     """(model, tokenizer, config dict, summary dict, history list) of the shipped model `name`, after
     checking every file against models/SHA256SUMS."""
-    folder, sums = Path(models) / name, _read_sums(Path(models))
+    models = Path(models) if models is not None else models_dir()
+    folder, sums = models / name, _read_sums(models)
     for file in SHIPPED_FILES:
         path, expected = folder / file, sums.get(f"{name}/{file}")
         if expected is None:
@@ -150,5 +163,5 @@ def load_shipped(name: str, device=None, models: Path = MODELS):
     return model, bpe.load(folder), info, summary, history
 
 
-def shipped_models(models: Path = MODELS) -> list[str]:
-    return sorted({n.split("/", 1)[0] for n in _read_sums(Path(models))})
+def shipped_models(models: Path | None = None) -> list[str]:
+    return sorted({n.split("/", 1)[0] for n in _read_sums(Path(models) if models is not None else models_dir())})

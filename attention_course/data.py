@@ -30,10 +30,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "data"
-MANIFEST = DATA / "multi30k" / "SHA256SUMS"
-TOY = DATA / "toy"
+from .paths import course_file
 
 MIRROR_ENV = "ATTN_MULTI30K_MIRROR"
 CACHE_ENV = "ATTN_DATA_CACHE"
@@ -55,8 +52,29 @@ class ChecksumMismatch(ValueError):
     """A file's SHA256 differs from the committed manifest."""
 
 
+def data_dir() -> Path:
+    """The course's data/ folder: the manifest, the data card, the toy corpus, the download cache."""
+    return course_file("data")
+
+
+def manifest_path() -> Path:
+    return data_dir() / "multi30k" / "SHA256SUMS"
+
+
+def toy_dir() -> Path:
+    return data_dir() / "toy"
+
+
+def __getattr__(name: str) -> Path:
+    """DATA, MANIFEST and TOY, looked up when asked for (in the course found from the current folder)."""
+    lazy = {"DATA": data_dir, "MANIFEST": manifest_path, "TOY": toy_dir}
+    if name in lazy:
+        return lazy[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def default_cache() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or DATA / "cache") / "multi30k" / "task1" / "raw"
+    return Path(os.environ.get(CACHE_ENV) or data_dir() / "cache") / "multi30k" / "task1" / "raw"
 
 
 def file_name(split: str, lang: str) -> str:
@@ -67,8 +85,9 @@ def file_name(split: str, lang: str) -> str:
     return f"{split}.{lang}.gz"
 
 
-def read_manifest(path: Path = MANIFEST) -> dict[str, str]:
-    """file name -> expected SHA256, from a `sha256sum`-style file."""
+def read_manifest(path: Path | None = None) -> dict[str, str]:
+    """file name -> expected SHA256, from a `sha256sum`-style file (default: the course's manifest)."""
+    path = path if path is not None else manifest_path()
     if not Path(path).is_file():
         raise FileNotFoundError(f"the checksum manifest {path} is missing (it is part of the repository)")
     sums = {}
@@ -129,9 +148,10 @@ def _mirror_dir(mirror) -> Path | None:
 
 def multi30k_file(split: str, lang: str, mirror: str | os.PathLike | None = None,
                   cache_dir: str | os.PathLike | None = None, download: bool = True,
-                  progress: bool = True, manifest: Path = MANIFEST, base_url: str = BASE_URL) -> Path:
+                  progress: bool = True, manifest: Path | None = None, base_url: str = BASE_URL) -> Path:
     """The verified path of one raw Multi30k file (``<split>.<lang>.gz``)."""
     name = file_name(split, lang)
+    manifest = manifest if manifest is not None else manifest_path()
     sums = read_manifest(manifest)
     if name not in sums:
         raise ValueError(f"{name} is not listed in the manifest {manifest}")
@@ -197,7 +217,7 @@ class Availability:
     def message(self) -> str:
         if self.available:
             return f"Multi30k is available ({self.detail})."
-        sentences = len(read_lines(TOY / "train.en"))
+        sentences = len(read_lines(toy_dir() / "train.en"))
         return (f"Multi30k is not available here ({self.reason}): the cells below use the "
                 f"{sentences}-sentence toy corpus (data/toy/) instead. For the real data, set {MIRROR_ENV} to a "
                 f"folder holding the raw Multi30k files (see data/multi30k/README.md), or connect to the "
@@ -206,7 +226,7 @@ class Availability:
 
 def multi30k_availability(src: str = "en", tgt: str = "de", splits=NOTEBOOK_SPLITS, mirror=None,
                           cache_dir: str | os.PathLike | None = None, download: bool = True,
-                          timeout: float = 10, progress: bool = True, manifest: Path = MANIFEST,
+                          timeout: float = 10, progress: bool = True, manifest: Path | None = None,
                           base_url: str = BASE_URL) -> Availability:
     """Whether the Multi30k files of `splits` x {src, tgt} can be had here, without hanging.
 
@@ -289,8 +309,9 @@ def load_multi30k(split: str, src: str, tgt: str, mirror=None, **kwargs) -> list
     return list(zip(a, b, strict=True))
 
 
-def load_toy(split: str, src: str, tgt: str, root: Path = TOY) -> list[tuple[str, str]]:
+def load_toy(split: str, src: str, tgt: str, root: Path | None = None) -> list[tuple[str, str]]:
     """The team-written toy corpus (data/toy/<split>.<lang>): short parallel en/de/fr sentences."""
+    root = root if root is not None else toy_dir()
     if split not in TOY_SPLITS:
         raise ValueError(f"unknown toy split {split!r}; choose one of {', '.join(TOY_SPLITS)}")
     a, b = read_lines(Path(root) / f"{split}.{src}"), read_lines(Path(root) / f"{split}.{tgt}")

@@ -15,19 +15,30 @@ import torch
 from . import bpe
 from .batching import collate
 from .checkpoints import load_run
-from .data import REPO, TEST_SETS, load_pairs
+from .data import TEST_SETS, load_pairs
 from .decoding import Ensemble, beam_search_cached, greedy_decode_cached
+from .paths import CourseNotFound, course_file, find_course_root
 from .recipes import CONFIGS, TrainConfig
 from .translate import beam_search, greedy_decode, label_smoothed_cross_entropy, make_masks
 
-RESULTS = REPO / "results"
+
+def results_dir() -> Path:
+    """The course's results/ folder: recorded BLEU scores and the system outputs behind them."""
+    return course_file("results")
+
+
+def __getattr__(name: str) -> Path:
+    """RESULTS: the course's results/ folder, looked up when asked for."""
+    if name == "RESULTS":
+        return results_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def shown(path) -> str:
-    """A path for messages: relative to the repository when inside it (no machine paths in outputs)."""
+    """A path for messages: relative to the course folder when inside it (no machine paths in outputs)."""
     try:
-        return Path(path).resolve().relative_to(REPO).as_posix()
-    except ValueError:
+        return Path(path).resolve().relative_to(find_course_root()).as_posix()
+    except (ValueError, CourseNotFound):
         return str(path)
 
 
@@ -105,8 +116,8 @@ def current_commit() -> str:
     """The checked-out commit, read from .git without running git (ATTN_COMMIT overrides)."""
     if os.environ.get("ATTN_COMMIT"):
         return os.environ["ATTN_COMMIT"]
-    git = REPO / ".git"
     try:
+        git = find_course_root() / ".git"
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref:"):
             return head
@@ -116,7 +127,7 @@ def current_commit() -> str:
         for line in (git / "packed-refs").read_text().splitlines():
             if line.endswith(" " + ref):
                 return line.split()[0]
-    except OSError:
+    except (OSError, CourseNotFound):
         pass
     return "unknown"
 
@@ -163,7 +174,7 @@ def _score_test_sets(model, tok, name: str, src: str, tgt: str, corpus: str, bea
                      test_sets, mirror, hypotheses_dir, progress: bool, log, common: dict) -> list[dict]:
     """Translate each test set, score it (cased and -lc), write the hypotheses; one entry per test set."""
     test_sets = list(test_sets or (("test",) if corpus == "toy" else TEST_SETS))
-    hyp_dir = Path(hypotheses_dir) if hypotheses_dir is not None else RESULTS / "hypotheses"
+    hyp_dir = Path(hypotheses_dir) if hypotheses_dir is not None else results_dir() / "hypotheses"
     hyp_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     for test_set in test_sets:
@@ -264,9 +275,10 @@ def evaluate_ensemble(run_dirs, name: str | None = None, test_sets=None, beam_si
                             progress, log, common)
 
 
-def record(entries: list[dict], path: str | Path = RESULTS / "translator.json") -> Path:
-    """Add entries to the results file, replacing earlier ones for the same (src, tgt, test set, config)."""
-    path = Path(path)
+def record(entries: list[dict], path: str | Path | None = None) -> Path:
+    """Add entries to the results file (default: results/translator.json), replacing earlier ones for
+    the same (src, tgt, test set, config)."""
+    path = Path(path) if path is not None else results_dir() / "translator.json"
     runs = json.loads(path.read_text()) if path.is_file() else []
     key = lambda e: (e["src"], e["tgt"], e["test_set"], e["config"])
     new = {key(e) for e in entries}

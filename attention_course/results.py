@@ -13,9 +13,19 @@ import json
 import sys
 from pathlib import Path
 
-from .data import REPO
+from .paths import course_file
 
-RESULTS_FILE = REPO / "results" / "translator.json"
+
+def results_file() -> Path:
+    return course_file("results", "translator.json")
+
+
+def __getattr__(name: str) -> Path:
+    """RESULTS_FILE: the course's results/translator.json, looked up when asked for."""
+    if name == "RESULTS_FILE":
+        return results_file()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 ORDER = {"test_2016_flickr": 0, "test_2017_flickr": 1, "test_2017_mscoco": 2}
 
 
@@ -23,9 +33,9 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def table(path: str | Path = RESULTS_FILE) -> str:
+def table(path: str | Path | None = None) -> str:
     """A Markdown table, one row per (config, language pair, test set), plus the signatures used."""
-    runs = json.loads(Path(path).read_text())
+    runs = json.loads(Path(path if path is not None else results_file()).read_text())
     runs = sorted(runs, key=lambda r: (not r["config"].startswith("gpu"), r["config"], r["src"], r["tgt"],
                                        ORDER.get(r["test_set"], 9)))
     lines = ["| config | pair | test set | BLEU | BLEU -lc | decoding | training | tokens/s | device | output |",
@@ -46,7 +56,7 @@ def table(path: str | Path = RESULTS_FILE) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    print(table(argv[0] if argv else RESULTS_FILE), end="")
+    print(table(argv[0] if argv else None), end="")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Train the notebook-06 translator: `attn-course train` (and `torchrun ... -m attention_course.cli train`).
+"""Train the notebook-06 translator: `attn-course train` (and `torchrun ... -m course_tools.cli train`).
 
 The loop is short and linear; its helpers say what each part does. What a run needs comes from one
 recipe (`recipes.TrainConfig`); batching, evaluation, checkpoints and the device live in their own
@@ -24,9 +24,8 @@ import torch
 from . import bpe
 from .batching import Batch, collate, encode_pairs, padded_batches, step_stream, token_batches  # noqa: F401
 from .checkpoints import average_state_dicts, cpu_state, load_run, run_is_complete, save_checkpoint
-from .data import REPO, load_pairs
+from .data import load_pairs
 from .evaluation import (  # noqa: F401
-    RESULTS,
     bleu,
     current_commit,
     evaluate,
@@ -38,14 +37,27 @@ from .evaluation import (  # noqa: F401
 )
 from .hardware import Distributed, cpu_threads, describe_device, init_distributed, pick_device, synchronize
 from .model import Seq2SeqTransformer, set_fused
+from .paths import course_file
 from .recipes import CONFIGS, TrainConfig, get_config, parse_overrides  # noqa: F401
 from .translate import inverse_sqrt_lr, label_smoothed_cross_entropy, make_masks
 
-RUNS = Path(os.environ.get("ATTN_RUNS_DIR") or REPO / "runs")
+RUNS_ENV = "ATTN_RUNS_DIR"
+
+
+def runs_dir() -> Path:
+    """Where training runs go: $ATTN_RUNS_DIR, else the course's runs/ folder."""
+    return Path(os.environ[RUNS_ENV]) if os.environ.get(RUNS_ENV) else course_file("runs")
+
+
+def __getattr__(name: str) -> Path:
+    """RUNS: the runs folder, looked up when asked for."""
+    if name == "RUNS":
+        return runs_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_run_dir(config: str, src: str, tgt: str) -> Path:
-    return RUNS / f"{config}-{src}-{tgt}"
+    return runs_dir() / f"{config}-{src}-{tgt}"
 
 
 @dataclass

@@ -26,18 +26,17 @@ from typing import Any
 
 import nbformat
 
-from attention_course.build import (
-    LIBRARY,
-    REPO,
-    SOLUTIONS,
-    extract_module,
-    prepare_source_course,
-)
-from attention_course.build import (
-    assignments as list_assignments,
-)
-
 from . import trusted
+from .course import (
+    CourseFolder,
+    CourseNotFound,
+    is_course,
+    library_dir,
+    prepare_source_course,
+    reference_module,
+    solutions_dir,
+)
+from .course import assignments as list_assignments
 from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import Limits, World, _contains_needed, make_kit, run_notebook_job
 from .submissions import StudentSubmission, collect_all, parse_notebook
@@ -148,6 +147,7 @@ class Course:
         self.db_path = self.root.parent / "gradebook.db"
         self.db_url = f"sqlite:///{self.db_path}"
         self.extra_hidden: list[str] = []  # e.g. the submissions folder: hidden from every sandbox
+        self.folder: CourseFolder | None = None  # the checkout graded from (None: found from the current folder)
         self._kit: str | None = None
 
     @property
@@ -158,7 +158,7 @@ class Course:
                 self._kit = make_kit(self.root.parent / "kit")
             return self._kit
 
-    def setup(self, solutions: Path = SOLUTIONS, only: list[str] | None = None) -> "Course":
+    def setup(self, solutions: Path | None = None, only: list[str] | None = None) -> "Course":
         prepare_source_course(self.root, solutions, self.db_url, only)
         config = self.root / "nbgrader_config.py"
         config.write_text(config.read_text() + GRADING_CONFIG)
@@ -269,25 +269,39 @@ def read_result(course: Course, student: str, assignment: str, status: Status = 
 def sandbox_world(course: Course, assignment: str, job: Path) -> World:
     """What the student's code may see (see `world_for`), for a notebook of the grading course."""
     return world_for(course.root / "source" / assignment / f"{assignment}.ipynb", job, course.kit,
-                     [str(course.root.parent), *course.extra_hidden])
+                     [str(course.root.parent), *course.extra_hidden], course.folder)
 
 
-def world_for(source: Path, job: Path, kit: str, hidden: list[str]) -> World:
+def _course_folder(solutions: Path | None = None) -> CourseFolder | None:
+    """The checkout holding `solutions` when it is one, else the one found from the current folder."""
+    if solutions is not None and is_course(Path(solutions).resolve().parent):
+        return CourseFolder(Path(solutions).resolve().parent)
+    try:
+        return CourseFolder.find()
+    except CourseNotFound:
+        return None  # solutions given as a bare folder: bubblewrap's allow-list still holds
+
+
+def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: CourseFolder | None = None) -> World:
     """The student-facing library (minus the reference module of the notebook `source`) and the
     course's data, read-only; everything else of the course is absent (bubblewrap) or hidden
-    (the namespaces fallback's deny-list, which also covers `hidden`)."""
+    (the namespaces fallback's deny-list, which also covers `hidden`). `folder`: the course
+    checkout (default: the one found from the current folder)."""
     job.mkdir(parents=True, exist_ok=True)
-    hide = [str(REPO / "solutions"), str(REPO / ".git"), str(REPO / "tests"), str(REPO / "build"),
-            str(REPO / "autograder"), str(LIBRARY / "__pycache__"), *hidden, str(Path.home())]
+    folder = folder or _course_folder()
+    library = library_dir()
+    private = [str(p) for p in folder.private] if folder else []
+    hide = [*private, str(library / "__pycache__"), *hidden, str(Path.home())]
     stubs = []
-    exported = extract_module(source)
+    exported = reference_module(source)
     if exported:
         ref_stub = job / "reference_stub.py"
-        ref_stub.write_text(f'raise ImportError("attention_course.{exported[0]} is the reference for this '
+        ref_stub.write_text(f'raise ImportError("attention_course.{exported} is the reference for this '
                             f'notebook: it is not available while your own code is graded")\n')
-        stubs.append((str(ref_stub), str(LIBRARY / f"{exported[0]}.py")))
-    readonly = [str(LIBRARY)] + [str(REPO / d) for d in ("data",) if (REPO / d).is_dir()]
-    return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p)], kit=kit)
+        stubs.append((str(ref_stub), str(library / f"{exported.replace('.', '/')}.py")))
+    readonly = [str(library)] + ([str(folder.data)] if folder and folder.data.is_dir() else [])
+    root = folder.root if folder else None
+    return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p, root)], kit=kit)
 
 
 def verdicts_in_sandbox(source: Path, nb, hidden: list[str], limits: Limits | None = None) -> dict[str, dict]:
@@ -556,7 +570,7 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
     os.replace(fh.name, path)
 
 
-def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: bool = True,
+def grade(submissions: Path, out: Path, solutions: Path | None = None, progress: bool = True,
           workers: int | None = None, limits: Limits | None = None, *, assignments: list[str] | None = None,
           students: list[str] | None = None, force: bool = False, due: dict[str, datetime] | None = None,
           roster: Path | None = None, late_penalty: str | None = None) -> list[NotebookResult]:
@@ -573,7 +587,9 @@ def grade(submissions: Path, out: Path, solutions: Path = SOLUTIONS, progress: b
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    solutions = solutions_dir(solutions)
     course = Course(out / "course")
+    course.folder = _course_folder(solutions)
     if not (course.root / "source").is_dir() or not course.db_path.exists():
         course.setup(solutions)
     else:

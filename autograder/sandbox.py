@@ -167,8 +167,13 @@ def make_kit(folder: Path) -> str:
 
 # --------------------------------------------------------------------------- bubblewrap
 def _python_roots() -> list[str]:
+    """The Python running the grader, read-only in the sandbox: its prefixes, and every installed-
+    packages folder on its path (a venv may take its dependencies from another one, through a
+    .pth file). Never a course folder: only folders named site-packages or dist-packages."""
     roots = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent)}
-    return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr")
+    roots |= {p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()}
+    return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr"
+                  and not any(r != o and Path(r).is_relative_to(o) for o in roots))
 
 
 def bwrap_scratch(world: World) -> str:
@@ -296,11 +301,10 @@ def _set_limits(limits: dict, nproc: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
 
 
-def _contains_needed(path: str) -> bool:
+def _contains_needed(path: str, course_root: Path | None = None) -> bool:
     """Whether `path` holds the course or the Python running it (then it must stay visible)."""
-    from attention_course.build import REPO
-
-    needed = [REPO.resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent]
+    needed = [Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent]
+    needed += [Path(course_root).resolve()] if course_root else []
     return any(n == Path(path) or n.is_relative_to(path) for n in needed)
 
 

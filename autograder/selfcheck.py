@@ -31,9 +31,8 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.build import SOLUTIONS, assignments, notebook_path, write_course_config
-
 from . import trusted
+from .course import assignments, notebook_path, write_course_config
 from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
 from .sandbox import Limits, make_kit, run_notebook_job
@@ -152,7 +151,7 @@ def _prune(root: Path, assignment: str, keep: Path) -> None:
             pass
 
 
-def prepare(assignment: str, solutions: Path = SOLUTIONS, root: Path | None = None) -> Prepared:
+def prepare(assignment: str, solutions: Path | None = None, root: Path | None = None) -> Prepared:
     """The prepared entry for `assignment`: reused when one exists for this solution notebook and
     this grader, else built (atomically: in a folder aside, then renamed). Where the cache
     cannot be written, a temporary folder is prepared instead (the caller removes it)."""
@@ -235,7 +234,7 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
     return result
 
 
-def self_check(notebook: Path, solutions: Path = SOLUTIONS, limits: Limits | None = None,
+def self_check(notebook: Path, solutions: Path | None = None, limits: Limits | None = None,
                cache: Path | None = None) -> tuple[NotebookResult, dict[str, str]]:
     """Grade `notebook`; returns the result and, per exercise, 'pass', 'fail' or 'not attempted'."""
     notebook = Path(notebook)

@@ -10,10 +10,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.build import REPO, notebook_path
-from autograder.demo import solved, with_mistake
+from autograder.course import notebook_path
 from autograder.grade import Course, NotebookResult, grade_one
 from autograder.submissions import StudentSubmission
+from course_tools.demo import solved, with_mistake
+
+from .layout import REPO
 
 _ids = itertools.count()
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.build import REPO
-from autograder import adversarial
-from autograder.adversarial import ASSIGNMENT, CATALOGUE, expected_score, status_as_designed
 from autograder.grade import grade
 from autograder.outcomes import Status
 from autograder.sandbox import Limits, is_isolated, isolation_mode
+from course_tools import adversarial
+from course_tools.adversarial import ASSIGNMENT, CATALOGUE, expected_score, status_as_designed
 
 from .conftest import solved_notebook
+from .layout import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -183,7 +183,7 @@ def test_feedback_markdown_is_sanitised(graded):
 @pytest.fixture(scope="module")
 def honesty_batch(course, tmp_path_factory):
     """Notebook 02 graded for real: one honest student and one per honesty bypass, in one batch."""
-    from autograder.demo import with_mistake
+    from course_tools.demo import with_mistake
 
     if not is_isolated(isolation_mode()):
         pytest.skip(f"no namespace sandbox here ({isolation_mode()})")

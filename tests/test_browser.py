@@ -32,7 +32,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.build import NOTEBOOKS, REPO, SOLUTIONS, notebook_path
+from autograder.course import notebook_path
+
+from .layout import NOTEBOOKS, REPO, SOLUTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +188,7 @@ def _stop_lab(proc: subprocess.Popen, base: str, token: str) -> None:
 
 def _solution_cell(grade_id: str) -> str:
     """The reference answer of a solution cell, delimiters removed (what a student would type)."""
-    from autograder.demo import strip_solution_delimiters
+    from course_tools.demo import strip_solution_delimiters
 
     nb = nbformat.read(notebook_path(A01, SOLUTIONS), as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
@@ -272,8 +274,8 @@ def test_student_runs_notebook_01_and_fixes_an_exercise_in_lab(lab, page, tmp_pa
 def graded_class(tmp_path_factory):
     """A real, small grading run: alice solved notebook 01, bob made the demo's softmax mistake."""
     _need_browser()  # no browser: do not spend half a minute grading
-    from autograder.demo import DEMO_MISTAKES, find_mistake, solved, with_mistake
     from autograder.grade import grade
+    from course_tools.demo import DEMO_MISTAKES, find_mistake, solved, with_mistake
 
     root = tmp_path_factory.mktemp("browser-grading")
     release = nbformat.read(notebook_path(A01, NOTEBOOKS), as_version=4)
@@ -353,7 +355,7 @@ def test_in_lab_check_shows_pass_fail_and_hints(lab, page, tmp_path):
     known mistake's hint, TODO), no traceback; the instructor's tools are not in the student's Lab."""
     from playwright.sync_api import expect
 
-    from autograder.demo import solved, with_mistake
+    from course_tools.demo import solved, with_mistake
 
     base, token, root = lab
     release = nbformat.read(notebook_path(A01, NOTEBOOKS), as_version=4)

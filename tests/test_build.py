@@ -5,20 +5,20 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from attention_course.build import (
-    LIBRARY,
-    NOTEBOOKS,
+from autograder.course import assignments, notebook_path, select
+from course_tools.build import (
     StudentWorkError,
-    assignments,
     build,
     execute_solution,
     extract_library,
     extract_module,
     generate_notebooks,
-    notebook_path,
-    select,
     student_edits,
 )
+
+from .layout import NOTEBOOKS, REPO
+
+LIBRARY = REPO / "attention_course"
 
 STALE = "is stale: run `make build` (attn-course build) and commit the result"
 

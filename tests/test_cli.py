@@ -4,6 +4,7 @@ crashed, timed out, errored or is missing), group-readable outputs, and `pip ins
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -12,13 +13,18 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import autograder.grade
-from attention_course import cli
-from attention_course.build import REPO, StudentWorkError, assignments
+from autograder.course import assignments
 from autograder.grade import NotebookResult, write_csv
 from autograder.outcomes import Status
+from course_tools import cli
+from course_tools.build import StudentWorkError
+
+from .conftest import solved_notebook
+from .layout import REPO
 
 A01, A02 = "01_similarity_attention", "02_queries_keys_values"
 
@@ -309,14 +315,14 @@ def test_umask_keeps_the_users_other_restrictions():
 
 # --------------------------------------------------------------------------- build
 def test_build_reports_student_work_and_exits_1(monkeypatch, capsys, tmp_path):
-    import attention_course.build
+    import course_tools.build
 
     nb = REPO / "notebooks" / A01 / f"{A01}.ipynb"
 
     def refuse(**kwargs):
         assert kwargs["overwrite_student_work"] is False
         raise StudentWorkError({nb: ["normalize_rows", "softmax"]})
-    monkeypatch.setattr(attention_course.build, "build", refuse)
+    monkeypatch.setattr(course_tools.build, "build", refuse)
     monkeypatch.chdir(REPO)
     assert cli.main(["build"]) == 1
     err = capsys.readouterr().err
@@ -325,7 +331,7 @@ def test_build_reports_student_work_and_exits_1(monkeypatch, capsys, tmp_path):
     assert f"attn-course check my-work/{A01}.ipynb" in err and "--overwrite-student-work" in err
 
     seen = []
-    monkeypatch.setattr(attention_course.build, "build", lambda **kw: seen.append(kw) or [])
+    monkeypatch.setattr(course_tools.build, "build", lambda **kw: seen.append(kw) or [])
     assert cli.main(["build", "--overwrite-student-work", "--only", A01]) == 0
     assert seen == [{"only": [A01], "execute": False, "overwrite_student_work": True}]
 
@@ -338,12 +344,10 @@ RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "nbgrader", "jupyterlab", "no
 @pytest.fixture(scope="module")
 def source_copy(tmp_path_factory):
     """The package's sources, copied: building never writes build/ or *.egg-info into the checkout."""
-    import shutil
-
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "LICENSE", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    for package in ("attention_course", "autograder"):
+    for package in ("attention_course", "autograder", "course_tools"):
         shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return src
 
@@ -373,37 +377,58 @@ def test_wheel_declares_the_runtime_dependencies(source_copy, tmp_path):
     assert runtime["nbgrader"].specifier.contains("0.9.6") and not runtime["nbgrader"].specifier.contains("0.10.0")
     assert sorted(test) == ["nbval", "playwright", "pytest", "ruff"]
     assert "Provides-Extra: test" in metadata
-    assert "autograder/nbgrader_config.py" in names and "attention_course/cli.py" in names
+    assert "autograder/nbgrader_config.py" in names and "course_tools/cli.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
 
 
 @pytest.mark.slow
-def test_pip_install_gives_a_working_cli(source_copy, tmp_path):
-    """`pip install .` (without dependencies, offline: they come from this venv) gives an
-    `attn-course` that imports, knows its version and finds the course from the checkout."""
-    target = tmp_path / "site"
-    done = _pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), ".", cwd=source_copy)
-    assert done.returncode == 0, done.stderr
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    env.pop("ATTN_COURSE_ROOT", None)
+def test_pip_install_in_a_fresh_venv_works_against_a_course_folder(source_copy, course, tmp_path):
+    """`pip install .` into a fresh virtual environment (no dependencies fetched: they come from
+    this venv through a .pth file, offline) gives an `attn-course` that runs from the installed
+    packages and works on a course folder that is not the checkout: found with --course, or from
+    the current folder upwards, and graded in the sandbox with the installed grader."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    ours = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (site / "dependencies.pth").write_text(ours + "\n")  # after the venv's own site-packages on sys.path
+    done = _pip("--python", str(python), "install", "--no-deps", "--no-build-isolation", ".", cwd=source_copy)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # a course folder elsewhere, with one notebook: not the checkout, and no autograder/ of its own
+    folder = tmp_path / "my-course"
+    (folder / "solutions").mkdir(parents=True)
+    shutil.copy2(REPO / "nbgrader_config.py", folder / "nbgrader_config.py")
+    shutil.copytree(REPO / "solutions" / A01, folder / "solutions" / A01)
+    (folder / "notebooks" / "mine").mkdir(parents=True)
+    nbformat.write(solved_notebook(course, A01), folder / "notebooks" / "mine" / f"{A01}.ipynb")
     elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    imported = subprocess.run([sys.executable, "-c", "import attention_course.cli as c, autograder.grade; print(c.__file__)"],
+    (elsewhere / "class").mkdir(parents=True)
+
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTN_COURSE_ROOT", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    script = venv / "bin" / "attn-course"
+    run = lambda *args, cwd: subprocess.run([str(script), *args], cwd=cwd, env=env, capture_output=True,
+                                            text=True, timeout=600)
+    imported = subprocess.run([str(python), "-c", "import course_tools.cli as c, autograder.grade as g, "
+                               "attention_course.model as m; print(c.__file__, g.__file__, m.__file__)"],
                               cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
     assert imported.returncode == 0, imported.stderr
-    assert Path(imported.stdout.strip()).is_relative_to(target), "imported the checkout, not the installed copy"
-
-    script = target / "bin" / "attn-course"
-    assert script.exists()
-    run = lambda *args, cwd: subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env,
-                                             capture_output=True, text=True, timeout=300)
+    assert all(Path(f).is_relative_to(site) for f in imported.stdout.split()), "imported the checkout, not the install"
     version = run("--version", cwd=elsewhere)
     assert version.returncode == 0 and version.stdout.strip() == "attn-course 0.1.0", version.stderr
-    # run from the course checkout, the installed CLI finds solutions/ there
-    (elsewhere / "class").mkdir()
-    refused = run("grade", str(elsewhere / "class"), "--out", str(elsewhere / "out"), "--assignment", "nope", cwd=REPO)
-    assert refused.returncode == 2 and "unknown assignment 'nope'; choose from " + ", ".join(assignments()) in refused.stderr
+    # --course names the course: it has one notebook, so that is the only assignment it knows
+    refused = run("--course", str(folder), "grade", str(elsewhere / "class"), "--out", str(elsewhere / "out"),
+                  "--assignment", "nope", cwd=elsewhere)
+    assert refused.returncode == 2 and f"unknown assignment 'nope'; choose from {A01}" in refused.stderr, refused.stderr
     assert not (elsewhere / "out").exists()
-    # anywhere else, it says where it looked
+    # from inside the course folder it is found like git finds its root; the check runs in the sandbox
+    checked = run("check", f"{A01}.ipynb", cwd=folder / "notebooks" / "mine")
+    assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
+    assert "17 / 17 points" in checked.stdout and "FAIL" not in checked.stdout
+    # anywhere else, it says where it looked and what to do
     lost = run("grade", str(elsewhere / "class"), "--out", str(elsewhere / "out"), cwd=elsewhere)
-    assert lost.returncode == 2 and "no solutions folder" in lost.stderr and "ATTN_COURSE_ROOT" in lost.stderr
+    assert lost.returncode == 2 and "no course folder" in lost.stderr and "ATTN_COURSE_ROOT" in lost.stderr, lost.stderr

@@ -23,7 +23,7 @@ def test_two_processes_follow_the_one_process_loss_curve(tmp_path):
     one = training.train("toy", "en", "de", out_dir=tmp_path / "one", progress=False, log=lambda *a: None,
                          accumulate=2, max_steps=STEPS, num_threads=1)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "attention_course.cli", "train", "--config", "toy", "--out", str(tmp_path / "two"),
+           "-m", "course_tools.cli", "train", "--config", "toy", "--out", str(tmp_path / "two"),
            "--max-steps", str(STEPS), "--threads", "1", "--set", "accumulate=1", "--no-progress"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

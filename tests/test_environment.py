@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from attention_course.build import REPO
+from .layout import REPO
 
 
 def _pins(lines):

@@ -9,7 +9,6 @@ import nbformat
 import pytest
 from nbformat.v4 import new_markdown_cell, new_output
 
-from autograder.adversarial import MARKDOWN_SCRIPT
 from autograder.plugins import (
     CELL_OUTPUT_LIMIT,
     FEEDBACK_OUTPUTS,
@@ -19,6 +18,7 @@ from autograder.plugins import (
     student_outputs,
 )
 from autograder.trusted import normalize_submission
+from course_tools.adversarial import MARKDOWN_SCRIPT
 
 from .conftest import autograde, inject, solved_notebook
 

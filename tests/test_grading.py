@@ -9,10 +9,10 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder.demo import run_demo
 from autograder.grade import CSV_COLUMNS, grade
 from autograder.outcomes import Status
 from autograder.selfcheck import format_report, self_check
+from course_tools.demo import run_demo
 
 from .conftest import inject, solved_notebook
 
@@ -161,7 +161,7 @@ def test_grading_is_resumable_and_idempotent(course, tmp_path):
 
 def test_benchmark_grades_the_same_class_both_ways(tmp_path):
     """`attn-course bench` on a small class: both graders finish and give every notebook the same score."""
-    from autograder.bench import benchmark
+    from course_tools.bench import benchmark
 
     report = benchmark(3, tmp_path / "bench", ["01_similarity_attention"])
     assert report["graded_notebooks"] == 3 and report["all_as_designed"], report

@@ -13,13 +13,13 @@ import cloudpickle
 import nbformat
 import pytest
 
-from attention_course.build import REPO
 from autograder import selfcheck, trusted
 from autograder.checks.core import check_exercise
 from autograder.outcomes import Status
 from autograder.sandbox import Limits
 
 from .conftest import NO_SCALE, autograde, inject, solved_notebook
+from .layout import REPO
 
 A01, A02, A05 = "01_similarity_attention", "02_queries_keys_values", "05_masked_cross_attention"
 MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06")

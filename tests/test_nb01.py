@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from attention_course import similarity as ref
-from attention_course.build import notebook_path
 from autograder import serialize, trusted
 from autograder.checks import nb01
 from autograder.checks.core import CheckFailed, check_exercise, run_case
+from autograder.course import notebook_path
 from autograder.sandbox import JobResult
 
 from .conftest import (

@@ -13,9 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.build import REPO
-
 from .conftest import solved_notebook
+from .layout import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -54,14 +53,12 @@ def test_formgraders_autograde_runs_the_trusted_path(course, tmp_path):
 
 def test_the_repository_is_an_nbgrader_course_root(course, tmp_path):
     """generate_assignment, autograde, generate_feedback and export from the repository's own
-    nbgrader_config.py (a copy of the repository's layout, so the checkout is left alone)."""
+    nbgrader_config.py (a copy of the course folder, so the checkout is left alone; the shared
+    settings come from the installed grader, not from the course folder)."""
     root = tmp_path / "repo"
     (root / "solutions").mkdir(parents=True)
     shutil.copy(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(REPO / "solutions" / A01, root / "solutions" / A01)
-    (root / "autograder").mkdir()
-    for name in ("nbgrader_config.py", "nbgrader_grading_config.py"):
-        shutil.copy(REPO / "autograder" / name, root / "autograder" / name)
+    shutil.copytree(REPO / "solutions" / A01, root / "solutions" / A01)  # no autograder/: the installed grader's
 
     done = _nbgrader(root, "generate_assignment", A01, "--force")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from attention_course.build import REPO
+from .layout import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -23,11 +23,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course import cli
-from attention_course.build import REPO, SOLUTIONS, assignments, notebook_path
-from autograder import labcheck, selfcheck
+from autograder import selfcheck
+from autograder.course import assignments, notebook_path
+from course_tools import cli, labcheck
 
 from .conftest import autograde, inject, solved_notebook
+from .layout import REPO, SOLUTIONS
 
 A01 = "01_similarity_attention"
 WRONG_COSINE = "def cosine_similarity(E):\n    return E @ E.T"
@@ -150,7 +151,7 @@ def test_the_entry_depends_on_the_graders_code(monkeypatch):
 def test_lab_config_hides_the_instructor_tools_and_keeps_validate():
     folder = labcheck.config_dir()
     server = json.loads((folder / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"]
-    assert server["autograder.labcheck"] is True
+    assert server["course_tools.labcheck"] is True
     assert {name for name, on in server.items() if not on} == set(labcheck.DISABLED_SERVER_EXTENSIONS)
     page = json.loads((folder / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
     assert {name for name, off in page.items() if off} == set(labcheck.DISABLED_LAB_PLUGINS)
@@ -284,7 +285,7 @@ def test_lab_server_answers_the_validate_button(course, tmp_path, cache):
     env = {**os.environ, selfcheck.CACHE_ENV: str(cache), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     env.pop("JUPYTER_CONFIG_PATH", None)
     server = subprocess.Popen(
-        [sys.executable, "-m", "attention_course.cli", "lab", "--no-browser", "--allow-root", f"--port={port}",
+        [sys.executable, "-m", "course_tools.cli", "lab", "--no-browser", "--allow-root", f"--port={port}",
          f"--ServerApp.token={token}", f"--notebook-dir={root}", "--ServerApp.open_browser=False"],
         env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "server.log").open("w"), start_new_session=True)
     base = f"http://127.0.0.1:{port}"

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.build import SOLUTIONS, notebook_path, prepare_source_course, tool_env
+from autograder.course import notebook_path, prepare_source_course, tool_env
+from autograder.grade import Course, grade
+from autograder.outcomes import Status
+from autograder.sandbox import isolation_mode
 
 from .demo import DEMO_MISTAKES, find_mistake, solved, with_mistake
-from .grade import Course, grade
-from .outcomes import Status
-from .sandbox import isolation_mode
 
 
 def make_class(course: Course, folder: Path, students: int, assignments: list[str]) -> list[str]:
@@ -57,7 +57,7 @@ def make_class(course: Course, folder: Path, students: int, assignments: list[st
 def plain_nbgrader(folder: Path, ids: list[str], work: Path, assignments: list[str]) -> dict[str, float]:
     """Seconds per assignment for stock `nbgrader autograde`, one assignment at a time, over the class."""
     course = work / "plain"
-    assignments = prepare_source_course(course, SOLUTIONS, only=assignments)
+    assignments = prepare_source_course(course, only=assignments)
     for sid in ids:
         for a in assignments:
             target = course / "submitted" / sid / a

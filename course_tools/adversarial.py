@@ -17,7 +17,7 @@ from typing import Callable
 
 import nbformat
 
-from .outcomes import Status
+from autograder.outcomes import Status
 
 ASSIGNMENT = "01_similarity_attention"
 # softmax's cells (3 + 2) and basic self-attention's, which is built on it (3 + 1)
@@ -362,7 +362,7 @@ def write_class(folder, solved, blank, paths: dict, names: list[str] | None = No
     """One student folder per adversary (student id = its name)."""
     from pathlib import Path
 
-    from .sandbox import isolation_mode
+    from autograder.sandbox import isolation_mode
 
     chosen = {a.name: a for a in CATALOGUE if (names is None or a.name in names)
               and (not a.needs or isolation_mode().startswith(a.needs))}

@@ -9,7 +9,7 @@ import sys
 from datetime import date, datetime, timezone
 from pathlib import Path
 
-# attention_course.build (nbformat, ...) is imported by each command that needs it, not here:
+# course_tools.build (nbformat, ...) is imported by each command that needs it, not here:
 # `check` first keeps a slow import out of its way (_without_iri_parser).
 DISTRIBUTION = "attention-course"
 
@@ -28,16 +28,20 @@ def version() -> str:
     except PackageNotFoundError:
         import tomllib
 
-        from .data import REPO  # not .build: the training commands must run without nbgrader installed
+        from attention_course.paths import CourseNotFound, find_course_root  # no nbgrader needed here
 
         try:
-            return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-        except (OSError, KeyError, ValueError):
+            return tomllib.loads((find_course_root() / "pyproject.toml").read_text())["project"]["version"]
+        except (OSError, KeyError, ValueError, CourseNotFound):
             return "unknown"
 
 
 def _build(args) -> int:
-    from .build import REPO, StudentWorkError, build
+    from attention_course.paths import find_course_root
+
+    from .build import StudentWorkError, build
+
+    root = find_course_root()
 
     try:
         written = build(only=args.only or None, execute=args.execute,
@@ -46,7 +50,7 @@ def _build(args) -> int:
         print(f"attn-course build: {err}", file=sys.stderr)
         return 1
     for path in written:
-        print("wrote", path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+        print("wrote", path.relative_to(root) if path.is_relative_to(root) else path)
     return 0
 
 
@@ -137,7 +141,7 @@ def _check_roster(value: str) -> Path:
 
 def _grade_arguments(args) -> dict:
     """Check every argument of `grade` before any setup; the keyword arguments of grade()."""
-    from .build import assignments
+    from autograder.course import assignments
 
     submissions = Path(args.submissions)
     if not submissions.exists():
@@ -215,7 +219,7 @@ def _grade(args) -> int:
 
 
 def _demo(args) -> int:
-    from autograder.demo import print_demo, run_demo
+    from .demo import print_demo, run_demo
 
     results, problems = run_demo(Path(args.out))
     print_demo(results, problems, Path(args.out))
@@ -225,35 +229,37 @@ def _demo(args) -> int:
 def _bench(args) -> int:
     import json
 
-    from autograder.bench import benchmark
+    from .bench import benchmark
 
     print(json.dumps(benchmark(args.students, Path(args.out), args.assignment or None), indent=1))
     return 0
 
 
 def _lab(args) -> int:
-    """JupyterLab on notebooks/, set up for students (see autograder/labcheck.py): the Validate
+    """JupyterLab on notebooks/, set up for students (see course_tools/labcheck.py): the Validate
     button answers with `attn-course check`'s report, nbgrader's instructor tools (formgrader,
     create assignment, assignment and course lists) are off. Every option after `lab` goes to
     `jupyter lab` as it is; with a folder of its own (--notebook-dir / --ServerApp.root_dir: work
     copied out of notebooks/), Lab opens there instead."""
-    from autograder.labcheck import lab_environment
+    from autograder.course import CourseFolder, bin_dir
 
-    from .build import NOTEBOOKS, bin_dir
+    from .labcheck import lab_environment
 
+    folder = CourseFolder.find()
+    os.environ["ATTN_COURSE_ROOT"] = str(folder.root)  # the server's Validate button checks against this course
     os.environ["PATH"] = bin_dir() + os.pathsep + os.environ.get("PATH", "")
     os.environ.update(lab_environment())
     extra = list(args.jupyter_args)
     if extra[:1] == ["--"]:
         extra = extra[1:]
     own_folder = any(a.split("=", 1)[0] in ("--notebook-dir", "--ServerApp.root_dir") for a in extra)
-    cmd = [sys.executable, "-m", "jupyter", "lab", *([] if own_folder else [f"--notebook-dir={NOTEBOOKS}"]), *extra]
+    cmd = [sys.executable, "-m", "jupyter", "lab", *([] if own_folder else [f"--notebook-dir={folder.notebooks}"]), *extra]
     os.execv(sys.executable, cmd)
     return 0  # pragma: no cover
 
 
 def _train(args) -> int:
-    from .train import evaluate, parse_overrides, record, train, tune_length_penalty
+    from attention_course.train import evaluate, parse_overrides, record, train, tune_length_penalty
 
     overrides = {"max_seconds": args.max_seconds, "max_steps": args.max_steps, "num_threads": args.threads,
                  **parse_overrides(args.set)}
@@ -272,7 +278,7 @@ def _train(args) -> int:
 
 
 def _ship(args) -> int:
-    from .checkpoints import ship_run
+    from attention_course.checkpoints import ship_run
 
     run = Path(args.run)
     info = json.loads((run / "config.json").read_text())
@@ -291,7 +297,7 @@ def _bench_translator(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .evaluation import evaluate, evaluate_ensemble, record, tune_length_penalty
+    from attention_course.evaluation import evaluate, evaluate_ensemble, record, tune_length_penalty
 
     if len(args.run) > 1:
         if args.length_penalty is not None:
@@ -322,6 +328,9 @@ def group_readable_umask() -> int:
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attn-course", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--course", metavar="DIR", default=None,
+                        help="the course folder (default: $ATTN_COURSE_ROOT, else found from the current folder "
+                             "upwards, like git: the folder holding solutions/ and nbgrader_config.py)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("build", help="regenerate notebooks/ and the library code from solutions/",
                        description="Regenerate notebooks/ and the library code from solutions/. Refuses to replace "
@@ -412,6 +421,18 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def use_course(folder: str) -> Path:
+    """--course DIR: the course every command of this process (and the tools it starts) works on."""
+    from attention_course.paths import ROOT_ENV, CourseNotFound, find_course_root
+
+    try:
+        root = find_course_root(folder)
+    except CourseNotFound as err:
+        raise UsageError(f"--course: {err}") from None
+    os.environ[ROOT_ENV] = str(root)
+    return root
+
+
 def main(argv: list[str] | None = None) -> int:
     group_readable_umask()
     cli = parser()
@@ -424,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # --help, --version, argparse's own errors (status 2)
         return stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
     try:
+        if args.course is not None:
+            use_course(args.course)
         return args.func(args)
     except UsageError as err:
         print(f"attn-course {args.command}: error: {err}", file=sys.stderr)

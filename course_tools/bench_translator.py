@@ -15,15 +15,15 @@ import time
 import torch
 from torch import nn
 
-from . import bpe, data
-from .batching import encode_pairs, padded_batches
-from .checkpoints import load_shipped
-from .evaluation import translate_texts
-from .hardware import describe_device
-from .layers import state_dict_from_torch
-from .model import Seq2SeqTransformer
-from .recipes import get_config
-from .translate import label_smoothed_cross_entropy, make_masks
+from attention_course import bpe, data
+from attention_course.batching import encode_pairs, padded_batches
+from attention_course.checkpoints import load_shipped
+from attention_course.evaluation import translate_texts
+from attention_course.hardware import describe_device
+from attention_course.layers import state_dict_from_torch
+from attention_course.model import Seq2SeqTransformer
+from attention_course.recipes import get_config
+from attention_course.translate import label_smoothed_cross_entropy, make_masks
 
 SHIPPED = "cpu-hour.en-de"
 

@@ -63,9 +63,9 @@ STYLE = (
 
 def config_dir() -> Path:
     """The Jupyter config folder `attn-course lab` adds: jupyter_config/ of the course checkout."""
-    from attention_course.build import REPO
+    from autograder.course import CourseFolder
 
-    return REPO / "jupyter_config"
+    return CourseFolder.find().root / "jupyter_config"
 
 
 def lab_environment(environ: dict | None = None) -> dict[str, str]:
@@ -98,11 +98,11 @@ def validate_answer(report: str) -> dict:
 
 async def run_check(notebook: Path, timeout: float = CHECK_SECONDS) -> str:
     """`attn-course check NOTEBOOK` in its own process; what it has to say, never a traceback."""
-    from attention_course.build import REPO
+    from autograder.course import CourseFolder
 
-    env = dict(os.environ, ATTN_COURSE_ROOT=str(REPO))
+    env = dict(os.environ, ATTN_COURSE_ROOT=str(CourseFolder.find().root))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "attention_course.cli", "check", str(notebook),
+        sys.executable, "-m", "course_tools.cli", "check", str(notebook),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         cwd=str(notebook.parent), env=env)
     try:
@@ -162,7 +162,7 @@ def _handlers():
 
 
 def _jupyter_server_extension_points():
-    return [{"module": "autograder.labcheck"}]
+    return [{"module": "course_tools.labcheck"}]
 
 
 def _load_jupyter_server_extension(serverapp):

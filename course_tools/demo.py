@@ -12,12 +12,12 @@ from pathlib import Path
 
 import nbformat
 
-from attention_course.build import SOLUTIONS, notebook_path
+from autograder.course import CourseFolder, notebook_path
+from autograder.grade import Course, NotebookResult, format_table, grade
+from autograder.outcomes import Status
+from autograder.sandbox import Limits
 
 from . import adversarial
-from .grade import Course, NotebookResult, format_table, grade
-from .outcomes import Status
-from .sandbox import Limits
 
 # The demo's hang must not hold `make grade` for a minute: a shorter cell limit.
 DEMO_LIMITS = Limits(cell_seconds=10)
@@ -80,7 +80,7 @@ def find_mistake(module: str, graded: str, name: str) -> str:
     raise KeyError(f"no mistake {name!r} for {graded} in autograder.checks.{module}")
 
 
-def make_demo_submissions(out: Path, course: Course, solutions: Path = SOLUTIONS) -> Path:
+def make_demo_submissions(out: Path, course: Course, solutions: Path | None = None) -> Path:
     folder = out / "submissions"
     for assignment in course.assignments:
         release = course.release(assignment)
@@ -117,9 +117,8 @@ def expectations(results: list[NotebookResult]) -> list[str]:
     return problems
 
 
-def run_demo(out: Path, solutions: Path = SOLUTIONS) -> tuple[list[NotebookResult], list[str]]:
+def run_demo(out: Path, solutions: Path | None = None) -> tuple[list[NotebookResult], list[str]]:
     """Build the demo class (three honest students, and a few hostile ones on notebook 01), grade it."""
-    from attention_course.build import REPO
 
     out = Path(out).resolve()
     staging = Course(out / "staging" / "course").setup(solutions)
@@ -127,7 +126,7 @@ def run_demo(out: Path, solutions: Path = SOLUTIONS) -> tuple[list[NotebookResul
     a = adversarial.ASSIGNMENT
     solved01 = solved(staging.release(a), nbformat.read(notebook_path(a, solutions), as_version=4))
     adversarial.write_class(submissions, solved01, staging.release(a),
-                            adversarial.probe_paths(REPO, out / "graded"), adversarial.DEMO)
+                            adversarial.probe_paths(CourseFolder.find().root, out / "graded"), adversarial.DEMO)
     results = grade(submissions, out / "graded", solutions, limits=DEMO_LIMITS)
     return results, expectations(results)
 

@@ -1,0 +1,124 @@
+"""Three packages, one direction of imports: course_tools -> autograder -> attention_course.
+
+attention_course is the library learners import: no grader, no tools, no nbgrader, and no path
+of the checkout (a course folder is found from the current folder, see attention_course/paths.py).
+autograder is the grading engine, handed a course; course_tools ties them together (build, CLI,
+demo, bench). Read from the source (every import, also those inside functions) and checked again
+by importing the library in a fresh interpreter."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+from attention_course import paths
+
+from .layout import REPO
+
+PACKAGES = ("attention_course", "autograder", "course_tools")
+# what each package may import, of the three (and of nbgrader's family)
+ALLOWED = {
+    "attention_course": {"attention_course"},
+    "autograder": {"attention_course", "autograder"},
+    "course_tools": {"attention_course", "autograder", "course_tools"},
+}
+NOTEBOOK_TOOLS = {"nbgrader", "nbformat", "nbconvert", "nbclient", "jupyter_server"}
+
+
+def imported_roots(package: str) -> dict[str, set[str]]:
+    """{module file: top-level names it imports}, relative imports resolved to `package`."""
+    found = {}
+    for path in sorted((REPO / package).rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                names.add(package if node.level else (node.module or "").split(".")[0])
+        found[str(path.relative_to(REPO))] = names
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_go_one_way(package):
+    wrong = {module: sorted((names & set(PACKAGES)) - ALLOWED[package])
+             for module, names in imported_roots(package).items()}
+    wrong = {m: n for m, n in wrong.items() if n}
+    assert not wrong, f"{package} may import only {sorted(ALLOWED[package])}: {wrong}"
+
+
+def test_the_import_graph_has_no_cycle():
+    """Package-level graph from the source: no cycle (the direction test above implies it; this
+    one fails on its own if ALLOWED is ever loosened into a loop)."""
+    graph = {p: set().union(*imported_roots(p).values()) & set(PACKAGES) - {p} for p in PACKAGES}
+
+    def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph[start])
+
+    cycles = [p for p in PACKAGES if reaches(p, p)]
+    assert not cycles, f"import cycle through {cycles}: {graph}"
+
+
+def test_the_library_needs_no_notebook_tooling():
+    used = {m: sorted(n & NOTEBOOK_TOOLS) for m, n in imported_roots("attention_course").items() if n & NOTEBOOK_TOOLS}
+    assert not used, f"the learners' library must not need nbgrader or notebook tooling: {used}"
+
+
+def test_the_library_imports_alone_outside_any_course(tmp_path):
+    """Every module of attention_course imports in a fresh interpreter started outside any course,
+    without pulling in the grader, the tools or nbgrader, and without looking for a course."""
+    modules = sorted(p.stem for p in (REPO / "attention_course").glob("*.py") if p.stem != "__init__")
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}:\n"
+            "    importlib.import_module('attention_course.' + m)\n"
+            f"bad = sorted(k for k in sys.modules if k.split('.')[0] in {sorted({*PACKAGES[1:], *NOTEBOOK_TOOLS})!r})\n"
+            "print(bad)\n")
+    env = {k: v for k, v in os.environ.items() if k != paths.ROOT_ENV}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", f"importing the library loaded {done.stdout.strip()}"
+
+
+def test_the_course_is_found_like_git_finds_its_root(tmp_path, monkeypatch):
+    monkeypatch.delenv(paths.ROOT_ENV, raising=False)
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text("")
+    deep = course / "notebooks" / "06_transformer_translator"
+    deep.mkdir(parents=True)
+    assert paths.find_course_root(deep) == course.resolve()
+    monkeypatch.chdir(deep)
+    assert paths.find_course_root() == course.resolve()
+    assert paths.course_file("models") == course.resolve() / "models"
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(paths.CourseNotFound, match="ATTN_COURSE_ROOT"):
+        paths.find_course_root()
+    monkeypatch.setenv(paths.ROOT_ENV, str(course))
+    assert paths.find_course_root() == course.resolve()
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
+    with pytest.raises(paths.CourseNotFound, match="not a course folder"):
+        paths.find_course_root()
+
+
+def test_the_library_reads_the_course_it_is_run_in(tmp_path, monkeypatch):
+    """The toy corpus and the shipped models come from the course found, not from the checkout
+    the library was imported from."""
+    from attention_course import checkpoints, data
+
+    monkeypatch.delenv(paths.ROOT_ENV, raising=False)
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text("")
+    (course / "data" / "toy").mkdir(parents=True)
+    for lang, line in (("en", "a dog runs ."), ("de", "ein hund rennt .")):
+        (course / "data" / "toy" / f"train.{lang}").write_text(line + "\n")
+    monkeypatch.chdir(course)
+    assert data.load_toy("train", "en", "de") == [("a dog runs .", "ein hund rennt .")]
+    assert data.TOY == course.resolve() / "data" / "toy"
+    assert checkpoints.MODELS == course.resolve() / "models"
+    assert checkpoints.shipped_models() == []

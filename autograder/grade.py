@@ -38,11 +38,9 @@ from .course import (
 )
 from .course import assignments as list_assignments
 from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
-from .sandbox import Limits, World, _contains_needed, make_kit, run_notebook_job
+from .sandbox import World, _contains_needed, make_kit, run_notebook_job
+from .settings import GradingSettings, Limits
 from .submissions import StudentSubmission, collect_all, parse_notebook
-
-# nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call: noise.
-warnings.filterwarnings("ignore", message=".*not in session.*")
 
 # Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
 # their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
@@ -170,6 +168,10 @@ class Course:
         """nbgrader's own Python API, in this process: no second startup per notebook."""
         if getattr(self, "_api", None) is None:
             from nbgrader.apps import NbGraderAPI
+
+            # nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call:
+            # noise. Silenced once the grader drives that API (not when this module is imported).
+            warnings.filterwarnings("ignore", message=".*not in session.*")
             from traitlets.config.loader import PyFileConfigLoader
 
             config = PyFileConfigLoader("nbgrader_config.py", path=str(self.root)).load_config()
@@ -179,7 +181,8 @@ class Course:
     def autograde_with_verdicts(self, assignment: str, student: str, verdicts: Path) -> str | None:
         """nbgrader autograde + generate_feedback for one notebook; None or the reason it failed."""
         with self.lock:
-            os.environ["ATTN_VERDICTS"] = str(verdicts)
+            settings = self.api.config.TrustedVerdicts  # nbgrader's config, read by the preprocessor it makes
+            settings.verdicts_file = str(verdicts)
             try:
                 done = self.api.autograde(assignment, student, force=True, create=True)
                 if not done["success"]:
@@ -188,7 +191,7 @@ class Course:
                 if not done["success"]:
                     return "feedback: " + _nbgrader_reason(done.get("error", "") + done.get("log", ""))
             finally:
-                os.environ.pop("ATTN_VERDICTS", None)
+                settings.verdicts_file = ""
         return None
 
     def set_late_penalty(self, method: str) -> None:
@@ -609,7 +612,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         for path, why in intake.ignored:
             print(f"  {path}: {why}")
     chosen = assignments or course.assignments
-    workers = workers or int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1)
+    workers = workers or GradingSettings().worker_count
     done: list[NotebookResult] = []
     started = time.time()
 

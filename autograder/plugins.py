@@ -16,6 +16,7 @@ import time
 
 from jinja2 import pass_context
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+from traitlets import Unicode
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -75,15 +76,18 @@ class TrustedVerdicts(NbGraderPreprocessor):
     nothing runs them.
     """
 
+    verdicts_file = Unicode("", help="A JSON file of the verdicts, decided already (`attn-course grade` sets it "
+                                     "per notebook); empty: run the notebook in the sandbox and judge it now"
+                            ).tag(config=True)
+
     def preprocess(self, nb, resources):
         import json
-        import os
 
         from nbformat.v4 import new_output
 
         from .outcomes import Verdict
 
-        path = os.environ.get("ATTN_VERDICTS")
+        path = self.verdicts_file
         if path:  # `attn-course grade` decided the verdicts already
             with open(path) as fh:
                 verdicts = json.load(fh)
@@ -117,6 +121,7 @@ class TrustedVerdicts(NbGraderPreprocessor):
         from pathlib import Path
 
         from .grade import verdicts_in_sandbox
+        from .settings import Limits
 
         coursedir = self.config.CourseDirectory
         root = Path(coursedir.get("root") or os.getcwd())
@@ -128,7 +133,7 @@ class TrustedVerdicts(NbGraderPreprocessor):
         hidden = [str(root / coursedir.get(key, default)) for key, default in
                   (("submitted_directory", "submitted"), ("autograded_directory", "autograded"),
                    ("feedback_directory", "feedback"), ("source_directory", "source"))]
-        return verdicts_in_sandbox(source, nb, hidden + [str(root)])
+        return verdicts_in_sandbox(source, nb, hidden + [str(root)], Limits.from_env())  # nbgrader's process: an edge
 
 
 # --------------------------------------------------------------------------- the student's outputs

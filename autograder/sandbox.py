@@ -49,6 +49,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from .channel import MAX_TOTAL_BYTES, Reader, Received
+from .settings import Limits
+
+__all__ = ["Limits", "World", "Incident", "JobResult", "isolation_mode", "make_kit", "run_notebook_job"]
 
 SANDBOX_UID = 65534  # nobody
 SCRATCH = "/dev/shm"  # the namespaces fallback's private scratch (a tmpfs every Linux has)
@@ -65,16 +68,6 @@ PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/latency_stats",
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
              "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/alternatives", "/etc/fonts",
              "/etc/matplotlibrc")
-
-
-@dataclass
-class Limits:
-    cell_seconds: float = float(os.environ.get("ATTN_CELL_TIMEOUT", 60))
-    notebook_seconds: float = float(os.environ.get("ATTN_NOTEBOOK_TIMEOUT", 300))
-    memory_bytes: int = int(float(os.environ.get("ATTN_MEMORY_GB", 6)) * 2**30)
-    processes: int = int(os.environ.get("ATTN_MAX_PROCESSES", 256))
-    file_bytes: int = 256 * 2**20
-    restarts: int = 4
 
 
 @dataclass
@@ -221,7 +214,7 @@ def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp") -> d
     home = f"{scratch}/home" if mode == "bubblewrap" else f"{scratch}/job"
     grader = GRADER_DIR if mode == "bubblewrap" else f"{SCRATCH}/.grader"
     keep.update(HOME=home, USER="student", LOGNAME="student", MPLBACKEND="Agg", OMP_NUM_THREADS="1",
-                MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", ATTN_IN_SANDBOX="1",
+                MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
                 IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.mpl", TMPDIR=scratch,
                 PYTHONPATH=grader, ATTN_GRADER_PATH=grader, ATTN_IN_FD=str(in_fd), ATTN_OUT_FD=str(out_fd))
     return keep

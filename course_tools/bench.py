@@ -26,6 +26,7 @@ from autograder.course import notebook_path, prepare_source_course, tool_env
 from autograder.grade import Course, grade
 from autograder.outcomes import Status
 from autograder.sandbox import isolation_mode
+from autograder.settings import GradingSettings
 
 from .demo import DEMO_MISTAKES, find_mistake, solved, with_mistake
 
@@ -81,7 +82,10 @@ def plain_scores(work: Path) -> dict[tuple[str, str], float]:
         return {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
 
 
-def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments: list[str] | None = None) -> dict:
+def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments: list[str] | None = None,
+              settings: GradingSettings | None = None) -> dict:
+    settings = settings or GradingSettings()
+    workers = settings.worker_count
     work = Path(work).resolve()
     shutil.rmtree(work, ignore_errors=True)
     staging = Course(work / "staging" / "course").setup(only=assignments)
@@ -91,7 +95,7 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
     per_assignment = plain_nbgrader(folder, ids, work, assignments)
     baseline = sum(per_assignment.values())
     started = time.perf_counter()
-    results = grade(folder, work / "ours", progress=False)
+    results = grade(folder, work / "ours", progress=False, workers=workers, limits=settings.limits)
     ours = time.perf_counter() - started
     plain = plain_scores(work)
     disagree = sorted(f"{r.student_id}/{r.notebook}: plain {plain.get((r.student_id, r.notebook))}, ours {r.score}"
@@ -104,7 +108,7 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
         "plain_nbgrader_seconds_per_notebook": per_assignment,
         "attn_course_grade_seconds": round(ours, 1),
         "speedup": round(baseline / ours, 2),
-        "workers": int(os.environ.get("ATTN_GRADE_WORKERS", 0)) or (os.cpu_count() or 1),
+        "workers": workers,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "sandbox": isolation_mode(),
         "graded_notebooks": len([r for r in results if r.status is not Status.MISSING]),

@@ -63,11 +63,21 @@ def _without_iri_parser() -> None:
         sys.modules.setdefault("rfc3987_syntax", None)  # jsonschema then skips its "iri" formats
 
 
+def _settings():
+    """The grading settings: defaults, with the ATTN_* overrides read here, once (autograder/settings.py)."""
+    from autograder.settings import GradingSettings, SettingError
+
+    try:
+        return GradingSettings.from_env()
+    except SettingError as err:
+        raise UsageError(str(err)) from None
+
+
 def _check(args) -> int:
     _without_iri_parser()
     from autograder.selfcheck import format_report, self_check
 
-    result, verdicts = self_check(Path(args.notebook))
+    result, verdicts = self_check(Path(args.notebook), limits=_settings().limits)
     print(format_report(result, verdicts))
     return 0 if result.score == result.max_score else 1
 
@@ -160,8 +170,10 @@ def _grade_arguments(args) -> dict:
         students.append(s.strip())
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: give at least 1")
+    settings = _settings()
     return dict(assignments=list(dict.fromkeys(chosen)) or None, students=list(dict.fromkeys(students)) or None,
-                force=args.force, workers=args.workers, due=_due_dates(args, known),
+                force=args.force, workers=args.workers or settings.worker_count, limits=settings.limits,
+                due=_due_dates(args, known),
                 roster=_check_roster(args.roster) if args.roster else None)
 
 
@@ -231,7 +243,7 @@ def _bench(args) -> int:
 
     from .bench import benchmark
 
-    print(json.dumps(benchmark(args.students, Path(args.out), args.assignment or None), indent=1))
+    print(json.dumps(benchmark(args.students, Path(args.out), args.assignment or None, _settings()), indent=1))
     return 0
 
 

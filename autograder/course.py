@@ -7,11 +7,14 @@ of this package (`autograder/nbgrader_config.py`) and sets its own root.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +23,8 @@ import nbformat
 from attention_course.paths import CourseNotFound, find_course_root, is_course
 
 __all__ = ["CourseFolder", "CourseNotFound", "assignments", "is_course", "exported_module", "notebook_path",
-           "prepare_source_course", "select", "solutions_dir", "tool_env", "write_course_config"]
+           "prepare_grading_course", "prepare_source_course", "select", "solutions_dir", "tool_env",
+           "write_course_config"]
 
 NBGRADER_CONFIG = Path(__file__).resolve().parent / "nbgrader_config.py"  # this package's shared settings
 EXPORT = "#| export"
@@ -172,4 +176,93 @@ def prepare_source_course(course: Path, solutions: str | Path | None = None, db_
         target.mkdir(parents=True)
         shutil.copy2(notebook_path(a, solutions), target / f"{a}.ipynb")
         nbgrader(course, "generate_assignment", a, "--force")
+    return names
+
+
+# --------------------------------------------------------------------------- prepared courses, reused
+READY = "ready"  # written last in a prepared entry: its presence means the entry is complete
+KEEP_UNUSED_SECONDS = 30 * 24 * 3600  # entries nobody used for this long are removed
+
+
+def prepared_courses_dir() -> Path:
+    """Where prepared grading courses are kept: $XDG_CACHE_HOME/attention-course/courses, else
+    ~/.cache/attention-course/courses. They hold the reference notebooks: student code never sees
+    this folder (the sandbox hides it)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser().resolve() / "attention-course" / "courses"
+
+
+def _entry_key(solutions: Path, names: list[str]) -> str:
+    """Everything generate_assignment's output depends on: the notebooks, nbgrader's version and
+    the shared settings it runs with."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(f"nbgrader {version('nbgrader')}\n".encode())
+    digest.update(NBGRADER_CONFIG.read_bytes())
+    for name in names:
+        digest.update(f"\n{name}\n".encode())
+        digest.update(notebook_path(name, solutions).read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def _prune(root: Path, keep: Path) -> None:
+    for entry in root.iterdir():
+        try:
+            if entry != keep and time.time() - entry.stat().st_mtime > KEEP_UNUSED_SECONDS:
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _prepared_entry(solutions: Path, names: list[str]) -> Path:
+    """The cached result of prepare_source_course for these notebooks: made once (in a folder
+    aside, then renamed into place, so a half-made entry is never used)."""
+    root = prepared_courses_dir()
+    entry = root / _entry_key(solutions, names)
+    if (entry / READY).is_file():
+        os.utime(entry)  # in use
+        return entry
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        prepare_source_course(staging / "course", solutions, f"sqlite:///{staging / 'gradebook.db'}", names)
+        (staging / READY).write_text("\n".join(names) + "\n")
+        if entry.exists() and not (entry / READY).is_file():
+            shutil.rmtree(entry, ignore_errors=True)  # a broken entry (no READY): replaced
+        try:
+            staging.rename(entry)
+        except OSError:  # another process made it first: theirs is as good
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _prune(root, entry)
+    return entry
+
+
+def prepare_grading_course(course: Path, db_path: Path, solutions: str | Path | None = None,
+                           only: list[str] | None = None) -> list[str]:
+    """`prepare_source_course` for a new grading folder, reused: the source, the release and the
+    gradebook that generate_assignment makes for these exact notebooks are kept (see
+    `prepared_courses_dir`) and copied, so a second grading folder costs a copy, not an nbgrader
+    run per notebook. A gradebook that exists already is never replaced (it may hold grades):
+    then, or where the cache cannot be written, nbgrader runs as before."""
+    solutions = solutions_dir(solutions)
+    names = select(solutions, only)
+    db_url = f"sqlite:///{db_path}"
+    if Path(db_path).exists():
+        return prepare_source_course(course, solutions, db_url, names)
+    try:
+        entry = _prepared_entry(solutions, names)
+    except OSError:
+        return prepare_source_course(course, solutions, db_url, names)
+    write_course_config(course, db_url)
+    for name in names:
+        for part in ("source", "release"):
+            target = course / part / name
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(entry / "course" / part / name, target)
+    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(entry / "gradebook.db", db_path)
     return names

@@ -32,7 +32,8 @@ from .course import (
     CourseNotFound,
     is_course,
     library_dir,
-    prepare_source_course,
+    prepare_grading_course,
+    prepared_courses_dir,
     reference_module,
     solutions_dir,
 )
@@ -157,7 +158,7 @@ class Course:
             return self._kit
 
     def setup(self, solutions: Path | None = None, only: list[str] | None = None) -> "Course":
-        prepare_source_course(self.root, solutions, self.db_url, only)
+        prepare_grading_course(self.root, self.db_path, solutions, only)
         config = self.root / "nbgrader_config.py"
         config.write_text(config.read_text() + GRADING_CONFIG)
         self.lock = threading.Lock()  # the gradebook is SQLite: one nbgrader writer at a time
@@ -294,7 +295,7 @@ def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: Cour
     folder = folder or _course_folder()
     library = library_dir()
     private = [str(p) for p in folder.private] if folder else []
-    hide = [*private, str(library / "__pycache__"), *hidden, str(Path.home())]
+    hide = [*private, str(library / "__pycache__"), *hidden, str(prepared_courses_dir()), str(Path.home())]
     stubs = []
     exported = reference_module(source)
     if exported:

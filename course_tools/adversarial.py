@@ -210,6 +210,18 @@ for _root, _dirs, _files in os.walk("/"):
             SANDBOX_HELD = False
 """
 
+READ_PREPARED = """
+import os
+SANDBOX_HELD = True
+for _root, _dirs, _files in os.walk({prepared!r}):
+    for _f in _files:
+        try:
+            open(os.path.join(_root, _f), "rb").read(1)
+            SANDBOX_HELD = False
+        except OSError:
+            pass
+"""
+
 # ---- honesty bypasses on notebook 02 (scaled dot-product attention): each replaces the graded
 # cell (or adds a cell before it); `expect` is the fair score, `review` whether a human must look.
 NB02 = "02_queries_keys_values"
@@ -300,6 +312,8 @@ CATALOGUE: list[Adversary] = [
     # ---- isolation probes: softmax is right only if the sandbox held
     Adversary("reads-solutions", "tries to read the solution notebook", _probe(_read_denied("solution")), "full"),
     Adversary("reads-gradebook", "tries to read the gradebook", _probe(_read_denied("gradebook")), "full"),
+    Adversary("reads-prepared-courses", "walks the grader's cache of prepared courses (reference notebooks)",
+              _probe(READ_PREPARED), "full"),
     Adversary("reads-other-students", "tries to read another student's submission", _probe(_read_denied("other_student")), "full"),
     Adversary("reads-hidden-tests", "reads the hidden-test module's source",
               _probe("try:\n    SANDBOX_HELD = 'EXERCISES' not in open({checks!r}).read()\nexcept OSError:\n    SANDBOX_HELD = True\n"), "full"),
@@ -344,8 +358,11 @@ def probe_paths(repo, out, port: int = 9) -> dict:
     """The places the isolation probes try to reach, for a grading run writing into `out`."""
     from pathlib import Path
 
+    from autograder.course import prepared_courses_dir
+
     repo, out = Path(repo), Path(out)
     return {
+        "prepared": str(prepared_courses_dir()),
         "solution": str(repo / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"),
         "gradebook": str(out / "gradebook.db"),
         "other_student": str(out / "course" / "submitted" / "solved" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"),

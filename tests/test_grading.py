@@ -3,6 +3,7 @@ without hidden tests, the submission layouts, and the student self-check."""
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 import zipfile
 
@@ -11,6 +12,7 @@ import pytest
 
 from autograder.grade import CSV_COLUMNS, grade
 from autograder.outcomes import Status
+from autograder.sandbox import isolation_mode
 from autograder.selfcheck import format_report, self_check
 from course_tools.demo import run_demo
 
@@ -167,4 +169,7 @@ def test_benchmark_grades_the_same_class_both_ways(tmp_path):
     assert report["graded_notebooks"] == 3 and report["all_as_designed"], report
     assert report["same_scores_as_plain_nbgrader"], report.get("score_disagreements")
     assert list(report["plain_nbgrader_seconds_per_notebook"]) == ["01_similarity_attention"]
-    assert report["speedup"] > 0
+    ratio = report["plain_nbgrader_serial_seconds"] / report["attn_course_grade_seconds"]  # both rounded to 0.1 s
+    assert report["speedup"] == pytest.approx(ratio, rel=0.02, abs=0.01)
+    assert report["plain_nbgrader_serial_seconds"] == round(sum(report["plain_nbgrader_seconds_per_notebook"].values()), 1)
+    assert report["workers"] == (os.cpu_count() or 1) and report["sandbox"] == isolation_mode()

@@ -1,0 +1,98 @@
+"""The course the grader is handed (autograder/course.py): its folder, and the prepared grading
+courses reused between grading folders (one nbgrader run per notebook per machine, not per run)."""
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder import course as course_module
+from autograder.course import CourseFolder, prepare_grading_course, prepared_courses_dir
+
+from .layout import REPO
+
+A01 = "01_similarity_attention"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return prepared_courses_dir()
+
+
+@pytest.fixture
+def solutions(tmp_path):
+    folder = tmp_path / "solutions"
+    shutil.copytree(REPO / "solutions" / A01, folder / A01)
+    return folder
+
+
+def _no_nbgrader(*args, **kwargs):
+    raise AssertionError("nbgrader ran although the prepared course was in the cache")
+
+
+def _max_points(db_path) -> float:
+    with Gradebook(f"sqlite:///{db_path}") as gb:
+        return sum(c.max_score for c in gb.find_notebook(A01, A01).grade_cells)
+
+
+def test_a_second_grading_folder_is_copied_not_generated(tmp_path, cache, solutions, monkeypatch):
+    first = tmp_path / "one" / "course"
+    assert prepare_grading_course(first, first.parent / "gradebook.db", solutions) == [A01]
+    assert [p.name for p in cache.iterdir()] and all((p / "ready").is_file() for p in cache.iterdir())
+    monkeypatch.setattr(course_module, "nbgrader", _no_nbgrader)
+    second = tmp_path / "two" / "course"
+    assert prepare_grading_course(second, second.parent / "gradebook.db", solutions) == [A01]
+    for part in ("source", "release"):
+        a, b = (c / part / A01 / f"{A01}.ipynb" for c in (first, second))
+        assert nbformat.read(a, as_version=4) == nbformat.read(b, as_version=4)
+    assert _max_points(second.parent / "gradebook.db") == _max_points(first.parent / "gradebook.db") == 17
+    config = (second / "nbgrader_config.py").read_text()
+    assert str(second) in config and str(second.parent / "gradebook.db") in config and str(first) not in config
+
+
+def test_a_changed_notebook_is_prepared_afresh(tmp_path, cache, solutions):
+    prepare_grading_course(tmp_path / "a" / "course", tmp_path / "a" / "gradebook.db", solutions)
+    path = solutions / A01 / f"{A01}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A note added by the instructor."))
+    nbformat.write(nb, path)
+    prepare_grading_course(tmp_path / "b" / "course", tmp_path / "b" / "gradebook.db", solutions)
+    assert len(list(cache.iterdir())) == 2
+    release = nbformat.read(tmp_path / "b" / "course" / "release" / A01 / f"{A01}.ipynb", as_version=4)
+    assert release.cells[-1].source == "A note added by the instructor."
+
+
+def test_an_existing_gradebook_is_never_replaced(tmp_path, cache, solutions, monkeypatch):
+    """A gradebook may hold grades: the cache's copy never lands on it (nbgrader updates it instead)."""
+    db = tmp_path / "gradebook.db"
+    db.write_bytes(b"the grades of last week")
+    calls = []
+    monkeypatch.setattr(course_module, "prepare_source_course", lambda *a, **k: calls.append(a) or [A01])
+    prepare_grading_course(tmp_path / "course", db, solutions)
+    assert db.read_bytes() == b"the grades of last week" and len(calls) == 1
+    assert not cache.exists() or not list(cache.iterdir())
+
+
+def test_a_broken_entry_is_replaced(tmp_path, cache, solutions):
+    names = [A01]
+    broken = cache / course_module._entry_key(solutions, names)
+    (broken / "course").mkdir(parents=True)  # no "ready": never used
+    prepare_grading_course(tmp_path / "course", tmp_path / "gradebook.db", solutions)
+    assert (broken / "ready").is_file() and _max_points(tmp_path / "gradebook.db") == 17
+
+
+def test_an_unwritable_cache_falls_back_to_nbgrader(tmp_path, solutions, monkeypatch):
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    prepare_grading_course(tmp_path / "course", tmp_path / "gradebook.db", solutions)
+    assert _max_points(tmp_path / "gradebook.db") == 17
+
+
+def test_the_course_folder_of_the_checkout():
+    folder = CourseFolder.find(REPO / "notebooks")
+    assert folder.root == REPO and folder.solutions == REPO / "solutions"
+    assert {p.name for p in folder.private} >= {"solutions", ".git", "tests", "autograder", "course_tools"}

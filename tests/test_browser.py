@@ -105,8 +105,9 @@ def visible_text(page) -> str:
 # --------------------------------------------------------------------------- JupyterLab
 def lab_command(root_dir: Path, port: int, token: str) -> list[str]:
     """How the test starts JupyterLab: `attn-course lab`, as a student does (it turns on the
-    course's check behind the Validate button and turns off the instructor's tools)."""
-    return [str(Path(sys.executable).parent / "attn-course"), "lab", "--no-browser", "--allow-root",
+    course's check behind the Validate button and turns off the instructor's tools). The student's
+    folder is outside the course here, so the course is named with --course."""
+    return [str(Path(sys.executable).parent / "attn-course"), "--course", str(REPO), "lab", "--no-browser", "--allow-root",
             f"--ServerApp.token={token}", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root_dir}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]

@@ -65,18 +65,30 @@ def random_state(template, rng) -> dict:
     return state
 
 
+def flag(value) -> np.ndarray:
+    """A yes/no answer as a case returns it: a one-entry boolean array, [value]."""
+    return np.array([bool(value)])
+
+
+def raises(error, call, *args, propagate=(), otherwise=(), **kwargs) -> np.ndarray:
+    """flag(True) when `call(*args, **kwargs)` raises `error`, flag(False) when it returns or raises one
+    of `otherwise` (and not of `propagate`); any other exception propagates, so the case reports it as
+    a crash (or as a stub's NotImplementedError, or a forbidden call)."""
+    try:
+        call(*args, **kwargs)
+    except error:
+        return flag(True)
+    except propagate:
+        raise
+    except otherwise:
+        return flag(False)
+    return flag(False)
+
+
 def raises_value_error(make) -> np.ndarray:
     """[True] when `make()` raises ValueError, [False] when it returns or raises anything else (a
     stub's NotImplementedError and a forbidden call still propagate: they are not answers)."""
-    try:
-        make()
-    except ValueError:
-        return np.array([True])
-    except (NotImplementedError, ForbiddenCall):
-        raise
-    except Exception:  # noqa: BLE001 - any other outcome is "did not raise ValueError"
-        return np.array([False])
-    return np.array([False])
+    return raises(ValueError, make, propagate=(NotImplementedError, ForbiddenCall), otherwise=Exception)
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,27 @@ class Mistake:
         env.update(namespace or {})
         exec(textwrap.dedent(self.code), env)  # our own catalogue
         return env[graded_name]
+
+
+class Variant(str):
+    """A mistake's code written as changes to a correct template (made by `variant`): the text, with
+    the template and the (old, new) replacements kept, so that a test can replay them."""
+
+    template: str
+    replacements: tuple[tuple[str, str], ...]
+
+
+def variant(template: str, *replacements: tuple[str, str]) -> Variant:
+    """`template` with each (old, new) replaced in turn. ValueError when an `old` is not in the text at
+    its turn: a reworded template must not silently turn a mistake into a copy of the correct code."""
+    source = template
+    for old, new in replacements:
+        if old not in source:
+            raise ValueError(f"mistake template: {old!r} not found")
+        source = source.replace(old, new)
+    made = Variant(source)
+    made.template, made.replacements = template, tuple(replacements)
+    return made
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Checks for notebook 02, "Queries, keys and values" (PyTorch).
 
 Cases are pickled by value into the grading sandbox, where neither this module nor the
-reference module can be imported: they may use torch, numpy and what is defined here, nothing
-from attention_course. Every case runs on float32 tensors built from the exercise's own random generator, so the
-student's code sees exactly the inputs the reference sees. Modules are compared by loading one
-random state_dict (the spec's attribute names) into the student's module: no case depends on how
-the student's code draws its initial weights.
+reference module can be imported: they may use torch, numpy, what is defined here and the kit the
+sandbox holds (`.core`, `.tensors`), nothing from attention_course. Every case runs on float32
+tensors built from the exercise's own random generator, so the student's code sees exactly the
+inputs the reference sees. Modules are compared by loading one random state_dict (the spec's
+attribute names) into the student's module: no case depends on how the student's code draws its
+initial weights.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from attention_course import attention as ref
 
 from .core import Case, Exercise, Mistake, make_checker, reference_guard
-from .tensors import Builtin, causal, random_mask, tensor
+from .tensors import Builtin, backpropagate, causal, random_mask, shape_text, tensor
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -29,18 +30,6 @@ RTOL, ATOL = 1e-4, 1e-5
 TORCH_SDPA = Builtin("torch.nn.functional.scaled_dot_product_attention", ref.__name__)
 
 
-def _shape(t) -> str:
-    return "[" + ", ".join(str(s) for s in t.shape) + "]"
-
-
-def _backward(out, weights) -> None:
-    """Backpropagate a fixed random linear function of the output and the weights."""
-    g = torch.Generator().manual_seed(0)
-    loss = (out * torch.randn(out.shape, generator=g)).sum() + (weights * torch.randn(weights.shape, generator=g)).sum()
-    if loss.requires_grad:
-        loss.backward()
-
-
 # --------------------------------------------------------------------------- scaled_dot_product_attention
 def _sdpa_case(description, q, k, v, mask=None, grads=False):
     def run(f):
@@ -50,7 +39,7 @@ def _sdpa_case(description, q, k, v, mask=None, grads=False):
         if grads:
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
             out, w = f(qq, kk, vv, None if mask is None else mask.clone())
-            _backward(out, w)
+            backpropagate(out, w)
             return out, w, qq.grad, kk.grad, vv.grad
         return f(q.clone(), k.clone(), v.clone(), None if mask is None else mask.clone())
     return Case(description, run)
@@ -72,7 +61,7 @@ def _sdpa_cases(rng):
         q = tensor(rng, *q_shape, scale=1.5)
         k = tensor(rng, *lead, T_k, d_k, scale=1.5)
         v = tensor(rng, *lead, T_k, d_v)
-        cases.append(_sdpa_case(f"q {_shape(q)}, k {_shape(k)}, v {_shape(v)} (no mask)", q, k, v))
+        cases.append(_sdpa_case(f"q {shape_text(q)}, k {shape_text(k)}, v {shape_text(v)} (no mask)", q, k, v))
     return cases
 
 
@@ -221,7 +210,7 @@ def _self_attention_case(rng, description, args, x_shape, mask=None, grads=False
                 return layer(x.clone(), mask=m) if m is not None else layer(x.clone())
         xx = x.clone().requires_grad_()
         out, w = layer(xx, mask=m) if m is not None else layer(xx)
-        _backward(out, w)
+        backpropagate(out, w)
         params = dict(layer.named_parameters())
         return (out, w, xx.grad) + tuple(params[name].grad if name in params else None for name in state)
 

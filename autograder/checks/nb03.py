@@ -15,22 +15,16 @@ import torch.nn.functional as F
 
 from attention_course import multihead as ref
 
-from .core import Case, Exercise, Mistake, make_checker, numbers, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, numbers, raises, reference_guard
 from .nb02 import ATTEND_SOURCE
-from .tensors import Builtin, causal, random_mask, tensor
+from .tensors import Builtin, backpropagate, causal, random_mask, tensor
 
 # Cases are pickled by value into the grading sandbox, where neither the other checks modules
 # nor this notebook's reference module can be imported: what a case holds comes from this module
-# or from `.tensors` (never from nb02), and no case holds an object of attention_course.multihead.
+# or from the kit the sandbox holds, `.core` and `.tensors` (never from nb02), and no case holds an
+# object of attention_course.multihead.
 RTOL, ATOL = 1e-4, 1e-5
 
-
-def _backward(out, weights) -> None:
-    """Backpropagate a fixed random linear function of the output and the weights."""
-    g = torch.Generator().manual_seed(0)
-    loss = (out * torch.randn(out.shape, generator=g)).sum() + (weights * torch.randn(weights.shape, generator=g)).sum()
-    if loss.requires_grad:
-        loss.backward()
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = (
@@ -41,10 +35,6 @@ NO_BUILTIN = (
      "to write yourself"),
 )
 TORCH_MHA = Builtin("torch.nn.MultiheadAttention", ref.__name__)
-
-
-def _flag(value: bool) -> np.ndarray:
-    return np.array([bool(value)])
 
 
 def _changed(before, after) -> bool:
@@ -97,17 +87,11 @@ def _dropout_structure_verdict(p: float, H: int, T_k: int):
     return verdict
 
 
-def _shape(t) -> str:
-    return "[" + ", ".join(str(s) for s in t.shape) + "]"
-
-
 # --------------------------------------------------------------------------- split / merge
-def _raises_value_error(f, x, num_heads) -> np.ndarray:
-    try:
-        f(x.clone(), num_heads)
-    except ValueError:
-        return _flag(True)
-    return _flag(False)
+def _rejects_head_count(f, x, num_heads) -> np.ndarray:
+    """Whether split_heads(x, num_heads) raised ValueError ([True] / [False]); any other exception
+    propagates and is reported as the crash it is."""
+    return raises(ValueError, f, x.clone(), num_heads)
 
 
 def _split_cases(rng):
@@ -119,7 +103,7 @@ def _split_cases(rng):
         x = tensor(rng, *shape)
         cases.append(Case(f"x {list(shape)}, num_heads={H}: {shape[-1]} is not divisible by {H}, "
                           f"so split_heads must raise ValueError (returns whether it did)",
-                          lambda f, x=x, H=H: _raises_value_error(f, x, H)))
+                          lambda f, x=x, H=H: _rejects_head_count(f, x, H)))
     return cases
 
 
@@ -250,7 +234,7 @@ def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mas
                 return forward(layer, inputs)
         inputs = [t.requires_grad_() for t in inputs]
         out, w = forward(layer, inputs)
-        _backward(out, w)
+        backpropagate(out, w)
         params = dict(layer.named_parameters())
         used = {"self": 1, "key": 2, "key_value": 3}[call]
         return ((out, w) + tuple(t.grad for t in inputs[:used])

@@ -7,14 +7,11 @@ import torch
 from attention_course import positional as ref
 
 from .core import Case, Exercise, Mistake, make_checker, numbers, raises_value_error, reference_guard
+from .tensors import tensor
 
 HONESTY = tuple(reference_guard(ref))
 # float32 tables: a correct implementation may compute angles in float32 (error ~ pos * 1e-7).
 RTOL, ATOL = 1e-4, 1e-4
-
-
-def _x(rng, *shape) -> torch.Tensor:
-    return torch.tensor(rng.normal(size=shape), dtype=torch.float32)
 
 
 # --------------------------------------------------------------------------- cases
@@ -42,7 +39,7 @@ def _with_table(cls, d, max_len, table, x):
 
 
 def _module_cases(rng):
-    x = _x(rng, 3, 11, 16)
+    x = tensor(rng, 3, 11, 16)
     table = ref.sinusoidal_positional_encoding(60, 16)
     cases = [
         Case("PositionalEncoding(16, max_len=60) on x of shape [B=3, T=11, 16] (with the correct table "
@@ -53,7 +50,7 @@ def _module_cases(rng):
              lambda cls: cls(12, max_len=30).pe),
     ]
     for (B, T, d, max_len) in [(3, 11, 16, 60), (2, 5, 8, None), (1, 7, 32, 40), (4, 4, 8, 20), (2, 12, 6, 12)]:
-        x = _x(rng, B, T, d)
+        x = tensor(rng, B, T, d)
         kwargs = {} if max_len is None else {"max_len": max_len}
         desc = (f"PositionalEncoding({d}{'' if max_len is None else f', max_len={max_len}'}) "
                 f"on x of shape [B={B}, T={T}, {d}]")
@@ -126,7 +123,7 @@ def _dropout_flags(p: float):
 def _dropout_cases(rng):
     cases = []
     for p, shape in [(0.3, (8, 40, 32)), (0.5, (4, 50, 48)), (0.0, (2, 9, 8))]:
-        x = _x(rng, *shape)
+        x = tensor(rng, *shape)
         cases.append(Case(f"dropout={p}, x of shape {list(shape)}; the four answers: [training mode changes "
                           f"the output, kept entries are (x + pe) / (1 - p), about a fraction p = {p} is zeroed, "
                           f"evaluation mode drops nothing]",

@@ -13,7 +13,8 @@ from torch import nn
 from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
 
-from .core import Case, Exercise, Mistake, make_checker, numbers, random_state, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, numbers, random_state, reference_guard, variant
+from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, tensor
 
 HONESTY = tuple(reference_guard(ref))
 _BUILT_IN = ("it calls PyTorch's built-in Transformer layers; build the layer from MultiHeadAttention, "
@@ -25,24 +26,10 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 # --------------------------------------------------------------------------- helpers
-def _t(array) -> torch.Tensor:
-    return torch.tensor(np.asarray(array), dtype=torch.float32)
-
-
 def _load(module: nn.Module, state: dict) -> nn.Module:
-    """Load `state` into the student's module (strictly, with a message naming the expected attributes)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
-    params = {name for name, _ in module.named_parameters()}
-    missing = sorted(set(state) - set(module.state_dict()))
-    unexpected = sorted(params - set(state))  # extra buffers (a cached mask, say) are fine
-    if missing or unexpected:
-        raise AttributeError(
-            "the module's parameters do not have the names this notebook asks for"
-            + (f"; missing: {', '.join(missing[:6])}" if missing else "")
-            + (f"; unexpected: {', '.join(unexpected[:6])}" if unexpected else ""))
-    module.load_state_dict(state, strict=False)
-    return module.eval()
+    """Load `state` into the student's module, with a message naming the expected attributes (a wrong
+    shape is left to PyTorch's load_state_dict error, which the grader summarizes)."""
+    return load_state(module, state, check_shapes=False)
 
 
 def _keep(rng, B, T, min_len=1) -> torch.Tensor:
@@ -59,11 +46,11 @@ def _fill_torch(layer: nn.Module, rng) -> nn.Module:
         for name, p in layer.named_parameters():
             if name.startswith("norm"):
                 base = 1.0 if name.endswith("weight") else 0.0
-                p.copy_(_t(base + 0.2 * rng.normal(size=tuple(p.shape))))
+                p.copy_(as_float32(base + 0.2 * rng.normal(size=tuple(p.shape))))
             elif p.dim() == 2:
-                p.copy_(_t(rng.normal(size=tuple(p.shape)) / np.sqrt(p.shape[1])))
+                p.copy_(as_float32(rng.normal(size=tuple(p.shape)) / np.sqrt(p.shape[1])))
             else:
-                p.copy_(_t(0.1 * rng.normal(size=tuple(p.shape))))
+                p.copy_(as_float32(0.1 * rng.normal(size=tuple(p.shape))))
     return layer.train()  # training mode with dropout 0: PyTorch's exact (non-fused) path
 
 
@@ -75,38 +62,33 @@ def _causal_cases(rng):
     return [Case(f"causal_mask({n})", lambda f, n=n: f(n)) for n in (4, 7, 1, 2, 10)]
 
 
-def _random_mask(rng, shape, p=0.5) -> torch.Tensor:
-    m = torch.tensor(rng.uniform(size=shape) < p)
-    m[..., rng.integers(shape[-1])] = True     # every row keeps at least one key
-    return m
-
-
 def _softmax_cases(rng):
     causal5 = torch.ones(5, 5, dtype=torch.bool).tril()
     keep = _keep(rng, 2, 6)[:, None, None, :]
     cases = [
         ("the lecture's 'I am a student' scores [4, 4] with the causal mask",
          torch.tensor(LECTURE_SCORES), torch.ones(4, 4, dtype=torch.bool).tril()),
-        ("scores [2, 3, 5, 5] with a causal mask [5, 5] (broadcast)", _t(3 * rng.normal(size=(2, 3, 5, 5))), causal5),
-        ("scores [2, 1, 4, 6] with a padding mask [2, 1, 1, 6]", _t(2 * rng.normal(size=(2, 1, 4, 6))), keep),
-        ("scores [3, 4, 7] with a random mask of the same shape", _t(rng.normal(size=(3, 4, 7))),
-         _random_mask(rng, (3, 4, 7))),
-        ("large scores (|x| ~ 50) with a random mask", _t(50 * rng.normal(size=(4, 6))), _random_mask(rng, (4, 6))),
+        ("scores [2, 3, 5, 5] with a causal mask [5, 5] (broadcast)", tensor(rng, 2, 3, 5, 5, scale=3), causal5),
+        ("scores [2, 1, 4, 6] with a padding mask [2, 1, 1, 6]", tensor(rng, 2, 1, 4, 6, scale=2), keep),
+        ("scores [3, 4, 7] with a random mask of the same shape", tensor(rng, 3, 4, 7),
+         random_mask(rng, 3, 4, 7, p_keep=0.5, keep_column=RANDOM_COLUMN)),
+        ("large scores (|x| ~ 50) with a random mask", tensor(rng, 4, 6, scale=50),
+         random_mask(rng, 4, 6, p_keep=0.5, keep_column=RANDOM_COLUMN)),
     ]
     return [Case(d, lambda f, s=s, m=m: f(s.clone(), m.clone())) for d, s, m in cases]
 
 
 def _fully_masked_cases(rng):
-    mask = _random_mask(rng, (2, 4, 5))
+    mask = random_mask(rng, 2, 4, 5, p_keep=0.5, keep_column=RANDOM_COLUMN)
     mask[0, 1] = False
     mask[1, 3] = False
     keep = torch.tensor([[True, True, True, True], [False, True, True, True]])   # a left-padded sentence
     left = torch.ones(4, 4, dtype=torch.bool).tril() & keep[:, None, None, :]      # its first query sees nothing
     cases = [
-        ("scores [2, 4, 5] where two rows have no allowed key", _t(rng.normal(size=(2, 4, 5))), mask),
+        ("scores [2, 4, 5] where two rows have no allowed key", tensor(rng, 2, 4, 5), mask),
         ("causal AND padding mask [2, 1, 4, 4] for a left-padded sentence (its first row sees nothing)",
-         _t(rng.normal(size=(2, 2, 4, 4))), left),
-        ("a mask that is False everywhere", _t(rng.normal(size=(3, 3))), torch.zeros(3, 3, dtype=torch.bool)),
+         tensor(rng, 2, 2, 4, 4), left),
+        ("a mask that is False everywhere", tensor(rng, 3, 3), torch.zeros(3, 3, dtype=torch.bool)),
     ]
     return [Case(d, lambda f, s=s, m=m: f(s.clone(), m.clone())) for d, s, m in cases]
 
@@ -132,7 +114,7 @@ def _ff_cases(rng):
     for d, d_ff, p, shape in [(8, 32, 0.0, (2, 5, 8)), (6, 12, 0.2, (3, 4, 6)), (16, 64, 0.0, (1, 1, 16)),
                               (8, 16, 0.0, (5, 8))]:
         state = random_state(ref.FeedForward(d, d_ff), rng)
-        x = _t(rng.normal(size=shape))
+        x = tensor(rng, *shape)
         cases.append(Case(f"FeedForward({d}, {d_ff}, dropout={p}) in evaluation mode on x of shape {list(shape)}",
                           lambda cls, d=d, d_ff=d_ff, p=p, s=state, x=x: _no_grad(
                               lambda: _load(cls(d, d_ff, dropout=p), s)(x.clone()))))
@@ -146,11 +128,11 @@ def _ff_dropout_case(rng, d_ff=8, B=4, T=50, p=0.5):
     hidden unit, 0 or relu(h) / (1 - p), and their sum in the last place; dropout after linear2 zeroes
     places independently (the last is no longer the sum), dropout on x changes the hidden units themselves."""
     d = d_ff + 1
-    w1 = _t(rng.normal(size=(d_ff, d)) / np.sqrt(d))
-    b1 = _t(0.1 * rng.normal(size=(d_ff,)))
+    w1 = as_float32(rng.normal(size=(d_ff, d)) / np.sqrt(d))
+    b1 = tensor(rng, d_ff, scale=0.1)
     state = {"linear1.weight": w1, "linear1.bias": b1,
              "linear2.weight": torch.cat([torch.eye(d_ff), torch.ones(1, d_ff)]), "linear2.bias": torch.zeros(d)}
-    x = _t(rng.normal(size=(B, T, d)))
+    x = tensor(rng, B, T, d)
 
     def run(cls):
         layer = _load(cls(d, d_ff, dropout=p), state)
@@ -216,9 +198,10 @@ def _encoder_cases(rng, norm_first):
     for (d, H, d_ff, p), B, T, kind in settings:
         cfg = (d, H, d_ff, p, norm_first)
         state = random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
-        x = _t(rng.normal(size=(B, T, d)))
+        x = tensor(rng, B, T, d)
         mask = {None: None, "padding": _keep(rng, B, T)[:, None, None, :],
-                "random": _random_mask(rng, (B, 1, T, T)) | torch.eye(T, dtype=torch.bool),
+                "random": (random_mask(rng, B, 1, T, T, p_keep=0.5, keep_column=RANDOM_COLUMN)
+                           | torch.eye(T, dtype=torch.bool)),
                 "causal": torch.ones(T, T, dtype=torch.bool).tril()}[kind]
         what = {None: "no mask", "padding": f"a padding mask [{B}, 1, 1, {T}]",
                 "random": f"a random mask [{B}, 1, {T}, {T}]", "causal": f"a causal mask [{T}, {T}]"}[kind]
@@ -228,7 +211,7 @@ def _encoder_cases(rng, norm_first):
     d, H, d_ff, B, T = 16, 2, 24, 3, 6
     torch_layer = _fill_torch(nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, batch_first=True,
                                                          norm_first=norm_first), rng)
-    x, keep = _t(rng.normal(size=(B, T, d))), _keep(rng, B, T)
+    x, keep = tensor(rng, B, T, d), _keep(rng, B, T)
     with torch.enable_grad():
         theirs = torch_layer(x.clone(), src_key_padding_mask=~keep).detach()
     state, cfg = ref.state_dict_from_torch(torch_layer), (d, H, d_ff, 0.0, norm_first)
@@ -245,9 +228,9 @@ def _encoder_padding_cases(rng):
         d, H, d_ff, B, T, extra = 16, 4, 32, 2, 5, 3
         cfg = (d, H, d_ff, 0.0, norm_first)
         state = random_state(ref.EncoderLayer(d, H, d_ff, norm_first=norm_first), rng)
-        x = _t(rng.normal(size=(B, T, d)))
+        x = tensor(rng, B, T, d)
         keep = _keep(rng, B, T, min_len=2)
-        padded = torch.cat([x, _t(rng.normal(size=(B, extra, d)))], dim=1)
+        padded = torch.cat([x, tensor(rng, B, extra, d)], dim=1)
         keep_padded = torch.cat([keep, torch.zeros(B, extra, dtype=torch.bool)], dim=1)
         real = keep[..., None].float()
 
@@ -282,7 +265,7 @@ def _decoder_cases(rng, norm_first):
     for (d, H, d_ff, p), B, T, S, kind in settings:
         cfg = (d, H, d_ff, p, norm_first)
         state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
-        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        x, memory = tensor(rng, B, T, d), tensor(rng, B, S, d)
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         if kind == "full":
             tgt_mask, memory_mask, what = torch.ones(T, T, dtype=torch.bool), None, "an all-True tgt_mask, no memory_mask"
@@ -299,7 +282,7 @@ def _decoder_cases(rng, norm_first):
     d, H, d_ff, B, T, S = 16, 2, 24, 2, 5, 7
     torch_layer = _fill_torch(nn.TransformerDecoderLayer(d, H, d_ff, dropout=0.0, batch_first=True,
                                                          norm_first=norm_first), rng)
-    x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+    x, memory = tensor(rng, B, T, d), tensor(rng, B, S, d)
     causal, src_keep = torch.ones(T, T, dtype=torch.bool).tril(), _keep(rng, B, S)
     with torch.enable_grad():
         theirs = torch_layer(x.clone(), memory.clone(), tgt_mask=~causal, memory_key_padding_mask=~src_keep).detach()
@@ -318,9 +301,9 @@ def _causal_leak_cases(rng):
         d, H, d_ff = 16, 4, 32
         cfg = (d, H, d_ff, 0.0, norm_first)
         state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
-        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        x, memory = tensor(rng, B, T, d), tensor(rng, B, S, d)
         changed = x.clone()
-        changed[:, t:] = _t(rng.normal(size=(B, T - t, d)))
+        changed[:, t:] = tensor(rng, B, T - t, d)
         causal = torch.ones(T, T, dtype=torch.bool).tril()
 
         def run(cls, c=cfg, s=state, x=x, changed=changed, mem=memory, m=causal, t=t):
@@ -337,9 +320,9 @@ def _decoder_padding_cases(rng):
         d, H, d_ff, B, T = 16, 4, 32, 2, 6
         cfg = (d, H, d_ff, 0.0, norm_first)
         state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
-        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, T, d)))
+        x, memory = tensor(rng, B, T, d), tensor(rng, B, T, d)
         src_keep = _keep(rng, B, T, min_len=2)
-        other = torch.where(src_keep[..., None], memory, _t(rng.normal(size=(B, T, d))))
+        other = torch.where(src_keep[..., None], memory, tensor(rng, B, T, d))
         causal = torch.ones(T, T, dtype=torch.bool).tril()
 
         def run(cls, c=cfg, s=state, x=x, mem=memory, other=other, k=src_keep[:, None, None, :], m=causal):
@@ -350,9 +333,9 @@ def _decoder_padding_cases(rng):
         d, H, d_ff, B, T, S, extra = 16, 4, 32, 2, 4, 5, 3
         cfg = (d, H, d_ff, 0.0, norm_first)
         state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
-        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        x, memory = tensor(rng, B, T, d), tensor(rng, B, S, d)
         src_keep = _keep(rng, B, S, min_len=2)
-        padded = torch.cat([memory, _t(rng.normal(size=(B, extra, d)))], dim=1)
+        padded = torch.cat([memory, tensor(rng, B, extra, d)], dim=1)
         keep_padded = torch.cat([src_keep, torch.zeros(B, extra, dtype=torch.bool)], dim=1)
         causal = torch.ones(T, T, dtype=torch.bool).tril()
 
@@ -370,7 +353,7 @@ def _decoder_weight_cases(rng):
         d, d_ff = 16, 32
         cfg = (d, H, d_ff, 0.0, norm_first)
         state = random_state(ref.DecoderLayer(d, H, d_ff, norm_first=norm_first), rng)
-        x, memory = _t(rng.normal(size=(B, T, d))), _t(rng.normal(size=(B, S, d)))
+        x, memory = tensor(rng, B, T, d), tensor(rng, B, S, d)
         causal, src_keep = torch.ones(T, T, dtype=torch.bool).tril(), _keep(rng, B, S)[:, None, None, :]
         cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)}, x [{B}, {T}, {d}], memory [{B}, {S}, {d}]: "
                           f"(self_attn_weights [B, H, T, T], cross_attn_weights [B, H, T, S]) after forward",
@@ -380,14 +363,6 @@ def _decoder_weight_cases(rng):
 
 
 # --------------------------------------------------------------------------- mistakes
-def _variant(source: str, *replacements: tuple[str, str]) -> str:
-    for old, new in replacements:
-        if old not in source:
-            raise ValueError(f"mistake template: {old!r} not found")
-        source = source.replace(old, new)
-    return source
-
-
 CAUSAL_MISTAKES = (
     Mistake("off-by-one diagonal: strictly below the diagonal (a token may not attend to itself)",
             "the diagonal is allowed: query i may attend to keys 0..i, so use .tril() (diagonal=0), not .tril(-1)",
@@ -475,24 +450,24 @@ _FF_LINE = "return self.linear2(self.dropout(torch.relu(self.linear1(x))))"
 FF_MISTAKES = (
     Mistake("no ReLU between the two linear layers",
             "without the non-linearity the two layers collapse into one linear map: relu(linear1(x))",
-            _variant(FF_SOURCE, (_FF_LINE, "return self.linear2(self.dropout(self.linear1(x)))"))),
+            variant(FF_SOURCE, (_FF_LINE, "return self.linear2(self.dropout(self.linear1(x)))"))),
     Mistake("a ReLU after the second linear layer too",
             "the output is linear2(...) as it comes: only the hidden layer has a ReLU",
-            _variant(FF_SOURCE, (_FF_LINE, "return torch.relu(self.linear2(self.dropout(torch.relu(self.linear1(x)))))"))),
+            variant(FF_SOURCE, (_FF_LINE, "return torch.relu(self.linear2(self.dropout(torch.relu(self.linear1(x)))))"))),
     Mistake("GELU instead of ReLU",
             "the paper's (and this notebook's) feed-forward uses ReLU: torch.relu",
-            _variant(FF_SOURCE, (_FF_LINE, "return self.linear2(self.dropout(F.gelu(self.linear1(x))))"))),
+            variant(FF_SOURCE, (_FF_LINE, "return self.linear2(self.dropout(F.gelu(self.linear1(x))))"))),
     Mistake("dropout after linear2 (on the output) instead of after the ReLU",
             "in the feed-forward, dropout goes on the hidden units, between the ReLU and linear2: "
             "linear2(dropout(relu(linear1(x)))); the dropout on the sublayer's output belongs to the "
             "encoder and decoder layers",
-            _variant(FF_SOURCE, (_FF_LINE, "return self.dropout(self.linear2(torch.relu(self.linear1(x))))"))),
+            variant(FF_SOURCE, (_FF_LINE, "return self.dropout(self.linear2(torch.relu(self.linear1(x))))"))),
     Mistake("dropout never applied",
             "keep an nn.Dropout(dropout) and apply it to the hidden units: linear2(dropout(relu(linear1(x))))",
-            _variant(FF_SOURCE, (_FF_LINE, "return self.linear2(torch.relu(self.linear1(x)))"))),
+            variant(FF_SOURCE, (_FF_LINE, "return self.linear2(torch.relu(self.linear1(x)))"))),
     Mistake("a residual connection inside the feed-forward (x + FFN(x))",
             "FeedForward returns FFN(x) only: the encoder and decoder layers add the residual",
-            _variant(FF_SOURCE, (_FF_LINE, "return x + self.linear2(self.dropout(torch.relu(self.linear1(x))))"))),
+            variant(FF_SOURCE, (_FF_LINE, "return x + self.linear2(self.dropout(torch.relu(self.linear1(x))))"))),
 )
 
 ENCODER_SOURCE = """
@@ -524,44 +499,44 @@ _IND = "\n            "
 ENCODER_MISTAKES = (
     Mistake("missing residual connection around self-attention",
             "add the sublayer's input back: norm1(x + self_attn(...)) (post-norm), x + self_attn(norm1(x)) (pre-norm)",
-            _variant(ENCODER_SOURCE, (_PRE_SA, "x = self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])"),
-                     (_POST_SA, "x = self.norm1(self.dropout(self.self_attn(x, mask=mask)[0]))"))),
+            variant(ENCODER_SOURCE, (_PRE_SA, "x = self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])"),
+                    (_POST_SA, "x = self.norm1(self.dropout(self.self_attn(x, mask=mask)[0]))"))),
     Mistake("missing residual connection around the feed-forward",
             "add the sublayer's input back: norm2(x + ff(x)) (post-norm), x + ff(norm2(x)) (pre-norm)",
-            _variant(ENCODER_SOURCE, (_PRE_FF, "x = self.dropout(self.ff(self.norm2(x)))"),
-                     (_POST_FF, "x = self.norm2(self.dropout(self.ff(x)))"))),
+            variant(ENCODER_SOURCE, (_PRE_FF, "x = self.dropout(self.ff(self.norm2(x)))"),
+                    (_POST_FF, "x = self.norm2(self.dropout(self.ff(x)))"))),
     Mistake("the self-attention mask is ignored",
             "pass the mask on: self.self_attn(x, mask=mask)",
-            _variant(ENCODER_SOURCE, ("mask=mask)[0])", "mask=None)[0])"))),
+            variant(ENCODER_SOURCE, ("mask=mask)[0])", "mask=None)[0])"))),
     Mistake("the mask is inverted (~mask, PyTorch's True = blocked convention)",
             "MultiHeadAttention takes this course's convention, True = may attend: pass the mask as it is",
-            _variant(ENCODER_SOURCE, ("mask=mask)[0])", "mask=None if mask is None else ~mask)[0])"))),
+            variant(ENCODER_SOURCE, ("mask=mask)[0])", "mask=None if mask is None else ~mask)[0])"))),
     Mistake("LayerNorm applied to the sublayer's output before the residual add: x + norm(sublayer(x))",
             "post-norm normalizes the sum: norm1(x + self_attn(x)), norm2(x + ff(x))",
-            _variant(ENCODER_SOURCE, (_POST_SA, "x = x + self.norm1(self.dropout(self.self_attn(x, mask=mask)[0]))"),
-                     (_POST_FF, "x = x + self.norm2(self.dropout(self.ff(x)))"))),
+            variant(ENCODER_SOURCE, (_POST_SA, "x = x + self.norm1(self.dropout(self.self_attn(x, mask=mask)[0]))"),
+                    (_POST_FF, "x = x + self.norm2(self.dropout(self.ff(x)))"))),
     Mistake("norm1 used for both sublayers (norm2 never used)",
             "each sublayer has its own LayerNorm: norm1 around self-attention, norm2 around the feed-forward",
-            _variant(ENCODER_SOURCE, ("self.ff(self.norm2(x))", "self.ff(self.norm1(x))"),
-                     (_POST_FF, "x = self.norm1(x + self.dropout(self.ff(x)))"))),
+            variant(ENCODER_SOURCE, ("self.ff(self.norm2(x))", "self.ff(self.norm1(x))"),
+                    (_POST_FF, "x = self.norm1(x + self.dropout(self.ff(x)))"))),
     Mistake("the feed-forward applied to the layer's input instead of the attention sublayer's output",
             "the sublayers are chained: the feed-forward sublayer takes the result of the attention sublayer",
-            _variant(ENCODER_SOURCE,
-                     (_PRE_SA + _IND + _PRE_FF,
-                      "h = x + self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])" + _IND
-                      + "x = h + self.dropout(self.ff(self.norm2(x)))"),
-                     (_POST_SA + _IND + _POST_FF,
-                      "h = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)[0]))" + _IND
-                      + "x = self.norm2(h + self.dropout(self.ff(x)))"))),
+            variant(ENCODER_SOURCE,
+                    (_PRE_SA + _IND + _PRE_FF,
+                     "h = x + self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])" + _IND
+                     + "x = h + self.dropout(self.ff(self.norm2(x)))"),
+                    (_POST_SA + _IND + _POST_FF,
+                     "h = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)[0]))" + _IND
+                     + "x = self.norm2(h + self.dropout(self.ff(x)))"))),
     Mistake("norm_first ignored (always post-norm)",
             "with norm_first=True: x = x + self_attn(norm1(x)); x = x + ff(norm2(x))",
-            _variant(ENCODER_SOURCE, ("if self.norm_first:", "if False:"))),
+            variant(ENCODER_SOURCE, ("if self.norm_first:", "if False:"))),
     Mistake("pre-norm that normalizes the residual stream itself (x = norm(x); x = x + sublayer(x))",
             "in pre-norm the residual path is never normalized: x = x + self_attn(norm1(x)), not x = norm1(x) first",
-            _variant(ENCODER_SOURCE, (_PRE_SA + _IND + _PRE_FF,
-                                      "x = self.norm1(x)" + _IND
-                                      + "x = x + self.dropout(self.self_attn(x, mask=mask)[0])" + _IND
-                                      + "x = self.norm2(x)" + _IND + "x = x + self.dropout(self.ff(x))"))),
+            variant(ENCODER_SOURCE, (_PRE_SA + _IND + _PRE_FF,
+                                     "x = self.norm1(x)" + _IND
+                                     + "x = x + self.dropout(self.self_attn(x, mask=mask)[0])" + _IND
+                                     + "x = self.norm2(x)" + _IND + "x = x + self.dropout(self.ff(x))"))),
 )
 
 DECODER_SOURCE = """
@@ -600,47 +575,47 @@ class DecoderLayer(nn.Module):
 DECODER_MISTAKES = (
     Mistake("cross-attention fed the memory as query (and the decoder's states as keys and values)",
             "queries come from the decoder, keys and values from the encoder: cross_attn(x, memory, memory)",
-            _variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory,", "self.cross_attn(memory, h, h,"),
-                     ("self.cross_attn(x, memory, memory,", "self.cross_attn(memory, x, x,"))),
+            variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory,", "self.cross_attn(memory, h, h,"),
+                    ("self.cross_attn(x, memory, memory,", "self.cross_attn(memory, x, x,"))),
     Mistake("a decoder without the causal mask (tgt_mask not given to self-attention)",
             "the decoder's self-attention must get the target mask: self_attn(x, x, x, mask=tgt_mask)",
-            _variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=None)"))),
+            variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=None)"))),
     Mistake("tgt_mask and memory_mask swapped",
             "self-attention takes tgt_mask (causal, [T, T]); cross-attention takes memory_mask (the source's padding)",
-            _variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=MEMORY)"), ("mask=memory_mask)", "mask=tgt_mask)"),
+            variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=MEMORY)"), ("mask=memory_mask)", "mask=tgt_mask)"),
                      ("mask=MEMORY)", "mask=memory_mask)"))),
     Mistake("memory_mask ignored (cross-attention sees the source's pads)",
             "pass the source's padding mask to cross-attention: cross_attn(x, memory, memory, mask=memory_mask)",
-            _variant(DECODER_SOURCE, ("mask=memory_mask)", "mask=None)"))),
+            variant(DECODER_SOURCE, ("mask=memory_mask)", "mask=None)"))),
     Mistake("cross-attention over the decoder's own states (the memory is never used)",
             "keys and values of cross-attention are the encoder's output: cross_attn(x, memory, memory)",
-            _variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory, mask=memory_mask)", "self.cross_attn(h, h, h)"),
-                     ("self.cross_attn(x, memory, memory, mask=memory_mask)", "self.cross_attn(x, x, x)"))),
+            variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory, mask=memory_mask)", "self.cross_attn(h, h, h)"),
+                    ("self.cross_attn(x, memory, memory, mask=memory_mask)", "self.cross_attn(x, x, x)"))),
     Mistake("self_attn used for the cross-attention step too (cross_attn never used)",
             "the cross-attention step has its own module: self.cross_attn(x, memory, memory, ...)",
-            _variant(DECODER_SOURCE, ("= self.cross_attn(", "= self.self_attn("))),
+            variant(DECODER_SOURCE, ("= self.cross_attn(", "= self.self_attn("))),
     Mistake("missing residual connection around cross-attention",
             "add the sublayer's input back: norm2(x + cross_attn(...)) (post-norm), x + cross_attn(norm2(x), ...) (pre-norm)",
-            _variant(DECODER_SOURCE, ("x = x + self.dropout(ca)", "x = self.dropout(ca)"),
-                     ("x = self.norm2(x + self.dropout(ca))", "x = self.norm2(self.dropout(ca))"))),
+            variant(DECODER_SOURCE, ("x = x + self.dropout(ca)", "x = self.dropout(ca)"),
+                    ("x = self.norm2(x + self.dropout(ca))", "x = self.norm2(self.dropout(ca))"))),
     Mistake("missing residual connection around self-attention",
             "add the sublayer's input back: norm1(x + self_attn(...)) (post-norm), x + self_attn(norm1(x)) (pre-norm)",
-            _variant(DECODER_SOURCE, ("x = x + self.dropout(sa)", "x = self.dropout(sa)"),
-                     ("x = self.norm1(x + self.dropout(sa))", "x = self.norm1(self.dropout(sa))"))),
+            variant(DECODER_SOURCE, ("x = x + self.dropout(sa)", "x = self.dropout(sa)"),
+                    ("x = self.norm1(x + self.dropout(sa))", "x = self.norm1(self.dropout(sa))"))),
     Mistake("norm_first ignored (always post-norm)",
             "with norm_first=True each sublayer is x = x + sublayer(norm(x))",
-            _variant(DECODER_SOURCE, ("if self.norm_first:", "if False:"))),
+            variant(DECODER_SOURCE, ("if self.norm_first:", "if False:"))),
     Mistake("pre-norm that also normalizes the memory with norm2",
             "only the queries are normalized: cross_attn(norm2(x), memory, memory) — the memory is used as it comes",
-            _variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory,", "self.cross_attn(h, self.norm2(memory), self.norm2(memory),"))),
+            variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory,", "self.cross_attn(h, self.norm2(memory), self.norm2(memory),"))),
     Mistake("self-attention and cross-attention weights stored in each other's attribute",
             "self_attn_weights [B, H, T, T] come from self_attn, cross_attn_weights [B, H, T, S] from cross_attn",
-            _variant(DECODER_SOURCE, ("sa, self.self_attn_weights", "sa, self.SWAP"),
-                     ("ca, self.cross_attn_weights", "ca, self.self_attn_weights"),
-                     ("sa, self.SWAP", "sa, self.cross_attn_weights"))),
+            variant(DECODER_SOURCE, ("sa, self.self_attn_weights", "sa, self.SWAP"),
+                    ("ca, self.cross_attn_weights", "ca, self.self_attn_weights"),
+                    ("sa, self.SWAP", "sa, self.cross_attn_weights"))),
     Mistake("the attention weights are not kept (self_attn_weights / cross_attn_weights stay None)",
             "keep the second value MultiHeadAttention returns: out, self.self_attn_weights = self.self_attn(...)",
-            _variant(DECODER_SOURCE, ("sa, self.self_attn_weights", "sa, _"), ("ca, self.cross_attn_weights", "ca, _"))),
+            variant(DECODER_SOURCE, ("sa, self.self_attn_weights", "sa, _"), ("ca, self.cross_attn_weights", "ca, _"))),
 )
 
 # The mistakes' code runs beside a correct FeedForward (a copy, not the reference: the reference is

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from attention_course import translate as ref
 
-from .core import Case, Exercise, ForbiddenCall, Mistake, make_checker, reference_guard
+from .core import Case, Exercise, ForbiddenCall, Mistake, flag, make_checker, raises, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 RTOL, ATOL = 1e-4, 1e-5
@@ -46,10 +46,6 @@ def ids(rng, B, T, low, high, pad_id, lengths=None) -> torch.Tensor:
         for b, n in enumerate(lengths):
             x[b, n:] = pad_id
     return torch.from_numpy(x.astype(np.int64))
-
-
-def _flag(value: bool) -> np.ndarray:
-    return np.array([bool(value)])
 
 
 # --------------------------------------------------------------------------- make_masks
@@ -167,8 +163,8 @@ def _loss_and_rank(out):
     """derive (trusted side): the loss -> (the loss, [it is a 0-d tensor]), so that a loss of shape [1]
     fails only the second part, with its own message. (A 0-d tensor comes back from the sandbox 0-d.)"""
     if isinstance(out, torch.Tensor):
-        return out.reshape(-1) if out.dim() == 0 else out, _flag(out.dim() == 0)
-    return out, _flag(False)
+        return out.reshape(-1) if out.dim() == 0 else out, flag(out.dim() == 0)
+    return out, flag(False)
 
 
 def _ls_cases(rng):
@@ -1007,8 +1003,8 @@ def _different_draws(result) -> np.ndarray:
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise TypeError(f"expected the two calls' draws, got {type(result).__name__}")
     a, b = result
-    return _flag(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-                 and not torch.equal(a, b))
+    return flag(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                and not torch.equal(a, b))
 
 
 def _under_two_global_states(f, logits):
@@ -1043,17 +1039,13 @@ def _same_draws(result) -> np.ndarray:
     a, b = result
     same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
             and a.shape == b.shape and torch.equal(a, b))
-    return _flag(same)
+    return flag(same)
 
 
-def _raises_value_error(f, logits, temperature):
-    try:
-        f(logits.clone(), temperature=temperature)
-    except ValueError:
-        return _flag(True)
-    except Exception:  # noqa: BLE001 - another exception is not the asked-for ValueError
-        return _flag(False)
-    return _flag(False)
+def _rejects_temperature(f, logits, temperature):
+    """Whether sample_next_token(logits, temperature=temperature) raised ValueError ([True] / [False]):
+    any other exception (NotImplementedError included) is not the asked-for ValueError, so [False]."""
+    return raises(ValueError, f, logits.clone(), temperature=temperature, otherwise=Exception)
 
 
 def _sampling_argument_cases(rng):
@@ -1063,8 +1055,8 @@ def _sampling_argument_cases(rng):
              lambda f: _two_draws(f, logits, None), derive=_same_draws),
         Case("the same with top_k=4 (returns whether they did)", lambda f: _two_draws(f, logits, 4),
              derive=_same_draws),
-        Case("temperature=0 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, 0.0)),
-        Case("temperature=-1 must raise ValueError (returns whether it did)", lambda f: _raises_value_error(f, logits, -1.0)),
+        Case("temperature=0 must raise ValueError (returns whether it did)", lambda f: _rejects_temperature(f, logits, 0.0)),
+        Case("temperature=-1 must raise ValueError (returns whether it did)", lambda f: _rejects_temperature(f, logits, -1.0)),
         Case("a call with a generator seeded 7 under two different global random states (torch.manual_seed(1), "
              "then (2)): the draws must come from the generator alone, and the call must leave torch's global "
              "random state as it was (returns [same draws, global state untouched])",

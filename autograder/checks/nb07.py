@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from attention_course import efficient as ref
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
-from .core import Case, Exercise, Mistake, make_checker, raises_value_error, random_state, reference_guard
+from .core import Case, Exercise, Mistake, make_checker, raises_value_error, random_state, reference_guard, variant
+from .tensors import as_float32, causal, load_state, random_mask, shape_text, tensor
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -31,18 +31,6 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 # --------------------------------------------------------------------------- helpers
-def _t(array) -> torch.Tensor:
-    return torch.tensor(np.asarray(array), dtype=torch.float32)
-
-
-def _causal(T: int) -> torch.Tensor:
-    return torch.ones(T, T, dtype=torch.bool).tril()
-
-
-def _shape(t) -> str:
-    return "[" + ", ".join(str(s) for s in t.shape) + "]"
-
-
 def _n(count: int, thing: str) -> str:
     """'1 position', '3 positions'."""
     return f"{count} {thing}" + ("" if count == 1 else "s")
@@ -69,27 +57,6 @@ class _Cache:
 
     def nbytes(self):
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
-
-
-def _load(module: nn.Module, state: dict) -> nn.Module:
-    """Load `state` into the student's module, with a message naming the expected attributes and shapes."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
-    own = module.state_dict()
-    params = {name for name, _ in module.named_parameters()}
-    missing = sorted(set(state) - set(own))
-    unexpected = sorted(params - set(state))
-    if missing or unexpected:
-        raise AttributeError(
-            "the module's parameters do not have the names this notebook asks for"
-            + (f"; missing: {', '.join(missing[:6])}" if missing else "")
-            + (f"; unexpected: {', '.join(unexpected[:6])}" if unexpected else ""))
-    wrong = [f"{k} is {tuple(own[k].shape)}, expected {tuple(v.shape)}" for k, v in state.items()
-             if tuple(own[k].shape) != tuple(v.shape)]
-    if wrong:
-        raise AttributeError("the module's parameters have the wrong shapes: " + "; ".join(wrong[:4]))
-    module.load_state_dict(state, strict=False)
-    return module.eval()
 
 
 def _key(name: str):
@@ -153,15 +120,15 @@ def _kv_appends(cls, steps, num_layers):
 
 def _kv_cache_cases(rng):
     def kv(*shape):
-        return _t(rng.normal(size=shape)), _t(rng.normal(size=shape))
+        return tensor(rng, *shape), tensor(rng, *shape)
 
     B, H, D = 2, 3, 4
     one = [(0, *kv(B, H, 4, D)), (0, *kv(B, H, 1, D)), (0, *kv(B, H, 1, D))]
     two = [(0, *kv(B, H, 3, D)), (1, *kv(B, H, 3, D)), (0, *kv(B, H, 1, D)), (1, *kv(B, H, 1, D)),
            (0, *kv(B, H, 2, D))]
     latent = [(0, *kv(B, 5, 6)), (0, *kv(B, 1, 6))]           # MLA's cache: [B, T, r], no heads axis
-    k_only = _t(rng.normal(size=(1, 2, 3, 8)))
-    v_wide = _t(rng.normal(size=(1, 2, 3, 5)))                 # values may be narrower or wider than keys
+    k_only = tensor(rng, 1, 2, 3, 8)
+    v_wide = tensor(rng, 1, 2, 3, 5)  # values may be narrower or wider than keys
     kv_fixed = [kv(1, 2, 5, 4), kv(1, 2, 1, 4)]
 
     def lengths(cls):
@@ -187,7 +154,7 @@ def _kv_cache_cases(rng):
         return cache.keys[0], cache.values[0], cache.keys[1], cache.values[1]
 
     return [
-        Case(f"KVCache(1): append k, v {_shape(one[0][1])}, then {_shape(one[1][1])} twice: what each append returns "
+        Case(f"KVCache(1): append k, v {shape_text(one[0][1])}, then {shape_text(one[1][1])} twice: what each append returns "
              "(everything cached so far)", lambda cls: _kv_appends(cls, one, 1)[1]),
         Case("KVCache(2): layers 0 and 1 filled alternately (3, 3, then 1, 1, then 2 more on layer 0): "
              "(keys[0], values[0], keys[1], values[1]) at the end", layers),
@@ -217,7 +184,7 @@ def _cached_step(f, q, k, v, fill, layer):
 
 def _cached_attention_cases(rng):
     def x(*shape, scale=1.0):
-        return _t(scale * rng.normal(size=shape))
+        return tensor(rng, *shape, scale=scale)
 
     B, H, D, Dv = 2, 3, 8, 5
     past = {0: (x(B, H, 4, D), x(B, H, 4, Dv))}
@@ -227,12 +194,12 @@ def _cached_attention_cases(rng):
     prefill = (x(B, H, 5, D, scale=1.5), x(B, H, 5, D, scale=1.5), x(B, H, 5, Dv))
     two = (x(B, H, 2, D, scale=1.5), x(B, H, 2, D, scale=1.5), x(B, H, 2, Dv))
     return [
-        Case(f"cache layer 0 holds 4 positions; one new position q_t, k_t {_shape(step[0])}, v_t {_shape(step[2])}: "
+        Case(f"cache layer 0 holds 4 positions; one new position q_t, k_t {shape_text(step[0])}, v_t {shape_text(step[2])}: "
              "(output, the cache's keys and values afterwards)",
              lambda f: _cached_step(f, *step, past, 0)),
         Case("layer=1 of a cache whose layer 0 holds 6 other positions and layer 1 holds 4: one new position: "
              "(output, layer 1's keys and values afterwards)", lambda f: _cached_step(f, *step, other, 1)),
-        Case(f"an empty cache and 5 new positions at once (a prefill), q_t {_shape(prefill[0])}: each may attend to "
+        Case(f"an empty cache and 5 new positions at once (a prefill), q_t {shape_text(prefill[0])}: each may attend to "
              "itself and the positions before it", lambda f: _cached_step(f, *prefill, {}, 0)),
         Case("a cache holding 3 positions and 2 new ones: new position i (absolute 3 + i) may attend to 0 .. 3 + i",
              lambda f: _cached_step(f, *two, short, 0)),
@@ -254,7 +221,7 @@ def _cached_decoding_cases(rng):
     cases = []
     for (B, H, T, D, Dv), chunks in [((1, 2, 7, 4, 4), [3, 1, 1, 1, 1]), ((2, 3, 6, 8, 5), [1] * 6),
                                      ((3, 1, 5, 16, 8), [2, 2, 1])]:
-        q, k, v = (_t(1.5 * rng.normal(size=(B, H, T, d))) for d in (D, D, Dv))
+        q, k, v = (tensor(rng, B, H, T, d, scale=1.5) for d in (D, D, Dv))
         cases.append(Case(f"decoding q, k [{B}, {H}, {T}, {D}], v [{B}, {H}, {T}, {Dv}] through one cache in steps of "
                           f"{chunks} positions: the outputs joined (they must equal one causal attention pass over "
                           f"all {T} positions)", lambda f, q=q, k=k, v=v, c=chunks: _decode(f, q, k, v, c)))
@@ -264,7 +231,7 @@ def _cached_decoding_cases(rng):
 # --------------------------------------------------------------------------- cases: rotary
 def _rotary_cases(rng):
     def x(*shape):
-        return _t(rng.normal(size=shape))
+        return tensor(rng, *shape)
 
     settings = [
         ("x [6, 8], positions 0..5", x(6, 8), torch.arange(6), None),
@@ -284,8 +251,8 @@ def _rotary_cases(rng):
 
 def _rotary_relative_cases(rng):
     T, D = 6, 16
-    q, k = _t(rng.normal(size=(T, D))), _t(rng.normal(size=(T, D)))
-    one_q, one_k = _t(rng.normal(size=(1, D))).expand(12, D), _t(rng.normal(size=(1, D))).expand(12, D)
+    q, k = tensor(rng, T, D), tensor(rng, T, D)
+    one_q, one_k = tensor(rng, 1, D).expand(12, D), tensor(rng, 1, D).expand(12, D)
 
     def shifted(f, shift):
         p = torch.arange(T)
@@ -315,7 +282,7 @@ def _rotary_relative_cases(rng):
 # --------------------------------------------------------------------------- cases: grouped-query attention
 def _gqa_run(cls, cfg, state, x, mask):
     d, H, H_kv = cfg
-    m = _load(cls(d, H, H_kv), state)
+    m = load_state(cls(d, H, H_kv), state)
     with torch.no_grad():
         out = m(x.clone()) if mask is None else m(x.clone(), mask=mask.clone())
     return tuple(out) if isinstance(out, (tuple, list)) else out
@@ -327,9 +294,9 @@ def _gqa_cases(rng):
                                        ((16, 4, 1), (3, 4), None), ((12, 3, 3), (2, 5), "padding"),
                                        ((32, 8, 2), (1, 7), "causal")]:
         state = random_state(ref.GroupedQueryAttention(d, H, H_kv), rng)
-        x = _t(rng.normal(size=(B, T, d)))
-        mask = {"causal": _causal(T), None: None,
-                "random": torch.tensor(rng.uniform(size=(B, 1, T, T)) < 0.6) | torch.eye(T, dtype=torch.bool),
+        x = tensor(rng, B, T, d)
+        mask = {"causal": causal(T), None: None,
+                "random": random_mask(rng, B, 1, T, T, keep_column=None) | torch.eye(T, dtype=torch.bool),
                 "padding": (torch.arange(T)[None, :] < torch.tensor([T, T - 2])[:, None])[:, None, None, :]}[kind]
         what = {"causal": f"a causal mask [{T}, {T}]", None: "no mask", "random": f"a random mask [{B}, 1, {T}, {T}]",
                 "padding": f"a padding mask [{B}, 1, 1, {T}]"}[kind]
@@ -352,9 +319,9 @@ def _gqa_mha_cases(rng):
         mha = MultiHeadAttention(d, H).eval()
         with torch.no_grad():
             for p in mha.parameters():
-                p.copy_(_t(rng.normal(size=tuple(p.shape)) / np.sqrt(p.shape[-1])))
+                p.copy_(as_float32(rng.normal(size=tuple(p.shape)) / np.sqrt(p.shape[-1])))
         state = {k: v.clone() for k, v in mha.state_dict().items()}
-        x, mask = _t(rng.normal(size=(B, T, d))), _causal(T)
+        x, mask = tensor(rng, B, T, d), causal(T)
         with torch.no_grad():
             theirs, their_weights = mha(x.clone(), mask=mask.clone())
 
@@ -370,12 +337,12 @@ def _gqa_mha_cases(rng):
 def _gqa_cached(cls, cfg, state, x, prefill):
     """(keys cached, values cached, bytes cached, outputs of prefill + one-by-one decoding, full pass)."""
     d, H, H_kv = cfg
-    m = _load(cls(d, H, H_kv), state)
+    m = load_state(cls(d, H, H_kv), state)
     T = x.shape[1]
     cache = _Cache(2)
     with torch.no_grad():
-        full = m(x.clone(), mask=_causal(T))[0]
-        outs = [m(x[:, :prefill].clone(), mask=_causal(prefill), cache=cache, layer=1)[0]]
+        full = m(x.clone(), mask=causal(T))[0]
+        outs = [m(x[:, :prefill].clone(), mask=causal(prefill), cache=cache, layer=1)[0]]
         keys, values = cache.keys[1], cache.values[1]
         for t in range(prefill, T):
             outs.append(m(x[:, t:t + 1].clone(), cache=cache, layer=1)[0])
@@ -386,7 +353,7 @@ def _gqa_cache_cases(rng):
     cases = []
     for (d, H, H_kv), (B, T, P) in [((16, 4, 2), (2, 6, 3)), ((24, 6, 1), (1, 5, 2)), ((16, 4, 4), (2, 4, 1))]:
         state = random_state(ref.GroupedQueryAttention(d, H, H_kv), rng)
-        x = _t(rng.normal(size=(B, T, d)))
+        x = tensor(rng, B, T, d)
         Dh = d // H
         heads = _n(H_kv, "key/value head") + (f", not {H}" if H_kv != H else "")
         cases.append(Case(
@@ -412,7 +379,7 @@ def _mla_text(cfg) -> str:
 
 
 def _mla_make(cls, cfg, state):
-    return _load(cls(**dict(zip(MLA_NAMES, cfg, strict=True))), state)
+    return load_state(cls(**dict(zip(MLA_NAMES, cfg, strict=True))), state)
 
 
 def _with_correct_rotary(cls, run):
@@ -447,8 +414,8 @@ def _mla_cases(rng):
     for cfg, (B, T), kind in [(MLA_CONFIGS[0], (2, 6), "causal"), (MLA_CONFIGS[1], (1, 5), None),
                               (MLA_CONFIGS[2], (3, 4), "causal"), (MLA_CONFIGS[0], (2, 5), "padding")]:
         state = _mla_state(cfg, rng)
-        x = _t(rng.normal(size=(B, T, cfg[0])))
-        mask = {"causal": _causal(T), None: None,
+        x = tensor(rng, B, T, cfg[0])
+        mask = {"causal": causal(T), None: None,
                 "padding": (torch.arange(T)[None, :] < torch.tensor([T, T - 2])[:, None])[:, None, None, :]}[kind]
         what = {"causal": f"a causal mask [{T}, {T}]", None: "no mask", "padding": f"a padding mask [{B}, 1, 1, {T}]"}[kind]
         cases.append(Case(f"{_mla_text(cfg)} in evaluation mode, x [{B}, {T}, {cfg[0]}], {what}, no cache "
@@ -462,7 +429,7 @@ def _mla_cache_run(cls, cfg, state, x, layer):
         m = _mla_make(cls, cfg, state)
         cache = _Cache(layer + 1)
         with torch.no_grad():
-            m(x.clone(), mask=_causal(x.shape[1]), cache=cache, layer=layer)
+            m(x.clone(), mask=causal(x.shape[1]), cache=cache, layer=layer)
         return cache.keys[layer], cache.values[layer], np.array([cache.nbytes()])
     return _with_correct_rotary(cls, run)
 
@@ -471,7 +438,7 @@ def _mla_cache_cases(rng):
     cases = []
     for cfg, (B, T), layer in [(MLA_CONFIGS[0], (2, 5), 0), (MLA_CONFIGS[1], (1, 4), 1)]:
         state = _mla_state(cfg, rng)
-        x = _t(rng.normal(size=(B, T, cfg[0])))
+        x = tensor(rng, B, T, cfg[0])
         r, rope = cfg[3], cfg[5]
         cases.append(Case(f"{_mla_text(cfg)}, x [{B}, {T}, {cfg[0]}], a prefill into layer {layer} of a cache: "
                           f"(cache.keys[{layer}], cache.values[{layer}], cache.nbytes()); the cache must hold the "
@@ -486,7 +453,7 @@ def _mla_decode(cls, cfg, state, x, prefill):
         T = x.shape[1]
         cache = _Cache(1)
         with torch.no_grad():
-            outs = [m(x[:, :prefill].clone(), mask=_causal(prefill), cache=cache)[0]]
+            outs = [m(x[:, :prefill].clone(), mask=causal(prefill), cache=cache)[0]]
             for t in range(prefill, T):
                 outs.append(m(x[:, t:t + 1].clone(), cache=cache)[0])
         return torch.cat(outs, dim=1)
@@ -497,7 +464,7 @@ def _mla_decoding_cases(rng):
     cases = []
     for cfg, (B, T, P) in [(MLA_CONFIGS[0], (2, 7, 3)), (MLA_CONFIGS[2], (1, 5, 1)), (MLA_CONFIGS[1], (2, 4, 2))]:
         state = _mla_state(cfg, rng)
-        x = _t(rng.normal(size=(B, T, cfg[0])))
+        x = tensor(rng, B, T, cfg[0])
         cases.append(Case(f"{_mla_text(cfg)}, x [{B}, {T}, {cfg[0]}]: a prefill of {_n(P, 'position')} (causal mask), then "
                           f"the other {T - P} one at a time, through one cache: the outputs joined (they must equal one "
                           f"causal pass over all {T} positions)",
@@ -508,20 +475,20 @@ def _mla_decoding_cases(rng):
 # --------------------------------------------------------------------------- cases: online softmax
 def _online_cases(rng):
     def x(*shape, scale=1.0):
-        return _t(scale * rng.normal(size=shape))
+        return tensor(rng, *shape, scale=scale)
 
     cases = []
     for (lead, T_q, T_k, D, Dv), block in [(((2, 3), 9, 20, 8, 5), 4), (((1,), 6, 13, 4, 4), 5),
                                            (((), 7, 7, 16, 3), 1), (((2,), 5, 8, 8, 8), 32), (((2, 2), 16, 33, 8, 4), 8)]:
         q, k, v = x(*lead, T_q, D, scale=1.5), x(*lead, T_k, D, scale=1.5), x(*lead, T_k, Dv)
-        cases.append(Case(f"q {_shape(q)}, k {_shape(k)}, v {_shape(v)}, block_size={block}, no mask",
+        cases.append(Case(f"q {shape_text(q)}, k {shape_text(k)}, v {shape_text(v)}, block_size={block}, no mask",
                           lambda f, q=q, k=k, v=v, b=block: f(q.clone(), k.clone(), v.clone(), b)))
     # scores of a few hundred: exp() overflows unless the running max is subtracted
     q, k, v = x(2, 6, 8, scale=8.0), x(2, 12, 8, scale=8.0), x(2, 12, 4)
     cases.append(Case("large scores (|q . k| / sqrt(d) in the hundreds), q [2, 6, 8], k [2, 12, 8], block_size=5",
                       lambda f: f(q.clone(), k.clone(), v.clone(), 5)))
     # every score far below 0: exp(score) underflows to 0 unless the running max starts at -inf
-    base = _t(10.0 * np.ones((1, 16)))
+    base = as_float32(10.0 * np.ones((1, 16)))
     k2 = base + x(10, 16, scale=0.3)
     q2 = -base + x(4, 16, scale=0.3)
     v2 = x(10, 3)
@@ -532,18 +499,18 @@ def _online_cases(rng):
 
 def _online_mask_cases(rng):
     def x(*shape, scale=1.5):
-        return _t(scale * rng.normal(size=shape))
+        return tensor(rng, *shape, scale=scale)
 
     cases = []
     B, H, T = 2, 2, 11
     q, k, v = x(B, H, T, 8), x(B, H, T, 8), x(B, H, T, 5, scale=1.0)
     cases.append(Case(f"q, k [{B}, {H}, {T}, 8], v [{B}, {H}, {T}, 5], a causal mask [{T}, {T}], block_size=4",
-                      lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=_causal(T))))
+                      lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=causal(T))))
     keep = (torch.arange(T)[None, :] < torch.tensor([T, 6])[:, None])[:, None, None, :]
     cases.append(Case(f"the same q, k, v with a padding mask [{B}, 1, 1, {T}] (the second sentence has 6 real "
                       "tokens), block_size=3",
                       lambda f: f(q.clone(), k.clone(), v.clone(), 3, mask=keep.clone())))
-    rand = torch.tensor(rng.uniform(size=(B, H, T, T)) < 0.4)
+    rand = random_mask(rng, B, H, T, T, p_keep=0.4, keep_column=None)
     rand[0, 1, 2] = False                      # a row with no allowed key at all
     rand[1, 0, 5] = False
     rand[1, 0, 5, 9] = True                    # a row whose only key sits in the last, partial block
@@ -606,9 +573,9 @@ def _online_memory_cases(rng):
     # The limit is per batch and head: a [T_q, T_k] copy of the caller's mask (an additive float mask, say)
     # stays below it; a [B, H, T_q, T_k] score matrix does not.
     for (B, H, T, D), block, masked in [((1, 2, 96, 8), 16, False), ((2, 2, 80, 4), 8, True)]:
-        q, k, v = (_t(rng.normal(size=(B, H, T, D))) for _ in range(3))
+        q, k, v = (tensor(rng, B, H, T, D) for _ in range(3))
         full = B * H * T * T * 4
-        mask = _causal(T) if masked else None
+        mask = causal(T) if masked else None
         cases.append(Case(f"q, k, v [{B}, {H}, {T}, {D}], block_size={block}"
                           + (", a causal mask" if masked else "")
                           + f": (output, whether the largest tensor created inside stays below half of the "
@@ -630,14 +597,6 @@ def _window_cases(rng):
 
 
 # --------------------------------------------------------------------------- mistakes
-def _variant(source: str, *replacements: tuple[str, str]) -> str:
-    for old, new in replacements:
-        if old not in source:
-            raise ValueError(f"mistake template: {old!r} not found")
-        source = source.replace(old, new)
-    return source
-
-
 COST_SOURCE = """
 def attention_flops_and_memory(seq_len, d_model, num_heads, num_layers, num_kv_heads=None, head_dim=None,
                                batch_size=1, bytes_per_value=2):
@@ -663,28 +622,28 @@ COST_MISTAKES = (
     Mistake("score FLOPs count q k^T only (the weights @ v product forgotten)",
             "attention does two products of the same size: q @ k^T gives the [T, T] scores, weights @ v mixes the "
             "values; each costs 2 * H * T * T * head_dim FLOPs per layer",
-            _variant(COST_SOURCE, ('"score_flops": 2 * (2 * B', '"score_flops": (2 * B'))),
+            variant(COST_SOURCE, ('"score_flops": 2 * (2 * B', '"score_flops": (2 * B'))),
     Mistake("a multiply-add counted as one FLOP",
             "FLOP counters count a multiply-add as 2 FLOPs: an [m, k] @ [k, n] product is 2 * m * k * n",
-            _variant(COST_SOURCE, ('"projection_flops": 2 * B', '"projection_flops": B'),
-                     ('"score_flops": 2 * (2 * B', '"score_flops": 2 * (B'))),
+            variant(COST_SOURCE, ('"projection_flops": 2 * B', '"projection_flops": B'),
+                    ('"score_flops": 2 * (2 * B', '"score_flops": 2 * (B'))),
     Mistake("the KV cache counts the keys only (the values forgotten)",
             "every layer caches a key AND a value per position: 2 * num_kv_heads * head_dim numbers",
-            _variant(COST_SOURCE, ("per_token = 2 * kv_width", "per_token = kv_width"))),
+            variant(COST_SOURCE, ("per_token = 2 * kv_width", "per_token = kv_width"))),
     Mistake("the KV cache sized with num_heads (num_kv_heads ignored)",
             "grouped-query attention caches num_kv_heads key/value heads, not num_heads: that is its whole point",
-            _variant(COST_SOURCE, ("per_token = 2 * kv_width", "per_token = 2 * q_width"))),
+            variant(COST_SOURCE, ("per_token = 2 * kv_width", "per_token = 2 * q_width"))),
     Mistake("the k and v projections counted at full width (num_kv_heads ignored in the projection FLOPs)",
             "k_proj and v_proj map d_model to num_kv_heads * head_dim features each; only q and out are d_model wide",
-            _variant(COST_SOURCE, ("(q_width + 2 * kv_width + q_width)", "(4 * q_width)"))),
+            variant(COST_SOURCE, ("(q_width + 2 * kv_width + q_width)", "(4 * q_width)"))),
     Mistake("head_dim ignored (d_model // num_heads used even when head_dim is given)",
             "some models' heads are wider than d_model / num_heads (DeepSeek-V3: 128 heads of 128 on a 7168-wide "
             "stream): use head_dim when it is given",
-            _variant(COST_SOURCE, ("    if head_dim is None:\n        if d_model % num_heads != 0:\n            raise ValueError(\"not divisible\")\n        head_dim = d_model // num_heads\n",
-                                   "    if d_model % num_heads != 0:\n        raise ValueError(\"not divisible\")\n    head_dim = d_model // num_heads\n"))),
+            variant(COST_SOURCE, ("    if head_dim is None:\n        if d_model % num_heads != 0:\n            raise ValueError(\"not divisible\")\n        head_dim = d_model // num_heads\n",
+                                  "    if d_model % num_heads != 0:\n        raise ValueError(\"not divisible\")\n    head_dim = d_model // num_heads\n"))),
     Mistake("score bytes summed over all layers (only one layer's weights exist at a time)",
             "score_bytes is one layer's [B, H, T, T] weights: the layers run one after another, so the memory is reused",
-            _variant(COST_SOURCE, ("T * T * bytes_per_value,", "T * T * bytes_per_value * L,"))),
+            variant(COST_SOURCE, ("T * T * bytes_per_value,", "T * T * bytes_per_value * L,"))),
 )
 
 KV_SOURCE = """
@@ -711,34 +670,34 @@ KV_MISTAKES = (
     Mistake("keys and values share one list (self.keys = self.values = [None] * num_layers)",
             "two names for one list: every value overwrites a key. Make two lists: self.keys = [None] * n; "
             "self.values = [None] * n",
-            _variant(KV_SOURCE, ("self.keys = [None] * num_layers\n        self.values = [None] * num_layers",
-                                 "self.keys = self.values = [None] * num_layers"))),
+            variant(KV_SOURCE, ("self.keys = [None] * num_layers\n        self.values = [None] * num_layers",
+                                "self.keys = self.values = [None] * num_layers"))),
     Mistake("one cache for every layer (the layer argument ignored)",
             "each layer has its own keys and values: index the lists with `layer`",
-            _variant(KV_SOURCE, ("def append(self, layer, k, v):", "def append(self, layer, k, v):\n        layer = 0"),
-                     ("def seq_len(self, layer=0):", "def seq_len(self, layer=0):\n        layer = 0"))),
+            variant(KV_SOURCE, ("def append(self, layer, k, v):", "def append(self, layer, k, v):\n        layer = 0"),
+                    ("def seq_len(self, layer=0):", "def seq_len(self, layer=0):\n        layer = 0"))),
     Mistake("concatenated along the heads axis (dim=1) instead of the time axis",
             "positions are the second-to-last axis: torch.cat([...], dim=-2) works for [B, H, T, D] and [B, T, r] alike",
-            _variant(KV_SOURCE, ("dim=-2)", "dim=1)"))),
+            variant(KV_SOURCE, ("dim=-2)", "dim=1)"))),
     Mistake("concatenated along the feature axis (dim=-1) instead of the time axis",
             "a new position adds a row, not a column: torch.cat([...], dim=-2)",
-            _variant(KV_SOURCE, ("dim=-2)", "dim=-1)"))),
+            variant(KV_SOURCE, ("dim=-2)", "dim=-1)"))),
     Mistake("append returns only the new keys and values, not everything cached",
             "attention needs every position so far: return self.keys[layer], self.values[layer] after concatenating",
-            _variant(KV_SOURCE, ("        return self.keys[layer], self.values[layer]\n", "        return k, v\n"))),
+            variant(KV_SOURCE, ("        return self.keys[layer], self.values[layer]\n", "        return k, v\n"))),
     Mistake("seq_len counts the calls to append, not the positions",
             "a prefill appends several positions at once: read the length off the time axis, keys[layer].shape[-2]",
-            _variant(KV_SOURCE, ("def append(self, layer, k, v):",
-                                 "def append(self, layer, k, v):\n        self.calls = getattr(self, 'calls', {})\n"
-                                 "        self.calls[layer] = self.calls.get(layer, 0) + 1"),
-                     ("return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]",
-                      "return getattr(self, 'calls', {}).get(layer, 0)"))),
+            variant(KV_SOURCE, ("def append(self, layer, k, v):",
+                                "def append(self, layer, k, v):\n        self.calls = getattr(self, 'calls', {})\n"
+                                "        self.calls[layer] = self.calls.get(layer, 0) + 1"),
+                    ("return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]",
+                     "return getattr(self, 'calls', {}).get(layer, 0)"))),
     Mistake("nbytes counts elements, not bytes",
             "a float32 number takes 4 bytes: numel() * element_size()",
-            _variant(KV_SOURCE, ("t.numel() * t.element_size()", "t.numel()"))),
+            variant(KV_SOURCE, ("t.numel() * t.element_size()", "t.numel()"))),
     Mistake("nbytes counts the keys only",
             "the cache holds keys and values: sum over self.keys + self.values",
-            _variant(KV_SOURCE, ("for t in self.keys + self.values", "for t in self.keys"))),
+            variant(KV_SOURCE, ("for t in self.keys + self.values", "for t in self.keys"))),
 )
 
 CACHED_SOURCE = """
@@ -788,14 +747,14 @@ def cached_attention(q_t, k_t, v_t, cache, layer=0):
     Mistake("no causal mask among the new positions (a prefill sees its own future)",
             "with several new positions, new query i (absolute position T_past + i) may attend to keys 0 .. T_past + i "
             "only: mask = ones(T_new, T_total).tril(T_total - T_new)",
-            _variant(CACHED_SOURCE, ("mask)[0]", "None)[0]"))),
+            variant(CACHED_SOURCE, ("mask)[0]", "None)[0]"))),
     Mistake("the new positions may not attend to themselves (the causal diagonal off by one)",
             "new query i sits at absolute position T_past + i and sees keys 0 .. T_past + i, itself included: "
             "tril(T_total - T_new), not tril(T_total - T_new - 1)",
-            _variant(CACHED_SOURCE, ("tril(T_total - T_new)", "tril(T_total - T_new - 1)"))),
+            variant(CACHED_SOURCE, ("tril(T_total - T_new)", "tril(T_total - T_new - 1)"))),
     Mistake("the layer argument ignored (always layer 0 of the cache)",
             "each layer has its own cache entry: cache.append(layer, k_t, v_t)",
-            _variant(CACHED_SOURCE, ("cache.append(layer, k_t, v_t)", "cache.append(0, k_t, v_t)"))),
+            variant(CACHED_SOURCE, ("cache.append(layer, k_t, v_t)", "cache.append(0, k_t, v_t)"))),
     Mistake("no 1/sqrt(d) scaling",
             "scores are q . k / sqrt(head_dim), as in notebook 02",
             """
@@ -825,33 +784,33 @@ ROTARY_MISTAKES = (
             "(i, i + D/2)",
             "pair feature i with feature i + D/2: x1, x2 = x[..., :D//2], x[..., D//2:]. Both layouts are rotary "
             "embeddings, but a model's weights only work with the one it was trained with",
-            _variant(ROTARY_SOURCE, ("x1, x2 = x[..., : D // 2], x[..., D // 2:]", "x1, x2 = x[..., 0::2], x[..., 1::2]"),
-                     (_HALF, "return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2).to(x.dtype)"))),
+            variant(ROTARY_SOURCE, ("x1, x2 = x[..., : D // 2], x[..., D // 2:]", "x1, x2 = x[..., 0::2], x[..., 1::2]"),
+                    (_HALF, "return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2).to(x.dtype)"))),
     Mistake("rotated the wrong way (the sign of sin flipped)",
             "a rotation by +angle: (x1 cos - x2 sin, x2 cos + x1 sin)",
-            _variant(ROTARY_SOURCE, (_HALF, "return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1).to(x.dtype)"))),
+            variant(ROTARY_SOURCE, (_HALF, "return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1).to(x.dtype)"))),
     Mistake("frequencies base^(-i/D) instead of base^(-2i/D)",
             "pair i turns by base ** (-2i / D) per position: torch.arange(0, D, 2) / D",
-            _variant(ROTARY_SOURCE, ("torch.arange(0, D, 2, dtype=torch.float32) / D",
-                                     "torch.arange(0, D // 2, dtype=torch.float32) / D"))),
+            variant(ROTARY_SOURCE, ("torch.arange(0, D, 2, dtype=torch.float32) / D",
+                                    "torch.arange(0, D // 2, dtype=torch.float32) / D"))),
     Mistake("the two features of a pair turned by different angles (the frequencies not repeated for the second half)",
             "both members of pair i, features i and i + D/2, turn by the same angle: cos and sin have D/2 columns, "
             "used for both halves",
-            _variant(ROTARY_SOURCE, ("inv_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)",
-                                     "inv_freq = base ** (-torch.arange(0, D, dtype=torch.float32) / D)"),
-                     ("cos, sin = angles.cos(), angles.sin()",
-                      "cos, sin = angles.cos(), angles.sin()\n    c1, c2, s1, s2 = cos[..., : D // 2], cos[..., D // 2:], sin[..., : D // 2], sin[..., D // 2:]"),
-                     (_HALF, "return torch.cat([x1 * c1 - x2 * s1, x2 * c2 + x1 * s2], dim=-1).to(x.dtype)"))),
+            variant(ROTARY_SOURCE, ("inv_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)",
+                                    "inv_freq = base ** (-torch.arange(0, D, dtype=torch.float32) / D)"),
+                    ("cos, sin = angles.cos(), angles.sin()",
+                     "cos, sin = angles.cos(), angles.sin()\n    c1, c2, s1, s2 = cos[..., : D // 2], cos[..., D // 2:], sin[..., : D // 2], sin[..., D // 2:]"),
+                    (_HALF, "return torch.cat([x1 * c1 - x2 * s1, x2 * c2 + x1 * s2], dim=-1).to(x.dtype)"))),
     Mistake("positions ignored (every call rotates as if at positions 0, 1, 2, ...)",
             "use the positions argument: a decoding step at position 57 must be turned by 57 * frequency",
-            _variant(ROTARY_SOURCE, ("torch.as_tensor(positions).to(torch.float32)",
-                                     "torch.arange(x.shape[-2], dtype=torch.float32)"))),
+            variant(ROTARY_SOURCE, ("torch.as_tensor(positions).to(torch.float32)",
+                                    "torch.arange(x.shape[-2], dtype=torch.float32)"))),
     Mistake("the base argument ignored (always 10000)",
             "use base: inv_freq = base ** (-torch.arange(0, D, 2) / D)",
-            _variant(ROTARY_SOURCE, ("inv_freq = base **", "inv_freq = 10000.0 **"))),
+            variant(ROTARY_SOURCE, ("inv_freq = base **", "inv_freq = 10000.0 **"))),
     Mistake("no ValueError for an odd feature dimension",
             "check x.shape[-1] % 2 and raise ValueError: features are rotated in pairs",
-            _variant(ROTARY_SOURCE, ('raise ValueError("odd")', 'pass'))),
+            variant(ROTARY_SOURCE, ('raise ValueError("odd")', 'pass'))),
 )
 
 _ROTARY_ENV: dict = {"torch": torch}
@@ -894,20 +853,20 @@ GQA_MISTAKES = (
     Mistake("key/value heads repeated in the wrong order (.repeat: query head h reads key/value head h % num_kv_heads)",
             "neighbouring query heads share a key/value head: query head h reads key/value head h // (num_heads // "
             "num_kv_heads), so repeat each head in place, k.repeat_interleave(group, dim=1), not k.repeat(1, group, 1, 1)",
-            _variant(GQA_SOURCE, (_REPEAT, "        k = k.repeat(1, group, 1, 1)\n        v = v.repeat(1, group, 1, 1)\n"))),
+            variant(GQA_SOURCE, (_REPEAT, "        k = k.repeat(1, group, 1, 1)\n        v = v.repeat(1, group, 1, 1)\n"))),
     Mistake("the cache holds the repeated heads (num_heads key/value heads: nothing saved)",
             "append k and v to the cache BEFORE repeating them: the cache must hold num_kv_heads heads",
-            _variant(GQA_SOURCE, (_APPEND, ""), (_REPEAT, _REPEAT + _APPEND))),
+            variant(GQA_SOURCE, (_APPEND, ""), (_REPEAT, _REPEAT + _APPEND))),
     Mistake("no ValueError when num_heads is not a multiple of num_kv_heads",
             "check num_heads % num_kv_heads (and d_model % num_heads) in __init__ and raise ValueError",
-            _variant(GQA_SOURCE, ("if d_model % num_heads != 0 or num_heads % num_kv_heads != 0:",
-                                  "if d_model % num_heads != 0:"))),
+            variant(GQA_SOURCE, ("if d_model % num_heads != 0 or num_heads % num_kv_heads != 0:",
+                                 "if d_model % num_heads != 0:"))),
     Mistake("the mask ignored",
             "pass the mask on to the attention: scaled_dot_product_attention(q, k, v, mask)",
-            _variant(GQA_SOURCE, ("scaled_dot_product_attention(q, k, v, mask)", "scaled_dot_product_attention(q, k, v)"))),
+            variant(GQA_SOURCE, ("scaled_dot_product_attention(q, k, v, mask)", "scaled_dot_product_attention(q, k, v)"))),
     Mistake("the cache ignored (nothing appended, the queries see only the new positions)",
             "with a cache, append the new keys and values and attend over everything it returns",
-            _variant(GQA_SOURCE, (_APPEND, ""))),
+            variant(GQA_SOURCE, (_APPEND, ""))),
 )
 
 MLA_SOURCE = """
@@ -962,7 +921,7 @@ MLA_MISTAKES = (
     Mistake("the up-projected keys and values cached (as large a cache as multi-head attention)",
             "cache the small things: the normalized latent [B, T, kv_lora_rank] and the rotated shared key [B, T, "
             "qk_rope_head_dim], and up-project what the cache returns: cache.append(layer, latent, k_rope)",
-            _variant(MLA_SOURCE, (_MLA_APPEND, """        T_k = latent.shape[1]
+            variant(MLA_SOURCE, (_MLA_APPEND, """        T_k = latent.shape[1]
         k_nope = split_heads(self.k_up(latent), H)
         v = split_heads(self.v_up(latent), H)
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, T_k, self.rope_dim)], dim=-1)
@@ -972,34 +931,34 @@ MLA_MISTAKES = (
     Mistake("the latent cached before its RMSNorm (kv_norm)",
             "normalize the latent first, latent = self.kv_norm(latent), and cache the normalized one (DeepSeek's "
             "cache holds kv_norm's output)",
-            _variant(MLA_SOURCE, ("        latent = self.kv_norm(latent)\n", ""),
-                     ("k_nope = split_heads(self.k_up(latent), H)\n        v = split_heads(self.v_up(latent), H)",
-                      "k_nope = split_heads(self.k_up(self.kv_norm(latent)), H)\n        "
-                      "v = split_heads(self.v_up(self.kv_norm(latent)), H)"))),
+            variant(MLA_SOURCE, ("        latent = self.kv_norm(latent)\n", ""),
+                    ("k_nope = split_heads(self.k_up(latent), H)\n        v = split_heads(self.v_up(latent), H)",
+                     "k_nope = split_heads(self.k_up(self.kv_norm(latent)), H)\n        "
+                     "v = split_heads(self.v_up(self.kv_norm(latent)), H)"))),
     Mistake("rotary embedding applied to the values too",
             "rotary embeddings encode positions in the scores q . k only: rotate the rotary part of the queries and "
             "the shared rotary key, never the values",
-            _variant(MLA_SOURCE, ("v = split_heads(self.v_up(latent), H)",
-                                  "v = apply_rotary(split_heads(self.v_up(latent), H), torch.arange(T_k))"))),
+            variant(MLA_SOURCE, ("v = split_heads(self.v_up(latent), H)",
+                                 "v = apply_rotary(split_heads(self.v_up(latent), H), torch.arange(T_k))"))),
     Mistake("rotary embedding applied to the whole query and key (the no-position part too)",
             "only the qk_rope_head_dim features are rotated; the qk_nope_head_dim features, reconstructed from the "
             "latent, carry no position (that is what lets DeepSeek absorb k_up into the query)",
-            _variant(MLA_SOURCE, ("        q_rope = apply_rotary(q_rope, positions)\n", ""),
-                     ("        k_rope = apply_rotary(k_rope, positions)\n", ""),
-                     ("        q = torch.cat([q_nope, q_rope], dim=-1)\n",
-                      "        q = apply_rotary(torch.cat([q_nope, q_rope], dim=-1), positions)\n"
-                      "        k = apply_rotary(k, torch.arange(T_k))\n"))),
+            variant(MLA_SOURCE, ("        q_rope = apply_rotary(q_rope, positions)\n", ""),
+                    ("        k_rope = apply_rotary(k_rope, positions)\n", ""),
+                    ("        q = torch.cat([q_nope, q_rope], dim=-1)\n",
+                     "        q = apply_rotary(torch.cat([q_nope, q_rope], dim=-1), positions)\n"
+                     "        k = apply_rotary(k, torch.arange(T_k))\n"))),
     Mistake("rotary positions restart at 0 at every call (the cache's length ignored)",
             "the new tokens sit after everything cached: positions = torch.arange(start, start + T) with start = "
             "cache.seq_len(layer)",
-            _variant(MLA_SOURCE, ("start = 0 if cache is None else cache.seq_len(layer)", "start = 0"))),
+            variant(MLA_SOURCE, ("start = 0 if cache is None else cache.seq_len(layer)", "start = 0"))),
     Mistake("softmax scale 1/sqrt(qk_nope_head_dim): the rotary part of the head dimension forgotten",
             "a query and a key have qk_nope_head_dim + qk_rope_head_dim features each: divide by the square root of that sum",
-            _variant(MLA_SOURCE, ("math.sqrt(self.nope_dim + self.rope_dim)", "math.sqrt(self.nope_dim)"))),
+            variant(MLA_SOURCE, ("math.sqrt(self.nope_dim + self.rope_dim)", "math.sqrt(self.nope_dim)"))),
     Mistake("the rotary key taken from the first features of kv_down's output (latent and rotary key swapped)",
             "kv_down's output is [latent (kv_lora_rank features), rotary key (qk_rope_head_dim features)], in that order",
-            _variant(MLA_SOURCE, ("latent, k_rope = self.kv_down(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)",
-                                  "k_rope, latent = self.kv_down(x).split([self.rope_dim, self.kv_lora_rank], dim=-1)"))),
+            variant(MLA_SOURCE, ("latent, k_rope = self.kv_down(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)",
+                                 "k_rope, latent = self.kv_down(x).split([self.rope_dim, self.kv_lora_rank], dim=-1)"))),
 )
 
 ONLINE_SOURCE = """
@@ -1027,25 +986,25 @@ ONLINE_MISTAKES = (
     Mistake("the running sum not rescaled when the max changes",
             "when a block raises the running max from m to m_new, everything summed so far was exp(s - m): multiply "
             "it by exp(m - m_new) before adding the new block, l = l * exp(m - m_new) + sum(exp(s - m_new))",
-            _variant(ONLINE_SOURCE, ("l = l * correction + p.sum", "l = l + p.sum"))),
+            variant(ONLINE_SOURCE, ("l = l * correction + p.sum", "l = l + p.sum"))),
     Mistake("the running output not rescaled when the max changes",
             "the output accumulator holds sums of exp(s - m) * v: rescale it by exp(m - m_new) too, like the running sum",
-            _variant(ONLINE_SOURCE, ("acc = acc * correction + p @", "acc = acc + p @"))),
+            variant(ONLINE_SOURCE, ("acc = acc * correction + p @", "acc = acc + p @"))),
     Mistake("the running max started at 0 instead of -inf",
             "start m at -inf: with scores far below 0, exp(score - 0) underflows to 0 and the row is lost",
-            _variant(ONLINE_SOURCE, ("m = q.new_full((*q.shape[:-1], 1), float('-inf'))", "m = q.new_zeros((*q.shape[:-1], 1))"))),
+            variant(ONLINE_SOURCE, ("m = q.new_full((*q.shape[:-1], 1), float('-inf'))", "m = q.new_zeros((*q.shape[:-1], 1))"))),
     Mistake("fully masked rows give NaN (0 / 0 at the end, or exp(-inf - (-inf)))",
             "a row whose keys are all masked keeps m = -inf and l = 0: subtract 0 instead of -inf inside exp(), and "
             "divide by 1 where l == 0, so that the row comes out as zeros",
-            _variant(ONLINE_SOURCE, ("m_safe = m_new.masked_fill(m_new == float('-inf'), 0.0)", "m_safe = m_new"),
-                     ("return acc / torch.where(l > 0, l, torch.ones_like(l))", "return acc / l"))),
+            variant(ONLINE_SOURCE, ("m_safe = m_new.masked_fill(m_new == float('-inf'), 0.0)", "m_safe = m_new"),
+                    ("return acc / torch.where(l > 0, l, torch.ones_like(l))", "return acc / l"))),
     Mistake("the last, partial block dropped (T_k not a multiple of block_size)",
             "loop over range(0, T_k, block_size): the last block may be shorter, and its keys count too",
-            _variant(ONLINE_SOURCE, ("for start in range(0, T_k, block_size):",
-                                     "for start in range(0, T_k - block_size + 1, block_size):"))),
+            variant(ONLINE_SOURCE, ("for start in range(0, T_k, block_size):",
+                                    "for start in range(0, T_k - block_size + 1, block_size):"))),
     Mistake("the mask ignored",
             "fill the masked scores of each block with -inf: s.masked_fill(~mask[..., start:stop], float('-inf'))",
-            _variant(ONLINE_SOURCE, ("        if mask is not None:\n            s = s.masked_fill", "        if False:\n            s = s.masked_fill"))),
+            variant(ONLINE_SOURCE, ("        if mask is not None:\n            s = s.masked_fill", "        if False:\n            s = s.masked_fill"))),
     Mistake("the whole [T_q, T_k] score matrix built (plain attention, not tiled)",
             "the point of the exercise is never to hold all T_q x T_k scores at once: compute q @ k^T one block of "
             "keys at a time inside the loop",
@@ -1059,7 +1018,7 @@ def online_softmax_attention(q, k, v, block_size, mask=None):
 """),
     Mistake("no 1/sqrt(d) scaling",
             "scores are q . k / sqrt(d), as in notebook 02: multiply each block's scores by 1 / sqrt(q.shape[-1])",
-            _variant(ONLINE_SOURCE, ("scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"))),
+            variant(ONLINE_SOURCE, ("scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"))),
 )
 
 WINDOW_SOURCE = """
@@ -1073,25 +1032,25 @@ def sliding_window_mask(size, window):
 WINDOW_MISTAKES = (
     Mistake("off-by-one window: window + 1 keys (i - j <= window)",
             "query i sees itself and the window - 1 positions before it: keys i - window + 1 .. i, so j > i - window",
-            _variant(WINDOW_SOURCE, ("(j > i - window)", "(j >= i - window)"))),
+            variant(WINDOW_SOURCE, ("(j > i - window)", "(j >= i - window)"))),
     Mistake("off-by-one window: window - 1 keys (i - j < window - 1)",
             "query i sees `window` keys, itself included: i - window < j <= i",
-            _variant(WINDOW_SOURCE, ("(j > i - window)", "(j > i - window + 1)"))),
+            variant(WINDOW_SOURCE, ("(j > i - window)", "(j > i - window + 1)"))),
     Mistake("a symmetric band: the window also looks ahead (|i - j| < window)",
             "a decoder's window is causal: keys after the query stay masked, (j <= i) & (j > i - window)",
-            _variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return (i - j).abs() < window"))),
+            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return (i - j).abs() < window"))),
     Mistake("the window ignored (the plain causal mask)",
             "use window: keys more than window - 1 positions back are masked",
-            _variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return j <= i"))),
+            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return j <= i"))),
     Mistake("PyTorch's nn.Transformer convention: True = blocked",
             "in this course True means 'may attend': True inside the window",
-            _variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return ~((j <= i) & (j > i - window))"))),
+            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return ~((j <= i) & (j > i - window))"))),
     Mistake("a float 0/1 mask instead of booleans",
             "return a boolean tensor: the comparisons give one already, don't convert it",
-            _variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return ((j <= i) & (j > i - window)).float()"))),
+            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return ((j <= i) & (j > i - window)).float()"))),
     Mistake("no ValueError for a window smaller than 1",
             "a window must hold at least the token itself: raise ValueError when window < 1",
-            _variant(WINDOW_SOURCE, ('raise ValueError("window")', "pass"))),
+            variant(WINDOW_SOURCE, ('raise ValueError("window")', "pass"))),
 )
 
 # The mistakes run beside correct helpers: the course's attention (02) and heads (03), and copies (not the

@@ -1,11 +1,15 @@
-"""Inputs for the checks' cases: random tensors and masks from an exercise's own generator, and
-the marker that stands for PyTorch's own implementation.
+"""Inputs for the checks' cases: random tensors and masks from an exercise's own generator, the
+marker that stands for PyTorch's own implementation, and the few steps the cases take with the
+student's code where it runs (load the hidden weights, backpropagate).
 
 Not secret (the sandbox may import it): it says how inputs are drawn, not what is expected."""
 from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
+
+RANDOM_COLUMN = "random"  # random_mask's keep_column: a column drawn from the generator after the mask
 
 
 def tensor(rng: np.random.Generator, *shape, scale: float = 1.0) -> torch.Tensor:
@@ -13,9 +17,18 @@ def tensor(rng: np.random.Generator, *shape, scale: float = 1.0) -> torch.Tensor
     return torch.from_numpy(rng.normal(scale=scale, size=shape).astype(np.float32))
 
 
-def random_mask(rng: np.random.Generator, *shape, p_keep: float = 0.6, keep_column: int | None = 0) -> torch.Tensor:
-    """A boolean mask (True = may attend); keep_column stays True so no row is empty."""
+def as_float32(array) -> torch.Tensor:
+    """A float32 tensor holding `array` (numbers, nested lists or a numpy array), copied."""
+    return torch.tensor(np.asarray(array), dtype=torch.float32)
+
+
+def random_mask(rng: np.random.Generator, *shape, p_keep: float = 0.6,
+                keep_column: int | str | None = 0) -> torch.Tensor:
+    """A boolean mask (True = may attend); keep_column stays True so no row is empty (RANDOM_COLUMN:
+    one column drawn from `rng` after the mask; None: rows may be empty)."""
     m = torch.from_numpy(rng.uniform(size=shape) < p_keep)
+    if isinstance(keep_column, str) and keep_column == RANDOM_COLUMN:
+        keep_column = rng.integers(shape[-1])
     if keep_column is not None:
         m[..., keep_column] = True
     return m
@@ -24,6 +37,43 @@ def random_mask(rng: np.random.Generator, *shape, p_keep: float = 0.6, keep_colu
 def causal(T: int) -> torch.Tensor:
     """[T, T] lower-triangular boolean mask: position i may attend to 0..i."""
     return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def shape_text(t) -> str:
+    """A tensor's shape as a case's description writes it: '[2, 5, 8]'."""
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def backpropagate(out, weights) -> None:
+    """Backpropagate a fixed random linear function of the output and the weights."""
+    g = torch.Generator().manual_seed(0)
+    loss = (out * torch.randn(out.shape, generator=g)).sum() + (weights * torch.randn(weights.shape, generator=g)).sum()
+    if loss.requires_grad:
+        loss.backward()
+
+
+def load_state(module: nn.Module, state: dict, check_shapes: bool = True) -> nn.Module:
+    """Load `state` into the student's module and put it in evaluation mode, with a message naming the
+    expected attributes (and, with check_shapes, the expected shapes; without, a wrong shape is left to
+    PyTorch's own load_state_dict error). Extra buffers (a cached mask, say) are fine."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+    own = module.state_dict()
+    params = {name for name, _ in module.named_parameters()}
+    missing = sorted(set(state) - set(own))
+    unexpected = sorted(params - set(state))
+    if missing or unexpected:
+        raise AttributeError(
+            "the module's parameters do not have the names this notebook asks for"
+            + (f"; missing: {', '.join(missing[:6])}" if missing else "")
+            + (f"; unexpected: {', '.join(unexpected[:6])}" if unexpected else ""))
+    if check_shapes:
+        wrong = [f"{k} is {tuple(own[k].shape)}, expected {tuple(v.shape)}" for k, v in state.items()
+                 if tuple(own[k].shape) != tuple(v.shape)]
+        if wrong:
+            raise AttributeError("the module's parameters have the wrong shapes: " + "; ".join(wrong[:4]))
+    module.load_state_dict(state, strict=False)
+    return module.eval()
 
 
 class Builtin:

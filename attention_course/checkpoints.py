@@ -22,7 +22,7 @@ from . import bpe
 from .data import sha256
 from .hardware import cpu_threads, pick_device
 from .model import ModelConfig, Seq2SeqTransformer
-from .paths import course_file
+from .paths import course_file, lazy_paths
 from .recipes import TrainConfig
 
 
@@ -31,11 +31,7 @@ def models_dir() -> Path:
     return course_file("models")
 
 
-def __getattr__(name: str) -> Path:
-    """MODELS: the course's models/ folder, looked up when asked for."""
-    if name == "MODELS":
-        return models_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_paths(__name__, {"MODELS": models_dir})  # MODELS: looked up when asked for
 SUMS = "SHA256SUMS"
 SHIPPED_FILES = ("model.fp16.pt", bpe.FILE_NAME, "config.json", "summary.json", "history.json")
 

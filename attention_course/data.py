@@ -30,7 +30,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import course_file
+from .paths import course_file, lazy_paths
 
 MIRROR_ENV = "ATTN_MULTI30K_MIRROR"
 CACHE_ENV = "ATTN_DATA_CACHE"
@@ -65,12 +65,7 @@ def toy_dir() -> Path:
     return data_dir() / "toy"
 
 
-def __getattr__(name: str) -> Path:
-    """DATA, MANIFEST and TOY, looked up when asked for (in the course found from the current folder)."""
-    lazy = {"DATA": data_dir, "MANIFEST": manifest_path, "TOY": toy_dir}
-    if name in lazy:
-        return lazy[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_paths(__name__, {"DATA": data_dir, "MANIFEST": manifest_path, "TOY": toy_dir})  # DATA, MANIFEST, TOY: looked up when asked for
 
 
 def default_cache() -> Path:

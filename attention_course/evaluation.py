@@ -17,7 +17,7 @@ from .batching import collate
 from .checkpoints import load_run
 from .data import TEST_SETS, load_pairs
 from .decoding import Ensemble, beam_search_cached, greedy_decode_cached
-from .paths import CourseNotFound, course_file, find_course_root
+from .paths import CourseNotFound, course_file, find_course_root, lazy_paths
 from .recipes import CONFIGS, TrainConfig
 from .translate import beam_search, greedy_decode, label_smoothed_cross_entropy, make_masks
 
@@ -27,11 +27,7 @@ def results_dir() -> Path:
     return course_file("results")
 
 
-def __getattr__(name: str) -> Path:
-    """RESULTS: the course's results/ folder, looked up when asked for."""
-    if name == "RESULTS":
-        return results_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_paths(__name__, {"RESULTS": results_dir})  # RESULTS: looked up when asked for
 
 
 def shown(path) -> str:

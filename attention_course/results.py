@@ -13,18 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from .paths import course_file
+from .paths import course_file, lazy_paths
 
 
 def results_file() -> Path:
     return course_file("results", "translator.json")
 
 
-def __getattr__(name: str) -> Path:
-    """RESULTS_FILE: the course's results/translator.json, looked up when asked for."""
-    if name == "RESULTS_FILE":
-        return results_file()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_paths(__name__, {"RESULTS_FILE": results_file})  # RESULTS_FILE: looked up when asked for
 
 ORDER = {"test_2016_flickr": 0, "test_2017_flickr": 1, "test_2017_mscoco": 2}
 

@@ -37,7 +37,7 @@ from .evaluation import (  # noqa: F401
 )
 from .hardware import Distributed, cpu_threads, describe_device, init_distributed, pick_device, synchronize
 from .model import Seq2SeqTransformer, set_fused
-from .paths import course_file
+from .paths import course_file, lazy_paths
 from .recipes import CONFIGS, TrainConfig, get_config, parse_overrides  # noqa: F401
 from .translate import inverse_sqrt_lr, label_smoothed_cross_entropy, make_masks
 
@@ -49,11 +49,7 @@ def runs_dir() -> Path:
     return Path(os.environ[RUNS_ENV]) if os.environ.get(RUNS_ENV) else course_file("runs")
 
 
-def __getattr__(name: str) -> Path:
-    """RUNS: the runs folder, looked up when asked for."""
-    if name == "RUNS":
-        return runs_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_paths(__name__, {"RUNS": runs_dir})  # RUNS: looked up when asked for
 
 
 def default_run_dir(config: str, src: str, tgt: str) -> Path:
@@ -174,6 +170,7 @@ def should_stop(cfg: TrainConfig, step: int, epoch: float, seconds: float | None
 
 
 def prepare_run_dir(cfg: TrainConfig, src: str, tgt: str, out_dir) -> Path:
+    """The run's folder, emptied of a previous run's weights, summary and checkpoints (main process)."""
     out = Path(out_dir) if out_dir is not None else default_run_dir(cfg.name, src, tgt)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("model.pt", "summary.json"):
@@ -211,128 +208,199 @@ def choose_final_weights(model, tok, val_pairs, cfg: TrainConfig, ckpt_dir: Path
     return "last", last_bleu
 
 
-# --------------------------------------------------------------------------- training
-def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de", out_dir: str | Path | None = None,
-          mirror=None, device: str | None = None, progress: bool = True, log=print, **overrides) -> Run:
-    """Train a translator; returns the Run (also written to `out_dir`, default runs/<config>-<src>-<tgt>)."""
-    from tqdm.auto import tqdm
-
-    cfg = get_config(config, **overrides)
-    dist = init_distributed(torch.device(device) if device else None)
-    device = pick_device(device, dist)
-    main = dist.is_main
-    log = log if main else (lambda *a, **k: None)
-    threads = None
+# --------------------------------------------------------------------------- the run's parts
+def configure_device(cfg: TrainConfig, device: torch.device) -> int | None:
+    """Make `device` this process's device; on a CPU, set (and return) the thread count."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.set_float32_matmul_precision("high")   # TF32 for the fp32 parts (evaluation)
-    else:
-        threads = cpu_threads(cfg.num_threads)
-        torch.set_num_threads(threads)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)                      # the same initial weights in every process
-    out = prepare_run_dir(cfg, src, tgt, out_dir) if main else Path(out_dir or default_run_dir(cfg.name, src, tgt))
-    started = time.time()
+        return None
+    threads = cpu_threads(cfg.num_threads)
+    torch.set_num_threads(threads)
+    return threads
 
-    # data: the tokenizer is learned on the training split only
+
+@dataclass
+class TrainingData:
+    """What the loop and the evaluations read: the tokenizer, the validation pairs, the batches."""
+    tok: object
+    val_pairs: list                   # (source, target) sentences, for validation BLEU
+    train_batches: list[Batch]        # padded, on the device: src [N, S], tgt [N, T + 1]
+    val_batches: list[Batch]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size()
+
+
+def load_data(cfg: TrainConfig, src: str, tgt: str, mirror, device: torch.device) -> TrainingData:
+    """The corpus's pairs, a joint BPE learned on the training split only, and padded batches."""
     train_pairs = load_pairs(cfg.corpus, "train", src, tgt, mirror)[:cfg.train_limit]
     val_pairs = load_pairs(cfg.corpus, "val", src, tgt, mirror)
     tok = bpe.train_joint_bpe(train_pairs, cfg.vocab_size, cfg.min_frequency)
     train_batches = padded_batches(encode_pairs(tok, train_pairs, cfg.max_len), cfg.max_tokens, device, cfg.seed)
     val_batches = padded_batches(encode_pairs(tok, val_pairs), cfg.max_tokens, device, cfg.seed)
-    vocab = tok.get_vocab_size()
+    return TrainingData(tok, val_pairs, train_batches, val_batches)
 
-    model = Seq2SeqTransformer(cfg.model_config(vocab)).to(device)
-    info = {"train": asdict(cfg), "model": asdict(model.config), "src": src, "tgt": tgt, "corpus": cfg.corpus,
+
+def run_info(cfg: TrainConfig, model: Seq2SeqTransformer, src: str, tgt: str, device: torch.device,
+             threads: int | None, dist: Distributed) -> dict:
+    """What the run is (config.json): the recipe, the model, the languages, the hardware."""
+    return {"train": asdict(cfg), "model": asdict(model.config), "src": src, "tgt": tgt, "corpus": cfg.corpus,
             "device": describe_device(device), "threads": threads, "processes": dist.world_size,
             "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def start_line(cfg: TrainConfig, data: TrainingData, info: dict, dist: Distributed) -> str:
+    """The line a run starts with: its data, vocabulary, size and hardware."""
+    threads = info["threads"]
+    return (f"{cfg.name}: {sum(len(b.src) for b in data.train_batches):,} training pairs ({info['src']}->{info['tgt']}), "
+            f"joint BPE vocabulary {data.vocab_size:,}, {info['parameters']:,} parameters, {info['device']}"
+            + (f", {threads} thread(s)" if threads else "") + (f", {dist.world_size} processes" if dist.active else ""))
+
+
+class TrainingLog:
+    """The run's record: its history (a training-curve point every few steps, and the evaluations),
+    the progress bar, history.json, and the clock the entries' seconds come from."""
+
+    def __init__(self, cfg: TrainConfig, out: Path, device: torch.device, show: bool):
+        from tqdm.auto import tqdm
+
+        self.cfg, self.out = cfg, out
+        self.history: list[dict] = []
+        self.every = max(1, cfg.eval_every // 20)     # a training-curve point (loss, lr) every few steps
+        self.loss_sum, self.losses_since = None, 0     # losses since the last point, on the device
+        self.bar = tqdm(total=cfg.max_steps, desc=f"train {cfg.name}", unit="step", disable=not show,
+                        dynamic_ncols=True)
+        self.clock = Clock(device)                     # started last: the training time starts here
+
+    def step_done(self, loss: torch.Tensor, step: int, epoch: float, tokens: int, lr: float,
+                  dist: Distributed) -> float | None:
+        """Count a step; at a log point (the only device reads) add a curve point and return the training seconds."""
+        self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
+        self.losses_since += 1
+        self.bar.update(1)
+        if step % self.every != 0:
+            return None
+        mean_loss = mean_over_processes(self.loss_sum / self.losses_since, dist)
+        self.loss_sum, self.losses_since = None, 0
+        seconds = self.clock.training_seconds()
+        self.history.append({"step": step, "epoch": round(epoch, 3), "train_loss": mean_loss,
+                             "lr": lr, "tokens": tokens, "seconds": round(seconds, 1)})
+        self.bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / max(seconds, 1e-9):,.0f}",
+                             refresh=False)
+        return seconds
+
+    def evaluate(self, model: Seq2SeqTransformer, data: TrainingData, step: int, epoch: float, tokens: int,
+                 lr: float) -> None:
+        """Validation loss and BLEU (off the training clock): add them to history.json and print them."""
+        cfg, history = self.cfg, self.history
+        with self.clock.pause():
+            entry = {"step": step, "epoch": round(epoch, 3), "seconds": round(self.clock.training_seconds(), 1),
+                     "train_loss": history[-1]["train_loss"] if history else None,
+                     **validation_check(model, data.tok, data.val_pairs, data.val_batches, cfg),
+                     "lr": lr, "tokens": tokens}
+            history.append(entry)
+            (self.out / "history.json").write_text(json.dumps(history, indent=1) + "\n")
+        shown_loss = f"{entry['train_loss']:.3f}" if entry["train_loss"] is not None else "  -  "
+        self.bar.write(f"step {step:5d}  epoch {epoch:5.2f}  train loss {shown_loss}  val loss {entry['val_loss']:.3f}  "
+                       f"val BLEU (greedy, {cfg.val_bleu_sentences} sentences) {entry['val_bleu']:5.2f}  lr {lr:.2e}")
+
+    def evaluated_at(self, step: int) -> bool:
+        """Whether the last entry is an evaluation of this step (so the run's end need not repeat it)."""
+        return bool(self.history) and "val_loss" in self.history[-1] and self.history[-1]["step"] == step
+
+
+def write_summary(out: Path, cfg: TrainConfig, info: dict, data: TrainingData, step: int, epoch: float,
+                  tokens: int, seconds: dict[str, float], weights: str, val_bleu: float, last: Path) -> dict:
+    """What the run did (summary.json; train_or_load and the notebooks read it)."""
+    summary = {"config": cfg.name, "src": info["src"], "tgt": info["tgt"], "device": info["device"],
+               "threads": info["threads"], "processes": info["processes"], "steps": step, "epochs": round(epoch, 2),
+               "train_seconds": round(seconds["train"], 1), "loop_seconds": round(seconds["loop"], 1),
+               "eval_seconds": round(seconds["eval"], 1), "total_seconds": round(seconds["total"], 1),
+               "target_tokens": tokens, "tokens_per_second": round(tokens / max(seconds["train"], 1e-9)),
+               "weights": weights, "val_bleu_greedy": round(val_bleu, 2),
+               "val_bleu_sentences": min(cfg.val_bleu_sentences, len(data.val_pairs)),
+               "parameters": info["parameters"], "vocab_size": data.vocab_size, "last_checkpoint": last.name}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def done_line(summary: dict, val_bleu: float, out: Path) -> str:
+    """The line a run ends with: its length, speed, chosen weights and validation BLEU."""
+    return (f"done: {summary['steps']} steps, {summary['epochs']} epochs: {summary['train_seconds']:.0f} s of training "
+            f"({summary['tokens_per_second']:,} target tokens/s) and {summary['eval_seconds']:.0f} s of evaluations "
+            f"and checkpoints; weights: {summary['weights']}; val BLEU (greedy, {summary['val_bleu_sentences']} "
+            f"sentences) {val_bleu:.2f}; saved in {shown(out)}")
+
+
+# --------------------------------------------------------------------------- training
+def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de", out_dir: str | Path | None = None,
+          mirror=None, device: str | None = None, progress: bool = True, log=print, **overrides) -> Run:
+    """Train a translator; returns the Run (also written to `out_dir`, default runs/<config>-<src>-<tgt>)."""
+    cfg = get_config(config, **overrides)
+    dist = init_distributed(torch.device(device) if device else None)
+    device = pick_device(device, dist)
+    main = dist.is_main                                # only the main process writes files and logs
+    log = log if main else (lambda *a, **k: None)
+    threads = configure_device(cfg, device)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)                        # the same initial weights in every process
+    out = prepare_run_dir(cfg, src, tgt, out_dir) if main else Path(out_dir or default_run_dir(cfg.name, src, tgt))
+    started = time.time()
+
+    data = load_data(cfg, src, tgt, mirror, device)
+    model = Seq2SeqTransformer(cfg.model_config(data.vocab_size)).to(device)
+    info = run_info(cfg, model, src, tgt, device, threads, dist)
     if main:
-        bpe.save(tok, out)
+        bpe.save(data.tok, out)
         (out / "config.json").write_text(json.dumps(info, indent=2) + "\n")
     step_model = wrap_for_training(model, cfg, dist, device)
-    torch.manual_seed(cfg.seed + dist.rank)          # each process its own dropout masks
+    torch.manual_seed(cfg.seed + dist.rank)            # each process its own dropout masks
     opt = make_optimizer(model, cfg, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
-    log(f"{cfg.name}: {sum(len(b.src) for b in train_batches):,} training pairs ({src}->{tgt}), joint BPE "
-        f"vocabulary {vocab:,}, {info['parameters']:,} parameters, {info['device']}"
-        + (f", {threads} thread(s)" if threads else "") + (f", {dist.world_size} processes" if dist.active else ""))
+    log(start_line(cfg, data, info, dist))
 
-    per_step = dist.world_size * cfg.accumulate
-    stream = step_stream(len(train_batches), per_step, random.Random(cfg.seed))
-    log_every = max(1, cfg.eval_every // 20)          # a training-curve point (loss, lr) every few steps
-    history, step, epoch, tokens = [], 0, 0.0, 0
-    loss_sum, losses_since = None, 0
+    stream = step_stream(len(data.train_batches), dist.world_size * cfg.accumulate, random.Random(cfg.seed))
     ckpt_dir = out / "checkpoints"
-    bar = tqdm(total=cfg.max_steps, desc=f"train {cfg.name}", unit="step", disable=not (progress and main),
-               dynamic_ncols=True)
-    clock = Clock(device)
-
-    def evaluate_now() -> None:
-        with clock.pause():
-            entry = {"step": step, "epoch": round(epoch, 3), "seconds": round(clock.training_seconds(), 1),
-                     "train_loss": history[-1]["train_loss"] if history else None,
-                     **validation_check(model, tok, val_pairs, val_batches, cfg),
-                     "lr": opt.param_groups[0]["lr"], "tokens": tokens}
-            history.append(entry)
-            (out / "history.json").write_text(json.dumps(history, indent=1) + "\n")
-        shown_loss = f"{entry['train_loss']:.3f}" if entry["train_loss"] is not None else "  -  "
-        bar.write(f"step {step:5d}  epoch {epoch:5.2f}  train loss {shown_loss}  val loss {entry['val_loss']:.3f}  "
-                  f"val BLEU (greedy, {cfg.val_bleu_sentences} sentences) {entry['val_bleu']:5.2f}  lr {entry['lr']:.2e}")
-
+    step, epoch, tokens = 0, 0.0, 0
+    tracker = TrainingLog(cfg, out, device, show=progress and main)
+    clock = tracker.clock
     model.train()
     while True:
-        epoch, chosen = next(stream)
+        epoch, chosen = next(stream)                   # this step's batch indices, all processes'
         mine = chosen[dist.rank * cfg.accumulate:(dist.rank + 1) * cfg.accumulate]
-        loss = train_step(step_model, opt, [train_batches[i] for i in mine], cfg, step, autocast)
+        loss = train_step(step_model, opt, [data.train_batches[i] for i in mine], cfg, step, autocast)
         step += 1
-        tokens += sum(train_batches[i].target_tokens for i in chosen)    # all processes', known on the host
-        loss_sum = loss if loss_sum is None else loss_sum + loss
-        losses_since += 1
-        bar.update(1)
-        at_log_point = step % log_every == 0
-        if at_log_point:                               # the only device reads: every log_every steps
-            mean_loss = mean_over_processes(loss_sum / losses_since, dist)
-            loss_sum, losses_since = None, 0
-            seconds = clock.training_seconds()
-            history.append({"step": step, "epoch": round(epoch, 3), "train_loss": mean_loss,
-                            "lr": opt.param_groups[0]["lr"], "tokens": tokens, "seconds": round(seconds, 1)})
-            bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{opt.param_groups[0]['lr']:.1e}",
-                            tok_s=f"{tokens / max(seconds, 1e-9):,.0f}", refresh=False)
+        tokens += sum(data.train_batches[i].target_tokens for i in chosen)   # all processes', known on the host
+        lr = opt.param_groups[0]["lr"]
+        seconds = tracker.step_done(loss, step, epoch, tokens, lr, dist)    # None between log points
         if main and step % cfg.checkpoint_every == 0:
             with clock.pause():
                 save_checkpoint(model, ckpt_dir, step, cfg.average_last)
         if main and step % cfg.eval_every == 0:
-            evaluate_now()
-        if should_stop(cfg, step, epoch, seconds if at_log_point else None, dist, device):
+            tracker.evaluate(model, data, step, epoch, tokens, lr)
+        if should_stop(cfg, step, epoch, seconds, dist, device):
             break
-    bar.close()
+    tracker.bar.close()
     synchronize(device)
     train_seconds = clock.training_seconds()
     if not main:
-        return Run(out, model, tok, history, {})
-    if not history or "val_loss" not in history[-1] or history[-1]["step"] != step:
-        evaluate_now()
+        return Run(out, model, data.tok, tracker.history, {})
+
+    if not tracker.evaluated_at(step):
+        tracker.evaluate(model, data, step, epoch, tokens, lr)
     last = save_checkpoint(model, ckpt_dir, step, cfg.average_last)
-    loop_seconds = clock.loop_seconds()
-    eval_seconds = clock.paused
-    chosen_weights, final_bleu = choose_final_weights(model, tok, val_pairs, cfg, ckpt_dir, history[-1]["val_bleu"], log)
+    timing = {"train": train_seconds, "loop": clock.loop_seconds(), "eval": clock.paused}
+    weights, final_bleu = choose_final_weights(model, data.tok, data.val_pairs, cfg, ckpt_dir,
+                                               tracker.history[-1]["val_bleu"], log)
     torch.save(cpu_state(model), out / "model.pt")
-    n = min(cfg.val_bleu_sentences, len(val_pairs))
-    summary = {"config": cfg.name, "src": src, "tgt": tgt, "device": info["device"], "threads": threads,
-               "processes": dist.world_size, "steps": step, "epochs": round(epoch, 2),
-               "train_seconds": round(train_seconds, 1), "loop_seconds": round(loop_seconds, 1),
-               "eval_seconds": round(eval_seconds, 1), "total_seconds": round(time.time() - started, 1),
-               "target_tokens": tokens, "tokens_per_second": round(tokens / max(train_seconds, 1e-9)),
-               "weights": chosen_weights, "val_bleu_greedy": round(final_bleu, 2), "val_bleu_sentences": n,
-               "parameters": info["parameters"], "vocab_size": vocab, "last_checkpoint": last.name}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    log(f"done: {step} steps, {summary['epochs']} epochs: {summary['train_seconds']:.0f} s of training "
-        f"({summary['tokens_per_second']:,} target tokens/s) and {summary['eval_seconds']:.0f} s of evaluations "
-        f"and checkpoints; weights: {chosen_weights}; val BLEU (greedy, {n} sentences) {final_bleu:.2f}; "
-        f"saved in {shown(out)}")
+    summary = write_summary(out, cfg, info, data, step, epoch, tokens, {**timing, "total": time.time() - started},
+                            weights, final_bleu, last)
+    log(done_line(summary, final_bleu, out))
     model.eval()
     set_fused(model, cfg.fused)
-    return Run(out, model, tok, history, summary)
+    return Run(out, model, data.tok, tracker.history, summary)
 
 
 def train_or_load(config: str = "quick", src: str = "en", tgt: str = "de", out_dir=None, retrain: bool = False,

@@ -62,12 +62,20 @@ class CourseFolder:
         return [self.root / name for name in PRIVATE]
 
 
+def package_dir(name: str) -> Path | None:
+    """The folder a package is imported from here (a checkout, or site-packages), or None."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
 def library_dir() -> Path:
     """The folder of the student-facing library as this Python imports it (a checkout or site-packages)."""
-    spec = importlib.util.find_spec("attention_course")
-    if spec is None or not spec.submodule_search_locations:
+    found = package_dir("attention_course")
+    if found is None:
         raise ModuleNotFoundError("the attention_course library is not installed: `pip install .` in the course folder")
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
+    return found
 
 
 def solutions_dir(solutions: str | Path | None = None) -> Path:
@@ -192,43 +200,68 @@ def prepared_courses_dir() -> Path:
     return Path(base).expanduser().resolve() / "attention-course" / "courses"
 
 
-def _entry_key(solutions: Path, names: list[str]) -> str:
-    """Everything generate_assignment's output depends on: the notebooks, nbgrader's version and
-    the shared settings it runs with."""
+def _entry_key(notebooks: dict[str, bytes]) -> str:
+    """Everything generate_assignment's output depends on: the notebooks, the versions of nbgrader
+    and of the notebook libraries under it, and the shared settings it runs with."""
     from importlib.metadata import version
 
-    digest = hashlib.sha256(f"nbgrader {version('nbgrader')}\n".encode())
+    tools = " ".join(f"{p} {version(p)}" for p in ("nbgrader", "nbconvert", "nbformat"))
+    digest = hashlib.sha256(f"{tools}\n".encode())
     digest.update(NBGRADER_CONFIG.read_bytes())
-    for name in names:
-        digest.update(f"\n{name}\n".encode())
-        digest.update(notebook_path(name, solutions).read_bytes())
+    for name, data in notebooks.items():
+        digest.update(f"\n{name} {len(data)}\n".encode())
+        digest.update(data)
     return digest.hexdigest()[:32]
+
+
+def _private_to_me(root: Path) -> bool:
+    """The cache is used only where nobody else can write: owned by this user, no group/other write."""
+    info = root.stat()
+    return info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
+def _remove(entry: Path) -> None:
+    """Out of the way first (renamed, so no reader finds half an entry), then deleted."""
+    trash = entry.with_name(f".trash-{entry.name}-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        entry.rename(trash)
+    except OSError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _prune(root: Path, keep: Path) -> None:
     for entry in root.iterdir():
         try:
             if entry != keep and time.time() - entry.stat().st_mtime > KEEP_UNUSED_SECONDS:
-                shutil.rmtree(entry, ignore_errors=True)
+                _remove(entry)
         except OSError:
             pass
 
 
 def _prepared_entry(solutions: Path, names: list[str]) -> Path:
     """The cached result of prepare_source_course for these notebooks: made once (in a folder
-    aside, then renamed into place, so a half-made entry is never used)."""
+    aside, from the very bytes the key was computed from, then renamed into place, so a half-made
+    entry is never used). OSError where the cache cannot be used."""
+    notebooks = {name: notebook_path(name, solutions).read_bytes() for name in names}
     root = prepared_courses_dir()
-    entry = root / _entry_key(solutions, names)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not _private_to_me(root):
+        raise PermissionError(f"{root} is writable by others: not used")
+    entry = root / _entry_key(notebooks)
     if (entry / READY).is_file():
         os.utime(entry)  # in use
         return entry
-    root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
-        prepare_source_course(staging / "course", solutions, f"sqlite:///{staging / 'gradebook.db'}", names)
+        copied = staging / "solutions"
+        for name, data in notebooks.items():
+            (copied / name).mkdir(parents=True)
+            (copied / name / f"{name}.ipynb").write_bytes(data)
+        prepare_source_course(staging / "course", copied, f"sqlite:///{staging / 'gradebook.db'}", names)
         (staging / READY).write_text("\n".join(names) + "\n")
         if entry.exists() and not (entry / READY).is_file():
-            shutil.rmtree(entry, ignore_errors=True)  # a broken entry (no READY): replaced
+            _remove(entry)  # a broken entry (no READY): replaced
         try:
             staging.rename(entry)
         except OSError:  # another process made it first: theirs is as good
@@ -252,17 +285,21 @@ def prepare_grading_course(course: Path, db_path: Path, solutions: str | Path | 
     db_url = f"sqlite:///{db_path}"
     if Path(db_path).exists():
         return prepare_source_course(course, solutions, db_url, names)
+    entry = None
     try:
         entry = _prepared_entry(solutions, names)
-    except OSError:
+        write_course_config(course, db_url)
+        for name in names:
+            for part in ("source", "release"):
+                target = course / part / name
+                if target.exists():
+                    shutil.rmtree(target)
+                shutil.copytree(entry / "course" / part / name, target)
+        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(entry / "gradebook.db", db_path)
+    except OSError:  # no usable cache, or a damaged entry: nbgrader prepares this folder itself
+        if entry is not None:
+            _remove(entry)
+        Path(db_path).unlink(missing_ok=True)
         return prepare_source_course(course, solutions, db_url, names)
-    write_course_config(course, db_url)
-    for name in names:
-        for part in ("source", "release"):
-            target = course / part / name
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.copytree(entry / "course" / part / name, target)
-    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(entry / "gradebook.db", db_path)
     return names

@@ -32,6 +32,7 @@ from .course import (
     CourseNotFound,
     is_course,
     library_dir,
+    package_dir,
     prepare_grading_course,
     prepared_courses_dir,
     reference_module,
@@ -286,6 +287,23 @@ def _course_folder(solutions: Path | None = None) -> CourseFolder | None:
         return None  # solutions given as a bare folder: bubblewrap's allow-list still holds
 
 
+def never_seen(folder: CourseFolder | None, library: Path) -> list[str]:
+    """What student code must never see, wherever things are installed: the private folders of the
+    course graded and of the checkout the library comes from (an editable install), that course's
+    own copy of the library when it is not the one imported (it holds every reference module), the
+    grader and the tools as installed (the hidden checks), and the caches of prepared notebooks."""
+    from .selfcheck import cache_root
+
+    folders = [folder] if folder else []
+    if is_course(library.parent) or (library.parent / ".git").exists():
+        folders.append(CourseFolder(library.parent))
+    hide = [p for f in folders for p in f.private]
+    hide += [f.root / "attention_course" for f in folders if (f.root / "attention_course").resolve() != library]
+    hide += [p for p in (package_dir("autograder"), package_dir("course_tools")) if p is not None]
+    hide += [library / "__pycache__", prepared_courses_dir(), cache_root()]
+    return list(dict.fromkeys(str(p) for p in hide))
+
+
 def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: CourseFolder | None = None) -> World:
     """The student-facing library (minus the reference module of the notebook `source`) and the
     course's data, read-only; everything else of the course is absent (bubblewrap) or hidden
@@ -294,8 +312,7 @@ def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: Cour
     job.mkdir(parents=True, exist_ok=True)
     folder = folder or _course_folder()
     library = library_dir()
-    private = [str(p) for p in folder.private] if folder else []
-    hide = [*private, str(library / "__pycache__"), *hidden, str(prepared_courses_dir()), str(Path.home())]
+    hide = [*never_seen(folder, library), *hidden, str(Path.home())]
     stubs = []
     exported = reference_module(source)
     if exported:
@@ -305,7 +322,8 @@ def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: Cour
         stubs.append((str(ref_stub), str(library / f"{exported.replace('.', '/')}.py")))
     readonly = [str(library)] + ([str(folder.data)] if folder and folder.data.is_dir() else [])
     root = folder.root if folder else None
-    return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p, root)], kit=kit)
+    return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p, root, library)],
+                 kit=kit, course_root=str(root or ""))
 
 
 def verdicts_in_sandbox(source: Path, nb, hidden: list[str], limits: Limits | None = None) -> dict[str, dict]:
@@ -598,7 +616,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         course.setup(solutions)
     else:
         course.lock = threading.Lock()
-    course.extra_hidden = [str(Path(submissions).resolve())]
+    course.extra_hidden = [str(Path(submissions).resolve()), str(solutions.resolve())]
     _ = course.kit  # built once, before any worker starts a sandbox
     if late_penalty:
         course.set_late_penalty(late_penalty)

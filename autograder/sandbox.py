@@ -81,6 +81,7 @@ class World:
     stubs: list[tuple[str, str]] = field(default_factory=list)
     hide: list[str] = field(default_factory=list)
     kit: str = ""  # a folder holding KIT_FILES under autograder/ (made by `make_kit`)
+    course_root: str = ""  # the course's folder, for the library inside (it finds data/ there; nothing else shows)
 
 
 @dataclass
@@ -197,8 +198,8 @@ def bwrap_command(world: World) -> list[str]:
         args += ["--ro-bind-try", path, path]
     for path in _python_roots() + world.readonly:
         args += ["--ro-bind", path, path]
-    for path in world.hide:
-        if any(Path(path).is_relative_to(r) for r in world.readonly) and os.path.isdir(path):
+    for path in world.hide:  # inside what is bound: the Python's own site-packages may hold the grader
+        if any(Path(path).is_relative_to(r) for r in world.readonly + _python_roots()) and os.path.isdir(path):
             args += ["--tmpfs", path, "--remount-ro", path]
     for stub, target in world.stubs:
         if any(Path(target).is_relative_to(r) for r in world.readonly + _python_roots()):
@@ -207,7 +208,7 @@ def bwrap_command(world: World) -> list[str]:
     return args
 
 
-def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp") -> dict:
+def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp", course_root: str = "") -> dict:
     """A small, explicit environment: no instructor secrets, one thread per library."""
     scratch = scratch if mode == "bubblewrap" else SCRATCH
     keep = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
@@ -217,6 +218,8 @@ def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp") -> d
                 MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
                 IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.mpl", TMPDIR=scratch,
                 PYTHONPATH=grader, ATTN_GRADER_PATH=grader, ATTN_IN_FD=str(in_fd), ATTN_OUT_FD=str(out_fd))
+    if course_root:
+        keep["ATTN_COURSE_ROOT"] = course_root
     return keep
 
 
@@ -294,10 +297,10 @@ def _set_limits(limits: dict, nproc: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
 
 
-def _contains_needed(path: str, course_root: Path | None = None) -> bool:
-    """Whether `path` holds the course or the Python running it (then it must stay visible)."""
-    needed = [Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent]
-    needed += [Path(course_root).resolve()] if course_root else []
+def _contains_needed(path: str, course_root: Path | None = None, library: Path | None = None) -> bool:
+    """Whether `path` holds the course, the library or the Python running it (then it must stay visible)."""
+    needed = [Path(p).resolve() for p in _python_roots()] + [Path(sys.executable).resolve().parent]
+    needed += [Path(p).resolve() for p in (course_root, library) if p]
     return any(n == Path(path) or n.is_relative_to(path) for n in needed)
 
 
@@ -362,7 +365,7 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
 
 def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_fd: int, err_fd: int,
             groups: list[Path]) -> subprocess.Popen:
-    env = _sandbox_env(mode, in_fd, out_fd, bwrap_scratch(world) if mode == "bubblewrap" else SCRATCH)
+    env = _sandbox_env(mode, in_fd, out_fd, bwrap_scratch(world) if mode == "bubblewrap" else SCRATCH, world.course_root)
     runner = [sys.executable, "-m", "autograder.runner"]
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd,
                   pass_fds=(in_fd, out_fd), start_new_session=True, preexec_fn=_preexec(groups, limits, mode))

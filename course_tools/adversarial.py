@@ -210,6 +210,11 @@ for _root, _dirs, _files in os.walk("/"):
             SANDBOX_HELD = False
 """
 
+USES_COURSE_DATA = """
+from attention_course import checkpoints, data
+SANDBOX_HELD = len(data.load_toy("train", "en", "de")) > 10 and checkpoints.MODELS.name == "models"
+"""
+
 READ_PREPARED = """
 import os
 SANDBOX_HELD = True
@@ -312,6 +317,8 @@ CATALOGUE: list[Adversary] = [
     # ---- isolation probes: softmax is right only if the sandbox held
     Adversary("reads-solutions", "tries to read the solution notebook", _probe(_read_denied("solution")), "full"),
     Adversary("reads-gradebook", "tries to read the gradebook", _probe(_read_denied("gradebook")), "full"),
+    Adversary("uses-course-data", "reads the toy corpus through the library as notebook 06 does (the course's data/ "
+              "is what the sandbox shows of the course)", _probe(USES_COURSE_DATA), "full"),
     Adversary("reads-prepared-courses", "walks the grader's cache of prepared courses (reference notebooks)",
               _probe(READ_PREPARED), "full"),
     Adversary("reads-other-students", "tries to read another student's submission", _probe(_read_denied("other_student")), "full"),

@@ -360,7 +360,8 @@ def parser() -> argparse.ArgumentParser:
                        description="Grade a class. Exit status: 0 when every notebook was graded, 1 when any "
                                    "crashed, timed out, errored or is missing, 2 for a bad argument.")
     p.add_argument("submissions", help="folder with one sub-folder or zip per student, or nbgrader's submitted/")
-    p.add_argument("--out", default="build/grading", help="where the gradebook, grades.csv and feedback go")
+    p.add_argument("--out", default=None, help="where the gradebook, grades.csv and feedback go "
+                                               "(default: build/grading in the course folder)")
     p.add_argument("--assignment", action="append", metavar="NAME", help="grade only this notebook (repeatable)")
     p.add_argument("--student", action="append", metavar="ID", help="grade only this student (repeatable)")
     p.add_argument("--force", action="store_true", help="regrade even what an earlier run already graded")
@@ -374,7 +375,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--roster", metavar="CSV", help="class list: a CSV file with an 'id' column (nbgrader's format)")
     p.set_defaults(func=_grade)
     p = sub.add_parser("demo", help="generate the demo class from the solutions, grade it, print the table")
-    p.add_argument("--out", default="build/demo")
+    p.add_argument("--out", default=None, help="default: build/demo in the course folder")
     p.set_defaults(func=_demo)
     p = sub.add_parser("train", help="train the notebook-06 translator (configs: gpu, cpu, quick, toy, auto)")
     p.add_argument("--config", default="auto", help="gpu | cpu | quick | toy | auto (gpu if CUDA is available, else cpu)")
@@ -413,7 +414,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("bench", help="time plain serial nbgrader autograde against `grade` on a generated class")
     p.add_argument("--students", type=int, default=20)
-    p.add_argument("--out", default="build/bench")
+    p.add_argument("--out", default=None, help="default: build/bench in the course folder")
     p.add_argument("--assignment", action="append", help="only these notebooks (repeatable; default: all)")
     p.set_defaults(func=_bench)
     p = sub.add_parser("ship", help="copy a finished run into models/ in half precision, with SHA-256 sums "
@@ -431,6 +432,9 @@ def parser() -> argparse.ArgumentParser:
                        usage="%(prog)s [JUPYTER LAB OPTIONS ...], e.g. --no-browser --allow-root --port 8899")
     p.set_defaults(func=_lab)
     return parser
+
+
+BUILD_OUTPUTS = {"grade": "build/grading", "demo": "build/demo", "bench": "build/bench"}  # default --out, in the course
 
 
 def use_course(folder: str) -> Path:
@@ -459,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.course is not None:
             use_course(args.course)
+        if getattr(args, "out", None) is None and args.command in BUILD_OUTPUTS:
+            from attention_course.paths import find_course_root
+
+            args.out = str(find_course_root() / BUILD_OUTPUTS[args.command])
         return args.func(args)
     except UsageError as err:
         print(f"attn-course {args.command}: error: {err}", file=sys.stderr)

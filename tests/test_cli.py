@@ -20,6 +20,7 @@ import autograder.grade
 from autograder.course import assignments
 from autograder.grade import NotebookResult, write_csv
 from autograder.outcomes import Status
+from autograder.settings import Limits
 from course_tools import cli
 from course_tools.build import StudentWorkError
 
@@ -226,7 +227,7 @@ def test_arguments_reach_grade(subs, tmp_path, capsys, fake_grade):
     [(submissions, out_arg, kwargs)] = fake_grade.calls
     assert submissions == subs and out_arg == out
     assert kwargs == {
-        "assignments": [A01, A02], "students": ["alice", "bob"], "force": True, "workers": 3,
+        "assignments": [A01, A02], "students": ["alice", "bob"], "force": True, "workers": 3, "limits": Limits(),
         "due": {A01: datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc),   # --due overrides the file
                 A02: datetime(2026, 12, 8, 22, 59, tzinfo=timezone.utc)},
         "roster": roster,
@@ -237,7 +238,8 @@ def test_arguments_reach_grade(subs, tmp_path, capsys, fake_grade):
 def test_defaults_reach_grade(subs, tmp_path, capsys, fake_grade):
     assert run_grade(capsys, subs, "--out", tmp_path / "out")[0] == 0
     [(_, _, kwargs)] = fake_grade.calls
-    assert kwargs == {"assignments": None, "students": None, "force": False, "workers": None, "due": {}, "roster": None}
+    assert kwargs == {"assignments": None, "students": None, "force": False, "workers": os.cpu_count() or 1,
+                      "limits": Limits(), "due": {}, "roster": None}
 
 
 # --------------------------------------------------------------------------- grade: exit status
@@ -432,3 +434,25 @@ def test_pip_install_in_a_fresh_venv_works_against_a_course_folder(source_copy, 
     # anywhere else, it says where it looked and what to do
     lost = run("grade", str(elsewhere / "class"), "--out", str(elsewhere / "out"), cwd=elsewhere)
     assert lost.returncode == 2 and "no course folder" in lost.stderr and "ATTN_COURSE_ROOT" in lost.stderr, lost.stderr
+
+
+def test_settings_from_the_environment_reach_grade(subs, tmp_path, capsys, fake_grade, monkeypatch):
+    monkeypatch.setenv("ATTN_CELL_TIMEOUT", "12")
+    monkeypatch.setenv("ATTN_GRADE_WORKERS", "5")
+    assert run_grade(capsys, subs, "--out", tmp_path / "out")[0] == 0
+    [(_, _, kwargs)] = fake_grade.calls
+    assert kwargs["limits"] == Limits(cell_seconds=12) and kwargs["workers"] == 5
+
+
+def test_default_outputs_go_into_the_course_folder_wherever_it_is_run(subs, tmp_path, capsys, fake_grade, monkeypatch):
+    course = tmp_path / "course"
+    shutil.copytree(REPO / "solutions" / A01, course / "solutions" / A01)
+    shutil.copy2(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
+    (course / "notebooks" / A01).mkdir(parents=True)
+    monkeypatch.delenv("ATTN_COURSE_ROOT", raising=False)
+    monkeypatch.chdir(course / "notebooks" / A01)  # found upwards, like git
+    assert cli.main(["grade", str(subs)]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--course", str(course), "demo", "--help"]) == 0  # --course is taken before the command
+    [(_, out, _)] = fake_grade.calls
+    assert Path(out) == course / "build" / "grading" and (course / "build" / "grading" / "grades.csv").is_file()

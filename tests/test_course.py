@@ -3,6 +3,7 @@ courses reused between grading folders (one nbgrader run per notebook per machin
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -77,8 +78,8 @@ def test_an_existing_gradebook_is_never_replaced(tmp_path, cache, solutions, mon
 
 
 def test_a_broken_entry_is_replaced(tmp_path, cache, solutions):
-    names = [A01]
-    broken = cache / course_module._entry_key(solutions, names)
+    data = (solutions / A01 / f"{A01}.ipynb").read_bytes()
+    broken = cache / course_module._entry_key({A01: data})
     (broken / "course").mkdir(parents=True)  # no "ready": never used
     prepare_grading_course(tmp_path / "course", tmp_path / "gradebook.db", solutions)
     assert (broken / "ready").is_file() and _max_points(tmp_path / "gradebook.db") == 17
@@ -96,3 +97,61 @@ def test_the_course_folder_of_the_checkout():
     folder = CourseFolder.find(REPO / "notebooks")
     assert folder.root == REPO and folder.solutions == REPO / "solutions"
     assert {p.name for p in folder.private} >= {"solutions", ".git", "tests", "autograder", "course_tools"}
+
+
+def test_student_code_never_sees_the_answers_wherever_things_are_installed(tmp_path, monkeypatch):
+    """The namespaces fallback's deny-list: the graded course's and the library checkout's private
+    folders, a course's own extracted library when another one is imported, the grader and the tools
+    as installed (the hidden checks), and both caches of prepared notebooks."""
+    from autograder import grade, selfcheck
+
+    library = REPO / "attention_course"
+    alone = set(grade.never_seen(None, library))  # solutions given as a bare folder, run from elsewhere
+    for name in ("solutions", "tests", ".git", "autograder", "course_tools", "build"):
+        assert str(REPO / name) in alone, name
+    assert {str(prepared_courses_dir()), str(selfcheck.cache_root())} <= alone
+
+    other = tmp_path / "other-course"
+    (other / "solutions").mkdir(parents=True)
+    (other / "nbgrader_config.py").write_text("")
+    (other / "attention_course").mkdir()  # `attn-course build` wrote the reference modules here
+    site = tmp_path / "site-packages"
+    installed = {"autograder": site / "autograder", "course_tools": site / "course_tools"}
+    monkeypatch.setattr(grade, "package_dir", lambda name: installed.get(name))
+    hidden = set(grade.never_seen(CourseFolder(other), library))
+    assert {str(other / "solutions"), str(other / "attention_course"), str(REPO / "solutions")} <= hidden
+    assert {str(site / "autograder"), str(site / "course_tools")} <= hidden
+    assert str(library) not in hidden
+
+
+def test_bubblewrap_hides_the_grader_inside_an_installed_python(tmp_path):
+    """A `pip install .` puts the grader in site-packages, inside a folder the sandbox must bind
+    (the Python itself): it is covered by an empty folder there."""
+    import sys
+
+    from autograder import sandbox
+
+    roots = sandbox._python_roots()
+    inside = Path(roots[0]) / "lib"
+    world = sandbox.World(readonly=[], hide=[str(inside), str(tmp_path)], kit=str(tmp_path))
+    args = sandbox.bwrap_command(world)
+    assert ["--tmpfs", str(inside)] in [args[i:i + 2] for i in range(len(args) - 1)]
+    assert str(tmp_path) not in [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]  # not bound: nothing to hide
+    assert sys.prefix in roots or any(Path(sys.prefix).is_relative_to(r) for r in roots)
+
+
+def test_a_damaged_entry_falls_back_to_nbgrader(tmp_path, cache, solutions):
+    prepare_grading_course(tmp_path / "a" / "course", tmp_path / "a" / "gradebook.db", solutions)
+    [entry] = cache.iterdir()
+    shutil.rmtree(entry / "course" / "release")  # "ready" is there, the release is not
+    prepare_grading_course(tmp_path / "b" / "course", tmp_path / "b" / "gradebook.db", solutions)
+    assert _max_points(tmp_path / "b" / "gradebook.db") == 17
+    assert (tmp_path / "b" / "course" / "release" / A01 / f"{A01}.ipynb").is_file()
+    assert not entry.exists(), "a damaged entry is removed (the next folder makes a good one)"
+
+
+def test_a_cache_others_can_write_is_not_used(tmp_path, cache, solutions):
+    cache.mkdir(parents=True)
+    cache.chmod(0o777)
+    prepare_grading_course(tmp_path / "course", tmp_path / "gradebook.db", solutions)
+    assert not list(cache.iterdir()) and _max_points(tmp_path / "gradebook.db") == 17

@@ -100,8 +100,8 @@ def test_the_course_is_found_like_git_finds_its_root(tmp_path, monkeypatch):
         paths.find_course_root()
     monkeypatch.setenv(paths.ROOT_ENV, str(course))
     assert paths.find_course_root() == course.resolve()
-    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
-    with pytest.raises(paths.CourseNotFound, match="not a course folder"):
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path / "gone"))
+    with pytest.raises(paths.CourseNotFound, match="not a folder"):
         paths.find_course_root()
 
 
@@ -122,3 +122,24 @@ def test_the_library_reads_the_course_it_is_run_in(tmp_path, monkeypatch):
     assert data.TOY == course.resolve() / "data" / "toy"
     assert checkpoints.MODELS == course.resolve() / "models"
     assert checkpoints.shipped_models() == []
+
+
+def test_the_library_imports_nothing_by_name_at_run_time():
+    """The direction test reads import statements; a module named in a string (importlib,
+    __import__, runpy, pkgutil.resolve_name) would slip past it. The library has no such call,
+    and names no grader or tool module anywhere in its code."""
+    import re
+
+    dynamic = {"import_module", "__import__", "run_module", "resolve_name", "module_from_spec"}
+    named = re.compile(r"^(autograder|course_tools|nbgrader)(\.|$)")
+    found = []
+    for path in sorted((REPO / "attention_course").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in dynamic:
+                    found.append(f"{path.name}:{node.lineno} calls {name}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and named.match(node.value):
+                found.append(f"{path.name}:{node.lineno} names {node.value!r}")
+    assert not found, f"the library must not reach the grader or the tools by name: {found}"

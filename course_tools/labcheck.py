@@ -1,6 +1,6 @@
 """JupyterLab for students: nbgrader's **Validate** button answers with `attn-course check`.
 
-A Jupyter server extension (enabled by the config in jupyter_config/, which `attn-course lab`
+A Jupyter server extension (enabled by the config in course_tools/jupyter_config/, which `attn-course lab`
 puts first on JUPYTER_CONFIG_PATH). nbgrader's lab extension already puts a "Validate" button
 in every notebook's toolbar; it saves the notebook, POSTs its path to `/assignments/validate`
 and shows the JSON answer in a "Validation Results" dialog. This module answers that URL
@@ -62,10 +62,9 @@ STYLE = (
 
 
 def config_dir() -> Path:
-    """The Jupyter config folder `attn-course lab` adds: jupyter_config/ of the course checkout."""
-    from autograder.course import CourseFolder
-
-    return CourseFolder.find().root / "jupyter_config"
+    """The Jupyter config folder `attn-course lab` adds: this package's jupyter_config/ (installed with
+    it, so a course folder needs no copy)."""
+    return Path(__file__).resolve().parent / "jupyter_config"
 
 
 def lab_environment(environ: dict | None = None) -> dict[str, str]:

@@ -380,6 +380,8 @@ def test_wheel_declares_the_runtime_dependencies(source_copy, tmp_path):
     assert sorted(test) == ["nbval", "playwright", "pytest", "ruff"]
     assert "Provides-Extra: test" in metadata
     assert "autograder/nbgrader_config.py" in names and "course_tools/cli.py" in names
+    assert {"course_tools/jupyter_config/jupyter_server_config.json",
+            "course_tools/jupyter_config/labconfig/page_config.json"} <= set(names), "Lab's student config ships"
     assert any(n.endswith("entry_points.txt") for n in names)
 
 

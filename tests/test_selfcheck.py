@@ -166,7 +166,7 @@ def test_lab_command_starts_jupyter_with_the_student_config(monkeypatch):
     monkeypatch.setenv("ATTN_COURSE_ROOT", str(REPO))
     assert cli.main(["lab", "--no-browser"]) == 0
     assert calls and calls[0][-1] == "--no-browser"
-    assert os.environ["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(REPO / "jupyter_config"), "/somewhere/else"]
+    assert os.environ["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(labcheck.config_dir()), "/somewhere/else"]
     assert calls[0][4] == f"--notebook-dir={REPO / 'notebooks'}"
 
     for own in (["--notebook-dir=/my-work"], ["--notebook-dir", "/my-work"], ["--ServerApp.root_dir=/my-work"]):

@@ -15,9 +15,11 @@ grade: $(STAMP)
 	attn-course build
 	attn-course demo --out build/demo
 
-## make test: the linter, then the whole test suite (CI runs this)
+## make test: the linter, then the whole test suite (CI runs this) on TEST_WORKERS processes (pytest-xdist;
+## each test file stays in one process: module fixtures and a notebook's cells are not split)
+TEST_WORKERS ?= 2
 test: $(STAMP) lint
-	python -m pytest
+	python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## make lint: ruff (pyflakes, bugbear, isort, blind excepts; settings in pyproject.toml)
 lint: $(STAMP)

@@ -3,6 +3,7 @@ to autograde a notebook built from the solutions with wrong implementations inje
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,16 @@ from autograder.submissions import StudentSubmission
 from course_tools.demo import solved, with_mistake
 
 from .layout import REPO
+
+# `make test` runs two pytest processes (pytest-xdist) on a 2-core machine: one thread each for
+# PyTorch and BLAS, here and in the notebook kernels nbval starts (they inherit the environment),
+# or the two processes' thread pools fight over the cores (a 9 s notebook cell took 130 s).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+    import torch
+
+    torch.set_num_threads(1)
 
 _ids = itertools.count()
 

@@ -377,7 +377,7 @@ def test_wheel_declares_the_runtime_dependencies(source_copy, tmp_path):
     assert str(runtime["torch"].specifier) in ("<2.14,>=2.13", ">=2.13,<2.14")
     assert runtime["torch"].specifier.contains("2.13.0") and not runtime["torch"].specifier.contains("2.14.0")
     assert runtime["nbgrader"].specifier.contains("0.9.6") and not runtime["nbgrader"].specifier.contains("0.10.0")
-    assert sorted(test) == ["nbval", "playwright", "pytest", "ruff"]
+    assert sorted(test) == ["nbval", "playwright", "pytest", "pytest-xdist", "ruff"]
     assert "Provides-Extra: test" in metadata
     assert "autograder/nbgrader_config.py" in names and "course_tools/cli.py" in names
     assert {"course_tools/jupyter_config/jupyter_server_config.json",

@@ -7,6 +7,7 @@ of this package (`autograder/nbgrader_config.py`) and sets its own root.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -234,7 +235,7 @@ def _prune(root: Path, keep: Path) -> None:
     for entry in root.iterdir():
         try:
             if entry != keep and time.time() - entry.stat().st_mtime > KEEP_UNUSED_SECONDS:
-                _remove(entry)
+                entry.unlink() if entry.is_file() else _remove(entry)  # a lock file, or an entry
         except OSError:
             pass
 
@@ -252,6 +253,15 @@ def _prepared_entry(solutions: Path, names: list[str]) -> Path:
     if (entry / READY).is_file():
         os.utime(entry)  # in use
         return entry
+    with open(root / f".lock-{entry.name}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process making this entry: wait for it, then use it
+        if (entry / READY).is_file():
+            return entry
+        return _make_entry(root, entry, notebooks, names)
+
+
+def _make_entry(root: Path, entry: Path, notebooks: dict[str, bytes], names: list[str]) -> Path:
+    """generate_assignment run once, in a folder aside, on a copy of the hashed notebooks."""
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
         copied = staging / "solutions"

@@ -30,6 +30,11 @@ def solutions(tmp_path):
     return folder
 
 
+def _entries(cache) -> list[Path]:
+    """The prepared entries (not the lock files beside them)."""
+    return [p for p in cache.iterdir() if not p.name.startswith(".")] if cache.exists() else []
+
+
 def _no_nbgrader(*args, **kwargs):
     raise AssertionError("nbgrader ran although the prepared course was in the cache")
 
@@ -42,7 +47,7 @@ def _max_points(db_path) -> float:
 def test_a_second_grading_folder_is_copied_not_generated(tmp_path, cache, solutions, monkeypatch):
     first = tmp_path / "one" / "course"
     assert prepare_grading_course(first, first.parent / "gradebook.db", solutions) == [A01]
-    assert [p.name for p in cache.iterdir()] and all((p / "ready").is_file() for p in cache.iterdir())
+    assert _entries(cache) and all((p / "ready").is_file() for p in _entries(cache))
     monkeypatch.setattr(course_module, "nbgrader", _no_nbgrader)
     second = tmp_path / "two" / "course"
     assert prepare_grading_course(second, second.parent / "gradebook.db", solutions) == [A01]
@@ -61,7 +66,7 @@ def test_a_changed_notebook_is_prepared_afresh(tmp_path, cache, solutions):
     nb.cells.append(nbformat.v4.new_markdown_cell("A note added by the instructor."))
     nbformat.write(nb, path)
     prepare_grading_course(tmp_path / "b" / "course", tmp_path / "b" / "gradebook.db", solutions)
-    assert len(list(cache.iterdir())) == 2
+    assert len(_entries(cache)) == 2
     release = nbformat.read(tmp_path / "b" / "course" / "release" / A01 / f"{A01}.ipynb", as_version=4)
     assert release.cells[-1].source == "A note added by the instructor."
 
@@ -74,7 +79,7 @@ def test_an_existing_gradebook_is_never_replaced(tmp_path, cache, solutions, mon
     monkeypatch.setattr(course_module, "prepare_source_course", lambda *a, **k: calls.append(a) or [A01])
     prepare_grading_course(tmp_path / "course", db, solutions)
     assert db.read_bytes() == b"the grades of last week" and len(calls) == 1
-    assert not cache.exists() or not list(cache.iterdir())
+    assert not _entries(cache)
 
 
 def test_a_broken_entry_is_replaced(tmp_path, cache, solutions):
@@ -142,7 +147,7 @@ def test_bubblewrap_hides_the_grader_inside_an_installed_python(tmp_path):
 
 def test_a_damaged_entry_falls_back_to_nbgrader(tmp_path, cache, solutions):
     prepare_grading_course(tmp_path / "a" / "course", tmp_path / "a" / "gradebook.db", solutions)
-    [entry] = cache.iterdir()
+    [entry] = _entries(cache)
     shutil.rmtree(entry / "course" / "release")  # "ready" is there, the release is not
     prepare_grading_course(tmp_path / "b" / "course", tmp_path / "b" / "gradebook.db", solutions)
     assert _max_points(tmp_path / "b" / "gradebook.db") == 17
@@ -154,4 +159,26 @@ def test_a_cache_others_can_write_is_not_used(tmp_path, cache, solutions):
     cache.mkdir(parents=True)
     cache.chmod(0o777)
     prepare_grading_course(tmp_path / "course", tmp_path / "gradebook.db", solutions)
-    assert not list(cache.iterdir()) and _max_points(tmp_path / "gradebook.db") == 17
+    assert not _entries(cache) and _max_points(tmp_path / "gradebook.db") == 17
+
+
+def test_two_graders_at_once_prepare_the_course_once(tmp_path, cache, solutions, monkeypatch):
+    """Two processes (here: threads) setting up grading folders at the same moment: the second waits
+    for the first's entry instead of running nbgrader again."""
+    import threading
+
+    real, calls = course_module.prepare_source_course, []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(course_module, "prepare_source_course", counted)
+    jobs = [threading.Thread(target=prepare_grading_course,
+                             args=(tmp_path / n / "course", tmp_path / n / "gradebook.db", solutions)) for n in "ab"]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join()
+    assert len(calls) == 1, calls
+    assert _max_points(tmp_path / "a" / "gradebook.db") == _max_points(tmp_path / "b" / "gradebook.db") == 17

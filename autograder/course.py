@@ -193,12 +193,16 @@ READY = "ready"  # written last in a prepared entry: its presence means the entr
 KEEP_UNUSED_SECONDS = 30 * 24 * 3600  # entries nobody used for this long are removed
 
 
-def prepared_courses_dir() -> Path:
-    """Where prepared grading courses are kept: $XDG_CACHE_HOME/attention-course/courses, else
-    ~/.cache/attention-course/courses. They hold the reference notebooks: student code never sees
-    this folder (the sandbox hides it)."""
+def cache_home() -> Path:
+    """The grader's caches: $XDG_CACHE_HOME/attention-course, else ~/.cache/attention-course."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser().resolve() / "attention-course" / "courses"
+    return Path(base).expanduser().resolve() / "attention-course"
+
+
+def prepared_courses_dir() -> Path:
+    """Where prepared grading courses are kept (courses/ in `cache_home`). They hold the reference
+    notebooks: student code never sees this folder (the sandbox hides it)."""
+    return cache_home() / "courses"
 
 
 def _entry_key(notebooks: dict[str, bytes]) -> str:

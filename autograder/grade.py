@@ -170,11 +170,11 @@ class Course:
         """nbgrader's own Python API, in this process: no second startup per notebook."""
         if getattr(self, "_api", None) is None:
             from nbgrader.apps import NbGraderAPI
+            from traitlets.config.loader import PyFileConfigLoader
 
             # nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call:
             # noise. Silenced once the grader drives that API (not when this module is imported).
             warnings.filterwarnings("ignore", message=".*not in session.*")
-            from traitlets.config.loader import PyFileConfigLoader
 
             config = PyFileConfigLoader("nbgrader_config.py", path=str(self.root)).load_config()
             self._api = NbGraderAPI(config=config)

@@ -32,7 +32,7 @@ from pathlib import Path
 import nbformat
 
 from . import trusted
-from .course import assignments, notebook_path, write_course_config
+from .course import assignments, cache_home, notebook_path, write_course_config
 from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
 from .sandbox import Limits, make_kit, run_notebook_job
@@ -48,8 +48,7 @@ def cache_root() -> Path:
     """$ATTN_CHECK_CACHE, else $XDG_CACHE_HOME/attention-course/check, else ~/.cache/attention-course/check."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return (Path(base) / "attention-course" / "check").resolve()
+    return cache_home() / "check"
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lint build lab check clean venv train gpu-check bench-translator
+.PHONY: grade test lint build lab check clean venv train gpu-check bench-translator sandbox
 
 ## make grade: set up, regenerate the student notebooks, grade the demo class, print the table.
 ## The instructor's demo: to grade your own notebook, run `attn-course check <notebook>`. The build
@@ -65,7 +65,28 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -r requirements.txt
 	$(VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@$(MAKE) --no-print-directory sandbox
 	touch $(STAMP)
+
+## make sandbox: the grader's strong sandbox, bubblewrap (the distribution's package: installed here
+## when run as root on Debian/Ubuntu; otherwise this says, loudly, what to run). Without it the
+## grader falls back to its weaker namespaces sandbox and says so whenever it grades.
+sandbox:
+	@if command -v bwrap >/dev/null 2>&1; then bwrap --version; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing bubblewrap (the grader's sandbox)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
+	    echo "WARNING: could not install bubblewrap: the grader will use its weaker namespaces sandbox"; \
+	  command -v bwrap >/dev/null 2>&1 && bwrap --version || true; \
+	else \
+	  echo "**************************************************************************"; \
+	  echo "WARNING: bubblewrap (bwrap) is not installed: the grader would fall back to"; \
+	  echo "its weaker namespaces sandbox. Install it once, as an administrator:"; \
+	  echo "    sudo apt-get install bubblewrap     (Debian/Ubuntu)"; \
+	  echo "    sudo dnf install bubblewrap         (Fedora/RHEL)"; \
+	  echo "**************************************************************************"; \
+	fi
 
 clean:
 	rm -rf build .pytest_cache

@@ -11,6 +11,10 @@ A frame is ``kind (1 byte) | cell (4 bytes, big-endian) | length (4 bytes) | pay
     T  a cell hit its time limit (interrupted; the run went on)
     R  the outcomes of a test cell (payload: serialize.dumps)
     D  the notebook ran to its end
+    I  the runner's self-check passed: student code runs from here on (sent once, first)
+    X  the runner's self-check refused this sandbox (payload: why, UTF-8); only before I counts
+
+A run that never sends I ran nothing of the student's: the grader's own incident, never a grade.
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ import threading
 from dataclasses import dataclass, field
 
 HEADER = struct.Struct(">cII")
-KINDS = {b"S", b"E", b"T", b"R", b"D"}
+KINDS = {b"S", b"E", b"T", b"R", b"D", b"I", b"X"}
+MAX_REFUSAL_CHARS = 500
 MAX_FRAME_BYTES = 64 * 2**20  # one test cell's outcomes; the largest real one is a few MiB
 MAX_TOTAL_BYTES = 256 * 2**20  # everything one notebook run may send
 
@@ -44,6 +49,9 @@ class Received:
     timed_out: list[int] = field(default_factory=list)
     problem: str = ""  # why reading stopped early ("" when the channel closed normally)
     total: int = 0
+    ready: bool = False  # the self-check passed (I): from here on, what happens is the notebook's
+    refused: str = ""  # why the self-check refused (X, before I): the grader's incident
+    tampered: bool = False  # frames out of the runner's order: something else wrote them (results void)
 
 
 class Reader:
@@ -55,9 +63,10 @@ class Reader:
     that is not running."""
 
     def __init__(self, fd: int, cells: int, result_cells: set[int], max_frame: int = MAX_FRAME_BYTES,
-                 max_total: int = MAX_TOTAL_BYTES):
+                 max_total: int = MAX_TOTAL_BYTES, order: list[int] | None = None):
         self.fd, self.max_frame, self.max_total = fd, max_frame, max_total
         self.cells, self.result_cells = cells, result_cells
+        self.order, self.next = order, 0  # the cells the runner will run, in its order (None: not checked)
         self.state = Received()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -73,7 +82,8 @@ class Reader:
         self.thread.join(timeout)
         with self.lock:
             s = self.state
-            return Received(s.running, s.done, dict(s.results), list(s.timed_out), s.problem, s.total)
+            return Received(s.running, s.done, dict(s.results), list(s.timed_out), s.problem, s.total,
+                            s.ready, s.refused, s.tampered)
 
     def _read_exactly(self, n: int) -> bytes | None:
         chunks, left = [], n
@@ -101,6 +111,8 @@ class Reader:
                 if payload is None:
                     return
                 self._apply(kind, cell, payload)
+                if self.state.problem:
+                    return
         except OSError as err:
             self._stop(f"the results channel failed ({err.strerror})")
         finally:
@@ -110,7 +122,19 @@ class Reader:
         with self.lock:
             s = self.state
             s.total += HEADER.size + len(payload)
-            if kind == b"S" and cell < self.cells:
+            if not s.ready:  # the runner's own frames, before any student code
+                if kind == b"I":
+                    s.ready = True
+                elif kind == b"X" and not s.refused:
+                    s.refused = payload[:MAX_REFUSAL_CHARS * 4].decode("utf-8", "replace")[:MAX_REFUSAL_CHARS]
+            elif kind in (b"I", b"X"):
+                pass  # student code speaks from here on: it cannot take its own run back
+            elif self.order is not None and not self._in_order(kind, cell):
+                s.tampered = True
+                s.problem = (f"the results channel was written out of the runner's order ({kind.decode()} for cell "
+                             f"{cell}): something other than the grader's runner wrote to it, so this run's "
+                             "results are void; for review")
+            elif kind == b"S" and cell < self.cells:
                 s.running = cell
             elif kind == b"E":
                 s.running = None
@@ -120,6 +144,23 @@ class Reader:
                 s.results[cell] = payload
             elif kind == b"D":
                 s.done = True
+
+    def _in_order(self, kind: bytes, cell: int) -> bool:
+        """Whether a frame is the next the runner itself would send: each cell of `order` started
+        once, in order, ended before the next; a timeout or one result only for the running cell;
+        the end only after the last cell. (Called under the lock.)"""
+        s = self.state
+        if kind == b"S":
+            ok = s.running is None and self.next < len(self.order) and cell == self.order[self.next]
+            self.next += ok
+            return ok
+        if kind == b"E":
+            return cell == s.running
+        if kind == b"T":
+            return cell == s.running and cell not in s.timed_out
+        if kind == b"R":
+            return cell == s.running and cell in self.result_cells and cell not in s.results
+        return s.running is None and self.next == len(self.order)  # D
 
     def _stop(self, why: str) -> None:
         with self.lock:

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import nbformat
@@ -132,6 +133,25 @@ def reference_module(nb_path: Path) -> str | None:
     return module if chunks else None
 
 
+@lru_cache(maxsize=256)
+def _module_of(nb_path: Path, _mtime: float) -> str | None:
+    return reference_module(nb_path)
+
+
+def modules_from(source: Path, *folders: Path) -> list[str]:
+    """The library modules exported by the notebook `source` and by every notebook after it (in
+    the course's order) found beside it or in `folders`: none of them may be imported while the
+    notebook `source` is graded (they hold this notebook's answers, or later ones built on them)."""
+    name = Path(source).parent.name
+    paths = {Path(source)}
+    for folder in (Path(source).parent.parent, *folders):
+        if Path(folder).is_dir():
+            paths |= {p / f"{p.name}.ipynb" for p in Path(folder).iterdir()
+                      if p.name >= name and (p / f"{p.name}.ipynb").is_file()}
+    found = (_module_of(p, p.stat().st_mtime) for p in sorted(paths, key=lambda p: p.parent.name))
+    return list(dict.fromkeys(m for m in found if m))
+
+
 # --------------------------------------------------------------------------- nbgrader
 def bin_dir() -> str:
     return str(Path(sys.executable).parent)
@@ -197,6 +217,16 @@ def cache_home() -> Path:
     """The grader's caches: $XDG_CACHE_HOME/attention-course, else ~/.cache/attention-course."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser().resolve() / "attention-course"
+
+
+CACHE_ENV = "ATTN_CHECK_CACHE"  # where `attn-course check` keeps prepared assignments (default: ~/.cache/attention-course/check)
+
+
+def cache_root() -> Path:
+    """$ATTN_CHECK_CACHE, else $XDG_CACHE_HOME/attention-course/check, else ~/.cache/attention-course/check."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser().resolve()
+    return cache_home() / "check"
 
 
 def prepared_courses_dir() -> Path:

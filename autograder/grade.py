@@ -13,12 +13,15 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,17 +33,26 @@ from . import trusted
 from .course import (
     CourseFolder,
     CourseNotFound,
+    cache_root,
     is_course,
     library_dir,
+    modules_from,
     package_dir,
     prepare_grading_course,
     prepared_courses_dir,
-    reference_module,
     solutions_dir,
 )
 from .course import assignments as list_assignments
 from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
-from .sandbox import World, _contains_needed, make_kit, run_notebook_job
+from .sandbox import (
+    SandboxUnavailable,
+    World,
+    _contains_needed,
+    describe_sandbox,
+    make_kit,
+    require_strong_sandbox,
+    run_notebook_job,
+)
 from .settings import GradingSettings, Limits
 from .submissions import StudentSubmission, collect_all, parse_notebook
 
@@ -149,6 +161,7 @@ class Course:
         self.extra_hidden: list[str] = []  # e.g. the submissions folder: hidden from every sandbox
         self.folder: CourseFolder | None = None  # the checkout graded from (None: found from the current folder)
         self._kit: str | None = None
+        self.library = library_dir()  # decided once: the copy judged against is the copy bound in every sandbox
 
     @property
     def kit(self) -> str:
@@ -274,7 +287,7 @@ def read_result(course: Course, student: str, assignment: str, status: Status = 
 def sandbox_world(course: Course, assignment: str, job: Path) -> World:
     """What the student's code may see (see `world_for`), for a notebook of the grading course."""
     return world_for(course.root / "source" / assignment / f"{assignment}.ipynb", job, course.kit,
-                     [str(course.root.parent), *course.extra_hidden], course.folder)
+                     [str(course.root.parent), *course.extra_hidden], course.folder, course.library)
 
 
 def _course_folder(solutions: Path | None = None) -> CourseFolder | None:
@@ -292,8 +305,6 @@ def never_seen(folder: CourseFolder | None, library: Path) -> list[str]:
     course graded and of the checkout the library comes from (an editable install), that course's
     own copy of the library when it is not the one imported (it holds every reference module), the
     grader and the tools as installed (the hidden checks), and the caches of prepared notebooks."""
-    from .selfcheck import cache_root
-
     folders = [folder] if folder else []
     if is_course(library.parent) or (library.parent / ".git").exists():
         folders.append(CourseFolder(library.parent))
@@ -304,26 +315,27 @@ def never_seen(folder: CourseFolder | None, library: Path) -> list[str]:
     return list(dict.fromkeys(str(p) for p in hide))
 
 
-def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: CourseFolder | None = None) -> World:
-    """The student-facing library (minus the reference module of the notebook `source`) and the
-    course's data, read-only; everything else of the course is absent (bubblewrap) or hidden
-    (the namespaces fallback's deny-list, which also covers `hidden`). `folder`: the course
-    checkout (default: the one found from the current folder)."""
+def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: CourseFolder | None = None,
+              library: Path | None = None) -> World:
+    """The student-facing library (the copy `library`, default the one this Python imports: what
+    the grader judges against, bound at one fixed path inside, minus the modules this notebook and
+    later ones export) and the course's data, read-only; everything else of the course is absent
+    (bubblewrap) or hidden (the namespaces fallback's deny-list, which also covers `hidden`).
+    `folder`: the course checkout (default: the one found from the current folder)."""
     job.mkdir(parents=True, exist_ok=True)
     folder = folder or _course_folder()
-    library = library_dir()
+    library = Path(library or library_dir()).resolve()
     hide = [*never_seen(folder, library), *hidden, str(Path.home())]
     stubs = []
-    exported = reference_module(source)
-    if exported:
-        ref_stub = job / "reference_stub.py"
-        ref_stub.write_text(f'raise ImportError("attention_course.{exported} is the reference for this '
-                            f'notebook: it is not available while your own code is graded")\n')
-        stubs.append((str(ref_stub), str(library / f"{exported.replace('.', '/')}.py")))
-    readonly = [str(library)] + ([str(folder.data)] if folder and folder.data.is_dir() else [])
+    for module in modules_from(source, *([folder.solutions] if folder else [])):
+        stub = job / f"unavailable_{module.replace('.', '_')}.py"
+        stub.write_text(f'raise ImportError("attention_course.{module} holds the answers of this notebook or a later '
+                        f'one: it is not available while your own code is graded")\n')
+        stubs.append((str(stub), str(library / f"{module.replace('.', '/')}.py")))
+    readonly = [str(folder.data)] if folder and folder.data.is_dir() else []
     root = folder.root if folder else None
     return World(readonly=readonly, stubs=stubs, hide=[p for p in hide if not _contains_needed(p, root, library)],
-                 kit=kit, course_root=str(root or ""))
+                 kit=kit, course_root=str(root or ""), library=str(library))
 
 
 def verdicts_in_sandbox(source: Path, nb, hidden: list[str], limits: Limits | None = None) -> dict[str, dict]:
@@ -388,6 +400,8 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
 
 
 NOT_SUBMITTED = "no notebook for this assignment was submitted"  # the detail of a MISSING status
+INCIDENT_ADVICE = ("the grader's own problem, not the student's: not graded and not saved, so running the "
+                   "same command again grades it; if it happens again, see 'Sandbox' in the README")
 
 
 def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = None,
@@ -403,6 +417,9 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
         try:
             stamp = getattr(sub, "timestamps", {}).get(assignment)
             results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp))
+        except SandboxUnavailable as err:  # nothing of the student's ran: the grader's incident, never a grade
+            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                                          Status.INCIDENT, detail=f"{err}; {INCIDENT_ADVICE}"))
         except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
             detail = f"the grader failed on this notebook ({type(err).__name__}: {err})"
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
@@ -427,7 +444,7 @@ def write_csv(results: list[NotebookResult], path: Path) -> None:
         writer.writerow(CSV_COLUMNS)
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
             writer.writerow([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
-                             r.timestamp, r.status_text, r.review, r.sandbox, r.source_file, "; ".join(r.notes)])
+                                      r.timestamp, r.status_text, r.review, r.sandbox, r.source_file, "; ".join(r.notes)])
     os.chmod(fh.name, 0o644)  # readable by the group (NamedTemporaryFile makes 0600)
     os.replace(fh.name, path)
 
@@ -456,9 +473,11 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
     return "\n".join(lines)
 
 
-def _fingerprint(sub: StudentSubmission, assignment: str, solutions: Path) -> str:
-    """What a saved result depends on: the notebook, its submission time and the solution."""
+def _fingerprint(sub: StudentSubmission, assignment: str, solutions: Path, salt: str = "") -> str:
+    """What a saved result depends on: the notebook, its submission time, the solution and the
+    salt of the hidden inputs (hashed: the record never holds the secret)."""
     h = hashlib.sha256(assignment.encode() + b"\0" + hashlib.sha256(sub.notebooks.get(assignment, b"")).digest())
+    h.update(hashlib.sha256(salt.encode()).digest())
     stamp = getattr(sub, "timestamps", {}).get(assignment)
     h.update(str(stamp).encode())
     source = solutions / assignment / f"{assignment}.ipynb"
@@ -491,6 +510,44 @@ def _load_result(path: Path, fingerprint: str | None = None) -> NotebookResult |
         return NotebookResult.from_dict(payload["result"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+SEED_FILE = "check-seed"  # beside the gradebook: the class's secret salt for the hidden inputs (0600)
+
+
+def class_salt(out: Path) -> str:
+    """The salt the hidden inputs are drawn with for the class graded into `out`: ATTN_CHECK_SEED
+    when set (tests, a chosen term), else a secret drawn on the first run and kept beside the
+    gradebook (readable by the grader only), so a regrade draws the same inputs and nobody can
+    compute them from the public repository beforehand."""
+    if os.environ.get("ATTN_CHECK_SEED"):
+        return os.environ["ATTN_CHECK_SEED"]
+    path = Path(out) / SEED_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        salt = path.read_text().strip()
+        if not salt:
+            raise ValueError(f"{path} is empty: delete it to draw a new secret seed (saved grades are then regraded)") from None
+        return salt
+    salt = secrets.token_hex(16)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(salt + "\n")
+    return salt
+
+
+@contextmanager
+def checks_salted(salt: str):
+    """ATTN_CHECK_SEED = `salt` while the block grades (the trusted side draws the cases with it)."""
+    before = os.environ.get("ATTN_CHECK_SEED")
+    os.environ["ATTN_CHECK_SEED"] = salt
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ATTN_CHECK_SEED", None)
+        else:
+            os.environ["ATTN_CHECK_SEED"] = before
 
 
 def set_due_dates(course: Course, due: dict[str, datetime]) -> None:
@@ -607,6 +664,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     """
     from tqdm import tqdm
 
+    require_strong_sandbox()  # before anything is written: never a weaker sandbox by surprise
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     solutions = solutions_dir(solutions)
@@ -624,6 +682,9 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         set_due_dates(course, due)
     if roster:
         import_roster(course, roster)
+    if progress:
+        banner, strong = describe_sandbox()
+        print(banner, file=sys.stdout if strong else sys.stderr)
     intake = collect_all(Path(submissions), course.grade_ids())
     subs = [s for s in intake.students if not students or s.student_id in students]
     if progress and intake.ignored:
@@ -634,12 +695,13 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     workers = workers or GradingSettings().worker_count
     done: list[NotebookResult] = []
     started = time.time()
+    salt = class_salt(out)
 
     def one(sub: StudentSubmission) -> None:
         _enrol(course, sub.student_id)
         todo, results = [], []
         for assignment in chosen:
-            fingerprint = _fingerprint(sub, assignment, solutions)
+            fingerprint = _fingerprint(sub, assignment, solutions, salt)
             saved = None if force else _load_result(_record_path(out, sub.student_id, assignment), fingerprint)
             if saved is None:
                 todo.append((assignment, fingerprint))
@@ -648,11 +710,13 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         graded = grade_one(course, sub, limits, [a for a, _ in todo]) if todo else []
         for (assignment, fingerprint), r in zip(todo, graded, strict=True):
             note_submission(r, sub, assignment)
-            _save_result(_record_path(out, sub.student_id, assignment), fingerprint, r)
+            # a grader incident is shown, but kept under no fingerprint: the next run grades it again
+            _save_result(_record_path(out, sub.student_id, assignment),
+                         "" if r.status is Status.INCIDENT else fingerprint, r)
             results.append(r)
         done.extend(results)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with checks_salted(salt), ThreadPoolExecutor(max_workers=workers) as pool:
         list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
     results = class_results(course, out)
     write_csv(results, out / "grades.csv")

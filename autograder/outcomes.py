@@ -30,6 +30,7 @@ class Status(StrEnum):
     MEMORY = "memory"  # killed, most likely for memory
     CHANNEL = "channel"  # the results channel broke a rule (too much data, an unknown frame)
     SANDBOX = "sandbox"  # graded, but not in an isolating sandbox (the detail says which)
+    INCIDENT = "grader incident"  # not graded: the sandbox could not run it (nothing of the student's ran)
 
     @classmethod
     def of_incident(cls, kind: str) -> "Status":

@@ -82,6 +82,12 @@ def _hide_grader() -> None:
 def main() -> int:
     out_fd = int(os.environ.pop("ATTN_OUT_FD"))
     job = _read_inputs()
+    from autograder.channel import send
+
+    refusal = _self_check(job.get("sandbox", {}))
+    if refusal:
+        send(out_fd, b"X", 0, refusal.encode())
+        os._exit(3)
     skip = set(job.get("skip", []))
     cell_timeout = float(job.get("cell_timeout", 60))
     import cloudpickle
@@ -100,11 +106,11 @@ def main() -> int:
     from IPython.core.interactiveshell import InteractiveShell
 
     from autograder import serialize
-    from autograder.channel import send
     from autograder.checks.core import run_case
 
     _hide_grader()
     shell = InteractiveShell.instance(colors="NoColor")
+    send(out_fd, b"I")  # the self-check passed: from here on, what happens is the notebook's
     _close_setup_errors()  # from here on the student's code runs: it gets no way to the grader's stderr
     shell.showtraceback = _quiet_traceback(shell)  # keep tracebacks short; they are not graded
 
@@ -156,6 +162,40 @@ def main() -> int:
         send(out_fd, b"E", i)
     send(out_fd, b"D")
     os._exit(0)  # skip interpreter teardown: student atexit hooks and threads get no say
+
+
+def _self_check(expect: dict) -> str:
+    """Why this sandbox must not run the student's code ("" when it may): the Python is the
+    grader's, the course library imported is the copy the grader bound (and judges against), the
+    scratch folder is empty and writable (its own). Also sets the process ceiling, inside the
+    sandbox's own user namespace (counted per sandbox there, not per user)."""
+    import resource
+
+    if expect.get("python") and sys.version != expect["python"]:
+        return f"the sandbox runs Python {sys.version.split()[0]}, the grader {str(expect['python']).split()[0]}"
+    if expect.get("library"):
+        try:
+            import attention_course
+        except Exception as err:  # noqa: BLE001 - any failure to import is the grader's problem, named
+            return f"the course library does not import inside the sandbox ({type(err).__name__}: {err})"[:500]
+        found = os.path.dirname(os.path.realpath(getattr(attention_course, "__file__", None) or "?"))
+        if found != os.path.realpath(expect["library"]):
+            return (f"the sandbox imports the course library from {found}, not the copy the grader bound "
+                    f"({expect['library']})")
+    try:
+        if os.listdir("."):
+            return "the sandbox's scratch folder is not empty: it is not private to this sandbox"
+        with open(".attn-probe", "w") as fh:
+            fh.write("ok")
+        os.remove(".attn-probe")
+    except OSError as err:
+        return f"the sandbox's scratch folder is not writable ({err.strerror})"
+    if expect.get("processes"):
+        try:
+            resource.setrlimit(resource.RLIMIT_NPROC, (int(expect["processes"]), int(expect["processes"])))
+        except (OSError, ValueError) as err:
+            return f"the sandbox could not limit its processes ({err})"
+    return ""
 
 
 _ABSENT = object()

@@ -57,7 +57,12 @@ SANDBOX_UID = 65534  # nobody
 SCRATCH = "/dev/shm"  # the namespaces fallback's private scratch (a tmpfs every Linux has)
 PRIVATE_SCRATCH = (SCRATCH, "/tmp", "/var/tmp")
 GRADER_DIR = "/opt/attn-grader"  # where the runner's few modules are visible inside bubblewrap
+LIBRARY_DIR = "/opt/attn-course"  # bubblewrap: the folder on the runner's path holding attention_course/
 SCRATCH_BYTES = 256 * 2**20
+SHM_BYTES = 64 * 2**20  # bubblewrap's /dev/shm (sized: RLIMIT_AS never sees what a tmpfs holds)
+DEV_BYTES = 64 * 2**10  # the minimal /dev itself: device nodes and links only
+START_ATTEMPTS = 3  # a sandbox that cannot start (or refuses itself) is tried this often, then reported
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 # The runner's own modules: all the sandbox may import of the grader (never the hidden checks).
 KIT_FILES = ("__init__.py", "channel.py", "runner.py", "serialize.py",
              "checks/__init__.py", "checks/core.py", "checks/tensors.py")
@@ -65,6 +70,12 @@ KIT_FILES = ("__init__.py", "channel.py", "runner.py", "serialize.py",
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/bus", "/proc/irq")
 PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/latency_stats", "/proc/timer_list",
                "/proc/timer_stats", "/proc/sched_debug")
+# The namespaces fallback is a deny-list: what it always hides, whatever the course names. Homes and
+# credentials (a folder holding the grader's Python stays, its other entries are hidden one by one).
+CREDENTIAL_DIRS = ("/root", "/home", "/etc/ssh", "/etc/ssl/private", "/run/secrets", "/var/run/secrets",
+                   "/var/lib/sss", "/var/mail", "/var/spool/cron")
+CREDENTIAL_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+                    "/etc/security/opasswd")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
              "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/alternatives", "/etc/fonts",
              "/etc/matplotlibrc")
@@ -81,7 +92,14 @@ class World:
     stubs: list[tuple[str, str]] = field(default_factory=list)
     hide: list[str] = field(default_factory=list)
     kit: str = ""  # a folder holding KIT_FILES under autograder/ (made by `make_kit`)
+    library: str = ""  # the attention_course folder the grader judges against: bound at one fixed path inside
     course_root: str = ""  # the course's folder, for the library inside (it finds data/ there; nothing else shows)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox could not run the student's code (it did not start, or its self-check refused:
+    the wrong library, the wrong Python, a scratch space not its own), after START_ATTEMPTS tries.
+    The grader's own incident: never a student's grade (nothing of the student's ran)."""
 
 
 @dataclass
@@ -127,6 +145,43 @@ def isolation_mode() -> str:
     if _works(cmd):
         return f"namespaces ({mode})"
     return "none: neither bubblewrap nor unprivileged namespaces work on this system"
+
+
+class WeakSandbox(ValueError):
+    """Grading others' notebooks without bubblewrap, when the instructor did not choose to."""
+
+
+def require_strong_sandbox(mode: str | None = None) -> None:
+    """Refuse to grade others' notebooks in a weaker sandbox than bubblewrap unless the instructor
+    chose it (ATTN_SANDBOX=namespaces or none): never silently."""
+    mode = mode or isolation_mode()
+    if mode == "bubblewrap" or os.environ.get("ATTN_SANDBOX") in ("namespaces", "none"):
+        return
+    why = ("it is not installed" if not shutil.which("bwrap") else
+           "it is installed but cannot create its namespaces here (unprivileged user namespaces disabled?)")
+    raise WeakSandbox(f"the grader's strong sandbox, bubblewrap, is not available: {why}. The fallback here is "
+                      f"{mode!r}: a deny-list, student code runs as your own user. Install bubblewrap "
+                      "(`make sandbox` as root, or `sudo apt-get install bubblewrap`), or set "
+                      "ATTN_SANDBOX=namespaces to grade with the weaker sandbox anyway.")
+
+
+def describe_sandbox(mode: str | None = None) -> tuple[str, bool]:
+    """(what to print before grading, whether it is the strong sandbox). Loud when it is not."""
+    mode = mode or isolation_mode()
+    who = "root" if os.geteuid() == 0 else "an ordinary user"
+    if mode == "bubblewrap":
+        extra = ("; as root, the sandbox's user is root outside it: prefer an ordinary user"
+                 if os.geteuid() == 0 else "")
+        return f"sandbox: bubblewrap, grading as {who}{extra}", True
+    bar = "*" * 78
+    if is_isolated(mode):
+        why = ("WARNING: grading WITHOUT bubblewrap (the namespaces fallback): a deny-list instead of an "
+               f"allow-list, and student code runs as the grader's own user ({who}). Install bubblewrap "
+               "(`make sandbox`, or `sudo apt-get install bubblewrap`) for the strong sandbox.")
+    else:
+        why = (f"WARNING: grading with NO sandbox ({mode}): student code runs with the grader's rights "
+               "and sees its files. Debugging only; never grade others' notebooks like this.")
+    return f"{bar}\n{why}\n{bar}", False
 
 
 def _works(cmd: list[str]) -> bool:
@@ -177,12 +232,42 @@ def bwrap_scratch(world: World) -> str:
     return "/scratch" if any(Path(p).is_relative_to("/tmp") for p in bound) else "/tmp"
 
 
+def library_path(mode: str, world: World) -> str:
+    """The folder put first on the runner's path inside the sandbox, holding `attention_course/`:
+    one fixed place whatever PYTHONPATH or editable install the grader itself runs with."""
+    if mode == "bubblewrap":
+        return LIBRARY_DIR
+    if mode.startswith("namespaces"):
+        return f"{SCRATCH}/.course"
+    return ""  # none: _launch makes a folder of its own holding a link to the library
+
+
+def inside(path: str, world: World, mode: str = "bubblewrap") -> str:
+    """Where `path` is seen inside the sandbox: a path under the library moves with it."""
+    if world.library and Path(path).is_relative_to(world.library):
+        return str(Path(library_path(mode, world), "attention_course", Path(path).relative_to(world.library)))
+    return path
+
+
+def _minimal_dev() -> list[str]:
+    """bubblewrap's /dev, sized: `--dev` would be a writable tmpfs of half the RAM (and its /dev/shm
+    with it), which RLIMIT_AS never sees. Device nodes bound one by one, /dev/shm its own small tmpfs."""
+    args = ["--size", str(DEV_BYTES), "--tmpfs", "/dev"]
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    args += ["--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm",
+             "--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
+             "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink", "/proc/self/fd/2", "/dev/stderr",
+             "--remount-ro", "/dev"]
+    return args
+
+
 def bwrap_command(world: World) -> list[str]:
     """The `bwrap` arguments for one sandbox (the runner command follows them)."""
     scratch = bwrap_scratch(world)
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--proc", "/proc", "--dev", "/dev",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc", *_minimal_dev(),
             "--size", str(SCRATCH_BYTES), "--tmpfs", scratch, "--dir", f"{scratch}/job", "--dir", f"{scratch}/home"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
@@ -198,17 +283,21 @@ def bwrap_command(world: World) -> list[str]:
         args += ["--ro-bind-try", path, path]
     for path in _python_roots() + world.readonly:
         args += ["--ro-bind", path, path]
+    if world.library:
+        args += ["--ro-bind", world.library, f"{LIBRARY_DIR}/attention_course"]
+    bound = world.readonly + _python_roots() + ([world.library] if world.library else [])
     for path in world.hide:  # inside what is bound: the Python's own site-packages may hold the grader
-        if any(Path(path).is_relative_to(r) for r in world.readonly + _python_roots()) and os.path.isdir(path):
-            args += ["--tmpfs", path, "--remount-ro", path]
-    for stub, target in world.stubs:
-        if any(Path(target).is_relative_to(r) for r in world.readonly + _python_roots()):
-            args += ["--ro-bind", stub, target]
+        if any(Path(path).is_relative_to(r) for r in bound) and os.path.isdir(path):
+            args += ["--tmpfs", inside(path, world), "--remount-ro", inside(path, world)]
+    for stub, target in world.stubs:  # a module the library lacks needs no stub: it cannot be imported
+        if any(Path(target).is_relative_to(r) for r in bound) and os.path.exists(target):
+            args += ["--ro-bind", stub, inside(target, world)]
     args += ["--ro-bind", world.kit, GRADER_DIR, "--remount-ro", "/", "--chdir", f"{scratch}/job"]
     return args
 
 
-def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp", course_root: str = "") -> dict:
+def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp", course_root: str = "",
+                 library: str = "") -> dict:
     """A small, explicit environment: no instructor secrets, one thread per library."""
     scratch = scratch if mode == "bubblewrap" else SCRATCH
     keep = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
@@ -217,7 +306,8 @@ def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp", cour
     keep.update(HOME=home, USER="student", LOGNAME="student", MPLBACKEND="Agg", OMP_NUM_THREADS="1",
                 MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
                 IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.mpl", TMPDIR=scratch,
-                PYTHONPATH=grader, ATTN_GRADER_PATH=grader, ATTN_IN_FD=str(in_fd), ATTN_OUT_FD=str(out_fd))
+                PYTHONPATH=os.pathsep.join(p for p in (grader, library) if p), ATTN_GRADER_PATH=grader,
+                ATTN_IN_FD=str(in_fd), ATTN_OUT_FD=str(out_fd))
     if course_root:
         keep["ATTN_COURSE_ROOT"] = course_root
     return keep
@@ -231,23 +321,28 @@ def _mount(*args, fds=()) -> bool:
 def _init_inside(spec_path: str) -> None:
     """PID 1 of the namespaces fallback: hide what the student must not see, freeze the rest
     read-only, give a private scratch as the only writable place, set limits, drop every
-    capability, exec the runner."""
+    capability, exec the runner. Nothing is made outside this mount namespace: every folder it
+    creates is on a tmpfs of its own, so nothing is left behind and no two sandboxes meet."""
     spec = json.loads(Path(spec_path).read_text())
     kit = os.open(spec["kit"], os.O_RDONLY | os.O_DIRECTORY)  # held open: /tmp is replaced below
+    library = os.open(spec["library"], os.O_PATH | os.O_DIRECTORY) if spec["library"] else None
     for stub, target in spec["stub_files"]:
         if os.path.exists(target):
             _mount("--bind", stub, target)
+    stubs = {inside: os.open(stub, os.O_PATH) for stub, inside in spec["inside_stubs"]}
     private = set()
     for path in PRIVATE_SCRATCH:  # the sandbox's own throwaway /tmp and friends
         if path not in spec["keep"] and os.path.isdir(path) and \
                 _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES},mode=1777", "tmpfs", path):
             private.add(path)
     _fresh_dev()
-    grader = os.path.join(SCRATCH, ".grader")
-    os.mkdir(grader)
-    if not _mount("--bind", f"/proc/self/fd/{kit}", grader, fds=(kit,)):
-        raise SystemExit("sandbox: could not mount the runner's modules")
-    os.close(kit)
+    _bind_fd(kit, os.path.join(SCRATCH, ".grader"), "the runner's modules")
+    if library is not None:
+        _bind_fd(library, os.path.join(spec["library_path"], "attention_course"), "the course library")
+        for target, fd in stubs.items():  # the notebook's reference module, at the library's fixed place too
+            if os.path.exists(target):
+                _mount("--bind", f"/proc/self/fd/{fd}", target, fds=(fd,))
+            os.close(fd)
     for path in spec["hide_dirs"] + ["/sys"]:  # hidden: an empty, read-only folder in its place
         if os.path.isdir(path):
             _mount("-t", "tmpfs", "-o", "ro,size=4k,mode=555", "tmpfs", path)
@@ -255,30 +350,38 @@ def _init_inside(spec_path: str) -> None:
     _mount("-o", "remount,bind,ro", "/proc/sys")
     workdir = os.path.join(SCRATCH, "job")
     os.mkdir(workdir)
-    keep_writable = private | {"/proc", "/dev", "/dev/shm"} | {f"/dev/{n}" for n in ("null", "zero", "full", "random", "urandom", "tty")}
+    keep_writable = private | {"/proc", "/dev", "/dev/shm"} | {f"/dev/{n}" for n in DEVICES}
     for mountpoint in _mountpoints():
         if mountpoint not in keep_writable and not mountpoint.startswith("/proc/"):
             _mount("-o", "remount,bind,ro", mountpoint)
     os.chdir(workdir)
-    _set_limits(spec["limits"], nproc=os.geteuid() != 0)
+    _set_limits(spec["limits"], nproc=spec["nproc"])
     os.environ.clear()
     os.environ.update(spec["env"])
     drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     os.execvp(drop[0], drop + [sys.executable, "-m", "autograder.runner"])
 
 
+def _bind_fd(fd: int, target: str, what: str) -> None:
+    """Bind the folder open as `fd` at `target` (made first, on this sandbox's own tmpfs)."""
+    os.makedirs(target)
+    if not _mount("--bind", f"/proc/self/fd/{fd}", target, fds=(fd,)):
+        raise SystemExit(f"sandbox: could not mount {what}")
+    os.close(fd)
+
+
 def _fresh_dev() -> None:
-    """A minimal /dev (null, zero, full, random, urandom, tty) and a private /dev/shm: no disks."""
-    stage = "/tmp/.dev"
-    os.mkdir(stage)
-    for name in ("null", "zero", "full", "random", "urandom", "tty"):
-        open(os.path.join(stage, name), "w").close()
-        _mount("--bind", f"/dev/{name}", os.path.join(stage, name))
-    if not _mount("-t", "tmpfs", "-o", "size=64k,mode=755", "tmpfs", "/dev"):
+    """A minimal /dev (null, zero, full, random, urandom, tty) and a private /dev/shm: no disks.
+    The real nodes are held open (O_PATH) while the new /dev is mounted over them and bound from
+    their descriptors: no folder is made anywhere else (a fixed one in a shared /tmp would let
+    only the first sandbox of the machine start)."""
+    nodes = {name: os.open(f"/dev/{name}", os.O_PATH) for name in DEVICES if os.path.exists(f"/dev/{name}")}
+    if not _mount("-t", "tmpfs", "-o", f"size={DEV_BYTES},mode=755", "tmpfs", "/dev"):
         raise SystemExit("sandbox: could not replace /dev")
-    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+    for name, fd in nodes.items():
         open(os.path.join("/dev", name), "w").close()
-        _mount("--move", os.path.join(stage, name), os.path.join("/dev", name))
+        _mount("--bind", f"/proc/self/fd/{fd}", os.path.join("/dev", name), fds=(fd,))
+        os.close(fd)
     os.mkdir("/dev/shm")
     _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES},mode=1777", "tmpfs", "/dev/shm")
     os.symlink("/proc/self/fd", "/dev/fd")
@@ -295,6 +398,36 @@ def _set_limits(limits: dict, nproc: bool) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if nproc:  # RLIMIT_NPROC does not bind root; a pids cgroup does that job there
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
+
+
+def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], list[str]]:
+    """(folders, files) the namespaces fallback hides in every sandbox: homes and credentials. A
+    folder that holds what the sandbox needs (the Python, the course, the library) is not hidden
+    itself: its other entries are, down to the needed one."""
+    root = Path(course_root) if course_root else None
+    lib = Path(library) if library else None
+    folders, files = [], [f for f in CREDENTIAL_FILES if os.path.isfile(f)]
+    todo = [Path(p) for p in CREDENTIAL_DIRS if os.path.isdir(p)]
+    needed = [Path(p).resolve() for p in [*_python_roots(), *(x for x in (root, lib) if x)]]
+    while todo:
+        folder = todo.pop()
+        if any(folder.resolve().is_relative_to(n) for n in needed):
+            continue  # inside what the sandbox needs (the Python, the course): kept whole
+        if not _contains_needed(str(folder), root, lib):
+            folders.append(str(folder))
+            continue
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                continue
+            if entry.is_dir():
+                todo.append(entry)
+            elif entry.is_file() and not _contains_needed(str(entry), root, lib):
+                files.append(str(entry))
+    return sorted(folders), sorted(files)
 
 
 def _contains_needed(path: str, course_root: Path | None = None, library: Path | None = None) -> bool:
@@ -346,10 +479,20 @@ def _make_group(group: Path, settings: list[tuple[str, str]]) -> Path | None:
 
 
 def _remove_group(group: Path) -> None:
+    """Remove a sandbox's control group once its processes are gone (cgroup v2: killed first).
+    The kernel refuses while a killed process is still being reaped: tried for a few seconds."""
     try:
-        group.rmdir()
+        (group / "cgroup.kill").write_text("1")
     except OSError:
         pass
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def _preexec(groups: list[Path], limits: Limits, mode: str):
@@ -359,21 +502,37 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
         for group in groups:
             (group / "cgroup.procs").write_text(str(os.getpid()))
         if mode == "bubblewrap" or mode.startswith("none"):
-            _set_limits(as_dict, nproc=os.geteuid() != 0)
+            # RLIMIT_NPROC counts every process of the real uid, and a user namespace created under
+            # it records it as the ceiling of the whole uid: set here, one notebook at its ceiling
+            # would stop every classmate's sandbox from starting. bubblewrap's runner sets it inside
+            # its own user namespace instead (counted per sandbox); without a namespace it is all there is.
+            _set_limits(as_dict, nproc=mode.startswith("none") and os.geteuid() != 0)
     return apply
 
 
 def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_fd: int, err_fd: int,
-            groups: list[Path]) -> subprocess.Popen:
-    env = _sandbox_env(mode, in_fd, out_fd, bwrap_scratch(world) if mode == "bubblewrap" else SCRATCH, world.course_root)
+            groups: list[Path], made: list[Path]) -> subprocess.Popen:
+    """Start the runner in the sandbox. Folders made for it outside any sandbox go in `made`
+    (removed by the caller when the run ends)."""
+    scratch = bwrap_scratch(world) if mode == "bubblewrap" else SCRATCH
+    env = _sandbox_env(mode, in_fd, out_fd, scratch, world.course_root, library_path(mode, world))
     runner = [sys.executable, "-m", "autograder.runner"]
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd,
                   pass_fds=(in_fd, out_fd), start_new_session=True, preexec_fn=_preexec(groups, limits, mode))
     if mode == "bubblewrap":
         return subprocess.Popen(bwrap_command(world) + runner, env=env, **common)
     if mode.startswith("namespaces"):
-        spec = {"hide_dirs": world.hide, "stub_files": world.stubs, "kit": world.kit,
+        credential_dirs, credential_files = denied_always(world.course_root, world.library)
+        empty = job / "empty"
+        empty.write_bytes(b"")
+        spec = {"hide_dirs": list(dict.fromkeys([*world.hide, *(inside(p, world, mode) for p in world.hide),
+                                                 *credential_dirs])),
+                "stub_files": world.stubs + [(str(empty), f) for f in credential_files],
+                "kit": world.kit, "library": world.library,
+                "library_path": library_path(mode, world),
+                "inside_stubs": [(stub, inside(target, world, mode)) for stub, target in world.stubs],
                 "keep": [p for p in PRIVATE_SCRATCH if _contains_needed(p)], "env": env,
+                "nproc": mode.endswith("(user)"),
                 "limits": {"memory_bytes": limits.memory_bytes, "processes": limits.processes,
                            "file_bytes": limits.file_bytes}}
         spec_path = job / "sandbox.json"
@@ -383,10 +542,28 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
             cmd.append("--map-root-user")
         cmd += [sys.executable, "-m", "autograder.sandbox", "init", str(spec_path)]
         return subprocess.Popen(cmd, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), **common)
-    scratch = Path(tempfile.mkdtemp(prefix="attn-job-"))
-    env.update(HOME=str(scratch), IPYTHONDIR=str(scratch / ".ipython"), MPLCONFIGDIR=str(scratch / ".mpl"),
-               TMPDIR=str(scratch), PYTHONPATH=world.kit, ATTN_GRADER_PATH=world.kit)
-    return subprocess.Popen(runner, cwd=scratch, env=env, **common)
+    scratch_dir = Path(tempfile.mkdtemp(prefix="attn-job-"))
+    made.append(scratch_dir)
+    path = [world.kit]
+    if world.library:
+        link_dir = Path(tempfile.mkdtemp(prefix="attn-lib-"))
+        made.append(link_dir)
+        (link_dir / "attention_course").symlink_to(world.library, target_is_directory=True)
+        path.append(str(link_dir))
+    env.update(HOME=str(scratch_dir), IPYTHONDIR=str(scratch_dir / ".ipython"), MPLCONFIGDIR=str(scratch_dir / ".mpl"),
+               TMPDIR=str(scratch_dir), PYTHONPATH=os.pathsep.join(path), ATTN_GRADER_PATH=world.kit)
+    return subprocess.Popen(runner, cwd=scratch_dir, env=env, **common)
+
+
+def expected_inside(mode: str, world: World, limits: Limits) -> dict:
+    """What the runner checks before any student code runs (its self-check), and the process
+    limit it sets inside its own user namespace."""
+    if world.library:
+        folder = library_path(mode, world)
+        library = str(Path(folder, "attention_course")) if folder else os.path.realpath(world.library)
+    else:
+        library = ""
+    return {"python": sys.version, "library": library, "processes": limits.processes}
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -430,20 +607,23 @@ def _inputs_file(inputs: dict) -> int:
 def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
               started: float, budget: int) -> tuple[Received, int | None, str]:
     """One sandbox run: (what came back, exit code or None when killed, the sandbox's own stderr)."""
-    in_fd = _inputs_file(inputs)
+    in_fd = _inputs_file(dict(inputs, sandbox=expected_inside(mode, world, limits)))
     read_fd, write_fd = os.pipe()
     err = tempfile.TemporaryFile()
+    made: list[Path] = []
     try:
-        proc = _launch(mode, world, limits, job, in_fd, write_fd, err.fileno(), groups)
+        proc = _launch(mode, world, limits, job, in_fd, write_fd, err.fileno(), groups, made)
     except BaseException:
         os.close(read_fd)
         err.close()
+        _remove_all(made)
         raise
     finally:
         os.close(in_fd)
         os.close(write_fd)
     record_cells = {i for i, cell in enumerate(inputs["cells"]) if cell["kind"] == "record"}
-    reader = Reader(read_fd, len(inputs["cells"]), record_cells, max_total=budget)
+    order = [i for i in range(len(inputs["cells"])) if i not in set(inputs.get("skip", []))]
+    reader = Reader(read_fd, len(inputs["cells"]), record_cells, max_total=budget, order=order)
     cell_started, last_cell, code = time.monotonic(), None, None
     while True:
         try:
@@ -465,7 +645,31 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     err.seek(0)
     errors = err.read(4096).decode(errors="replace")
     err.close()
+    _remove_all(made)
     return received, code, errors
+
+
+def _remove_all(folders: list[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
+                 started: float, budget: int) -> tuple[Received, int | None, str]:
+    """`_run_once`, tried again (START_ATTEMPTS in all, a short pause between) while the sandbox
+    does not reach student code: it could not start (namespaces, a process ceiling, a missing
+    program) or its self-check refused. Raises SandboxUnavailable when every try failed."""
+    why = ""
+    for attempt in range(START_ATTEMPTS):
+        if attempt:
+            time.sleep(0.5 * 2 ** attempt)
+        received, code, errors = _run_once(mode, world, limits, job, inputs, groups, started, budget)
+        if received.ready:
+            return received, code, errors
+        last = errors.strip().splitlines()[-1][:300] if errors.strip() else ""
+        why = received.refused or last or (f"the sandbox exited with code {code} before running any cell"
+                                           if code is not None else "the sandbox did not start in time")
+    raise SandboxUnavailable(f"the {mode} sandbox could not run the notebook ({START_ATTEMPTS} tries): {why}")
 
 
 MAX_INCIDENTS = 20
@@ -492,8 +696,11 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
     started, budget = time.monotonic(), MAX_TOTAL_BYTES
     try:
         for _attempt in range(limits.restarts + 1):
-            received, code, errors = _run_once(mode, world, limits, job, inputs, groups, started, budget)
+            received, code, errors = _started_run(mode, world, limits, job, inputs, groups, started, budget)
             budget -= received.total
+            if received.tampered:  # forged frames: nothing this run sent counts
+                result.incidents.append(Incident(-1, "channel", received.problem))
+                break
             for cell, blob in received.results.items():
                 result.results.setdefault(cell, blob)
             for cell in received.timed_out:

@@ -32,23 +32,17 @@ from pathlib import Path
 import nbformat
 
 from . import trusted
-from .course import assignments, cache_home, notebook_path, write_course_config
+from .course import CACHE_ENV, assignments, cache_root, notebook_path, write_course_config  # noqa: F401 - CACHE_ENV named here by tests
 from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
-from .sandbox import Limits, make_kit, run_notebook_job
+from .sandbox import Limits, SandboxUnavailable, make_kit, run_notebook_job
 from .submissions import match_assignment, parse_notebook
 
-CACHE_ENV = "ATTN_CHECK_CACHE"  # where prepared assignments are kept (default: ~/.cache/attention-course/check)
 READY = "ready.json"  # written last in an entry: its presence means the entry is complete
 PRUNE_AFTER_SECONDS = 3600  # entries of an older version, and abandoned builds, unused this long are removed
 
 
 # --------------------------------------------------------------------------- the cache
-def cache_root() -> Path:
-    """$ATTN_CHECK_CACHE, else $XDG_CACHE_HOME/attention-course/check, else ~/.cache/attention-course/check."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser().resolve()
-    return cache_home() / "check"
 
 
 @lru_cache(maxsize=1)
@@ -217,6 +211,10 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
         world = sandbox_world(course, assignment, folder)
         verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
                                           lambda inputs: run_notebook_job(folder, inputs, world, limits))
+    except SandboxUnavailable as err:  # nothing of the student's ran: say so, score nothing
+        return NotebookResult(student, assignment, 0.0, max_score, Status.INCIDENT,
+                              detail=f"{err}; this is the grader's problem, not your notebook's: try again, "
+                                     "and tell your instructor if it happens again")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     graded = set(_solution_sources(source))

@@ -36,6 +36,7 @@ from .checks.core import (
     KNOWN_MISTAKE,
     Exercise,
     cases_of,
+    check_salt,
     diagnose,
     diagnose_crash,
     failure_of,
@@ -104,14 +105,23 @@ def exercise(ref: CheckRef) -> Exercise:
     return module.check.exercises[ref.name]
 
 
-@lru_cache(maxsize=None)
 def cases(ref: CheckRef):
+    """The exercise's hidden cases under the salt in force (a grading run's secret one, or the public one)."""
+    return _cases(ref, check_salt())
+
+
+def expected(ref: CheckRef):
+    return _expected(ref, check_salt())
+
+
+@lru_cache(maxsize=None)
+def _cases(ref: CheckRef, salt: str):
     return tuple(cases_of(exercise(ref)))
 
 
 @lru_cache(maxsize=None)
-def expected(ref: CheckRef):
-    return tuple(case.run(exercise(ref).reference) for case in cases(ref))
+def _expected(ref: CheckRef, salt: str):
+    return tuple(case.run(exercise(ref).reference) for case in _cases(ref, salt))
 
 
 def _sandbox_exercise(ex: Exercise) -> Exercise:
@@ -128,8 +138,8 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     for the first cell of each known grade_id, dropped from duplicates and unknown ids (so an
     edited `points`, a renamed grade_id or a duplicated cell can neither earn nor crash), and the
     course's kernelspec. The outputs of each code cell are carried, bounded and filtered, in its
-    metadata (plugins.student_outputs, plugins.TrustedVerdicts): feedback shows them, nothing runs them."""
-    from .plugins import FEEDBACK_OUTPUTS, NOTEBOOK_OUTPUT_LIMIT, _is_count, student_outputs
+    metadata (outputs.student_outputs, plugins.TrustedVerdicts): feedback shows them, nothing runs them."""
+    from .outputs import FEEDBACK_OUTPUTS, NOTEBOOK_OUTPUT_LIMIT, _is_count, student_outputs
 
     source_meta = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]
                    for c in source_nb.cells if "nbgrader" in c.metadata}

@@ -211,8 +211,9 @@ for _root, _dirs, _files in os.walk("/"):
 """
 
 USES_COURSE_DATA = """
-from attention_course import checkpoints, data
-SANDBOX_HELD = len(data.load_toy("train", "en", "de")) > 10 and checkpoints.MODELS.name == "models"
+from attention_course import data
+from attention_course.paths import course_file
+SANDBOX_HELD = len(data.load_toy("train", "en", "de")) > 10 and course_file("models").name == "models"
 """
 
 READ_PREPARED = """

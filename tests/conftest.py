@@ -28,6 +28,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     torch.set_num_threads(1)
 
+# The hidden inputs' public salt for the suite (`attn-course grade` draws a secret one per class
+# otherwise): messages with numbers stay the same from run to run. tests/test_secret_seed.py unsets it.
+os.environ.setdefault("ATTN_CHECK_SEED", "attention-step-by-step")
+
 _ids = itertools.count()
 
 

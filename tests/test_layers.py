@@ -11,6 +11,7 @@ import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,67 @@ def test_the_library_imports_nothing_by_name_at_run_time():
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and named.match(node.value):
                 found.append(f"{path.name}:{node.lineno} names {node.value!r}")
     assert not found, f"the library must not reach the grader or the tools by name: {found}"
+
+
+# --------------------------------------------------------------------------- inside autograder
+# The grader's own modules, in layers: each imports only its own layer or those below it.
+# sandbox side: what runs in (or starts) the sandbox and its settings; the judge: the trusted
+# checks and verdicts; the class: gradebook, exports, the student's check; nbgrader's adapter on top.
+GRADER_LAYERS = [
+    {"autograder", "autograder.settings", "autograder.limits", "autograder.channel", "autograder.serialize",
+     "autograder.runner", "autograder.sandbox", "autograder.checks"},
+    {"autograder.outcomes", "autograder.outputs", "autograder.honesty", "autograder.course",
+     "autograder.trusted", "autograder.submissions", "autograder.exports"},
+    {"autograder.grade", "autograder.report", "autograder.selfcheck"},
+    {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config"},
+]
+
+
+def _layer_of(module: str) -> int:
+    for i, layer in enumerate(GRADER_LAYERS):
+        if module in layer or any(module.startswith(m + ".") for m in layer if m != "autograder"):
+            return i
+    raise AssertionError(f"{module} is in no layer of GRADER_LAYERS: place it there")
+
+
+def grader_imports() -> dict[str, set[str]]:
+    """{autograder module: the autograder modules it imports}, imports inside functions included."""
+    graph = {}
+    for path in sorted((REPO / "autograder").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = module.rsplit(".", 1)[0] if parts[-1] != "__init__" else module
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names if a.name.startswith("autograder")}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                if base.startswith("autograder"):
+                    names.add(base)
+                    names |= {f"{base}.{a.name}" for a in node.names
+                              if (REPO / Path(*f"{base}.{a.name}".split("."))).with_suffix(".py").exists()}
+        graph[module] = {n for n in names if n != module}
+    return graph
+
+
+def test_grader_modules_import_downwards_only():
+    """No autograder module imports one of a higher layer (so no cycle, lazy imports included):
+    grade -> selfcheck -> trusted -> plugins -> grade was one."""
+    wrong = [f"{m} (layer {_layer_of(m)}) imports {n} (layer {_layer_of(n)})"
+             for m, names in grader_imports().items() for n in sorted(names) if _layer_of(n) > _layer_of(m)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_grader_modules_have_no_cycle():
+    graph = grader_imports()
+
+    def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
+        return any(n == goal or (n not in seen and n in graph and reaches(n, goal, seen | {n}))
+                   for n in graph.get(start, ()))
+
+    cycles = [m for m in graph if reaches(m, m)]
+    assert not cycles, f"import cycles through {cycles}"

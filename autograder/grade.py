@@ -43,6 +43,7 @@ from .course import (
     solutions_dir,
 )
 from .course import assignments as list_assignments
+from .exports import safe_row
 from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import (
     SandboxUnavailable,
@@ -441,10 +442,10 @@ def write_csv(results: list[NotebookResult], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", newline="", dir=path.parent, delete=False, suffix=".tmp") as fh:
         writer = csv.writer(fh)
-        writer.writerow(CSV_COLUMNS)
+        writer.writerow(safe_row(CSV_COLUMNS))
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
-            writer.writerow([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
-                                      r.timestamp, r.status_text, r.review, r.sandbox, r.source_file, "; ".join(r.notes)])
+            writer.writerow(safe_row([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
+                                      r.timestamp, r.status_text, r.review, r.sandbox, r.source_file, "; ".join(r.notes)]))
     os.chmod(fh.name, 0o644)  # readable by the group (NamedTemporaryFile makes 0600)
     os.replace(fh.name, path)
 
@@ -640,11 +641,11 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
     tops = {n: next(r.max_score for r in results if r.notebook == n) for n in notebooks}
     with tempfile.NamedTemporaryFile("w", newline="", dir=path.parent, delete=False, suffix=".tmp") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["student_id", *notebooks, "total", "max_total"])
+        writer.writerow(safe_row(["student_id", *notebooks, "total", "max_total"]))
         for sid in sorted(by_student):
             finals = [max(by_student[sid][n].score - by_student[sid][n].late_penalty, 0.0) if n in by_student[sid] else 0.0
                       for n in notebooks]
-            writer.writerow([sid, *(f"{x:g}" for x in finals), f"{sum(finals):g}", f"{sum(tops.values()):g}"])
+            writer.writerow(safe_row([sid, *(f"{x:g}" for x in finals), f"{sum(finals):g}", f"{sum(tops.values()):g}"]))
     os.chmod(fh.name, 0o644)
     os.replace(fh.name, path)
 
@@ -685,7 +686,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     if progress:
         banner, strong = describe_sandbox()
         print(banner, file=sys.stdout if strong else sys.stderr)
-    intake = collect_all(Path(submissions), course.grade_ids())
+    intake = collect_all(Path(submissions), course.grade_ids(), due=due)
     subs = [s for s in intake.students if not students or s.student_id in students]
     if progress and intake.ignored:
         print(f"not graded ({len(intake.ignored)} files; each with the reason):")

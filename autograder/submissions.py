@@ -4,9 +4,10 @@ Every layout below is read, together, from the class folder (the folder passed t
 * one folder per student: ``<student_id>/**/*.ipynb`` (any depth below it; an empty folder is a
   student who submitted nothing);
 * one zip per student: ``<student_id>.zip`` holding the notebooks (any depth);
-* nbgrader's tree: ``submitted/<student_id>/<assignment>/<notebook>.ipynb`` with nbgrader's
-  ``timestamp.txt`` beside the notebook (the ``submitted`` folder inside the class folder, or the
-  class folder itself being such a tree: then each student is a student folder, as above);
+* nbgrader's tree: ``submitted/<student_id>/<assignment>/<notebook>.ipynb`` with the
+  ``timestamp.txt`` nbgrader's exchange wrote in the assignment folder (the ``submitted`` folder
+  inside the class folder, or the class folder itself being such a tree, a folder named
+  ``submitted``: then each student is a student folder, as above);
 * files at the top of the class folder named as learning platforms export them (see
   ``flat_name``): Canvas ``smithjane_123456_7890_<file>.ipynb`` (``smithjane_LATE_123456_7890_...``),
   Moodle ``Jane Smith_12345_assignsubmission_file_<file>.ipynb`` (also as a folder),
@@ -20,12 +21,27 @@ Student ids: within one layout every folder, zip or platform user is a student o
 that collide after clean-up get a suffix, reported); the same id from two layouts (``alice/``,
 ``submitted/alice/`` and ``alice_01_similarity_attention.ipynb``) is one student, merged.
 
+Owner and submission time come only from what the platform wrote, never from what the student
+put in a name or a file:
+* the owner of a platform's file is read from the fixed prefix the platform writes (leftmost: the
+  part after it is the name the student gave their file, and a second owner block in that part is
+  named in both students' ``problems``, never obeyed);
+* the submission time is nbgrader's ``timestamp.txt`` where nbgrader's exchange wrote it
+  (``submitted/<student>/<assignment>/timestamp.txt``, for the notebooks under that assignment
+  folder), else the modification time of the file in the class folder: the notebook, or the zip
+  holding it. A ``timestamp.txt`` anywhere else (a student's own folder, a platform's folder of the
+  student's files, inside a zip) and the dates of a zip's entries are the student's: named in their
+  ``problems`` when they would have told a different story, never used as a time;
+* Canvas's ``_LATE_`` is lateness: the notebook graded from such an upload has a ``late`` mark (and
+  a note); given the due dates (``collect_all(..., due=...)``), its recorded time is never on time.
+
 Each notebook is matched to an assignment by its file name, tolerating the renames that
 browsers and students make (``01_similarity_attention (1).ipynb``, ``Copy of ...``), then by
-its leading number, then by the graded cells it contains. Each has a submission time: nbgrader's
-``timestamp.txt`` beside it, else its zip entry's date, else the file's modification time. When a
-student has several versions of one assignment (``draft/`` and ``final/``, two zips, a folder and
-a flat file), the newest is graded and both are named in the student's ``problems``.
+its leading number, then by the graded cells it contains. When a student has several versions of
+one assignment (``draft/`` and ``final/``, two zips, a folder and a flat file), the newest is
+graded and both are named in the student's ``problems`` (versions of the same time: the last in
+name order; several from one zip: the one dated last inside it, which decides only among that
+zip's own files).
 
 Nothing is skipped silently: ``collect_all`` returns every file it did not grade (not a notebook,
 checkpoints, ``__MACOSX``, hidden, unmatched, refused, older versions) with the reason.
@@ -64,6 +80,8 @@ MAX_FOLDER_ENTRIES = 20 * MAX_STUDENT_FILES  # files and folders looked at in on
 MAX_LISTED = 100  # ignored files listed one by one per student folder or zip; the rest are counted
 MAX_TIMESTAMP_BYTES = 1024  # nbgrader's timestamp.txt holds ~30
 SAME_TIME = timedelta(seconds=2)  # versions this close count as saved together (zip dates: 2 s steps)
+ZONE_SLACK = timedelta(hours=14)  # a zip entry's date is the zipping machine's local time, in any zone
+AFTER_DUE = timedelta(seconds=1)  # a late upload whose own time is not after its due date: recorded this late
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's record of the submission time, beside the notebooks
@@ -80,6 +98,7 @@ class StudentSubmission:
     problems: dict[str, str] = field(default_factory=dict)  # assignment or file -> what went wrong
     timestamps: dict[str, datetime] = field(default_factory=dict)  # assignment -> submitted (aware, UTC)
     origins: dict[str, str] = field(default_factory=dict)  # assignment -> "path in class folder (time source)"
+    late: dict[str, str] = field(default_factory=dict)  # assignment -> why the platform says it is late
 
 
 @dataclass
@@ -273,11 +292,15 @@ class FlatName:
     student: str  # the raw student id (before clean-up)
     user: str  # the platform's user id ("" when the name has none)
     file: str  # the name to match an assignment with (the student's original file name)
+    late: bool = False  # the platform marked the upload late (Canvas's _LATE_)
 
 
-_CANVAS = re.compile(r"^(?P<name>[^_]+)(?P<late>_late)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$", re.I)
+# The platforms' fixed prefixes, read leftmost (non-greedy): what follows the prefix is the name the
+# student gave their file, and may itself look like a prefix (another student's).
+_CANVAS = re.compile(r"^(?P<name>[^_]+?)(?P<late>_late)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$", re.I)
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<file>.*)$", re.I)
-_BLACKBOARD = re.compile(r"^.+_(?P<name>[^_]+)_attempt_\d{4}(?:-\d\d){5}(?:_(?P<file>.+))?$")
+_BLACKBOARD = re.compile(r"^.+?_(?P<name>[^_]+)_attempt_\d{4}(?:-\d\d){5}(?:_(?P<file>.+))?$")
+_PLATFORMS = (("canvas", _CANVAS), ("moodle", _MOODLE), ("blackboard", _BLACKBOARD))
 _COPIES = re.compile(r"(\s*\(\d+\)|[-_ ]copy\d*)+$", re.I)  # what browsers and file managers append
 
 
@@ -291,14 +314,23 @@ def flat_name(name: str, assignments, suffix: str = ".ipynb") -> FlatName | None
     * plain: ``<student id>_<assignment>`` or ``<student id>-<assignment>``, the assignment part
       being a known assignment's name (any case, '_', '-' or ' ' between words, browser copy
       suffixes such as ' (1)' allowed).
-    `name` is the file name without `suffix`; None when it follows none of these."""
+    `name` is the file name without `suffix`; None when it follows none of these.
+
+    The owner is read from the platform's prefix only: each pattern is matched leftmost, and when
+    several platforms' patterns match (the student's part of the name looks like another
+    platform's prefix), the one whose prefix ends first is the platform's own."""
     stem = name[:-len(suffix)] if suffix and name.lower().endswith(suffix) else name
-    for platform, pattern in (("canvas", _CANVAS), ("moodle", _MOODLE), ("blackboard", _BLACKBOARD)):
+    found = []
+    for platform, pattern in _PLATFORMS:
         m = pattern.match(stem)
         if m and m.group("name").strip():
-            groups = m.groupdict()
-            file = (groups.get("file") or "") + (suffix if groups.get("file") else "")
-            return FlatName(platform, m.group("name").strip(), groups.get("uid") or "", file)
+            prefix_end = m.start("file") if m.group("file") is not None else len(stem)
+            found.append((prefix_end, platform, m))
+    if found:
+        _, platform, m = min(found, key=lambda f: f[0])
+        groups = m.groupdict()
+        file = (groups.get("file") or "") + (suffix if groups.get("file") else "")
+        return FlatName(platform, m.group("name").strip(), groups.get("uid") or "", file, bool(groups.get("late")))
     plain = _COPIES.sub("", stem)
     for a in sorted(assignments, key=len, reverse=True):
         words = r"[-_ ]+".join(re.escape(w) for w in re.split(r"[-_ ]+", a) if w)
@@ -445,16 +477,28 @@ class _Source:
 @dataclass
 class _Version:
     path: str  # relative to the class folder
-    when: datetime
-    source: str  # where `when` came from: timestamp.txt, zip entry date, file time
+    when: datetime  # from what the platform wrote (see the module's docstring)
+    source: str  # where `when` came from: timestamp.txt, file time, the zip's file time
     data: bytes
+    late: str = ""  # why the platform says the upload is late ("" when it does not)
+    archive: str = ""  # the zip it came from, relative to the class folder ("" when none)
+    inner: datetime | None = None  # its entry's date inside that zip: orders that zip's own files only
 
 
 def _newest(versions: list[_Version]) -> _Version:
     """The version to grade: the newest; of versions within SAME_TIME of it, the last in name order
-    ("final/" after "draft/", "(2)" after "(1)"): copied folders get near-equal times in any order."""
+    ("final/" after "draft/", "(2)" after "(1)"): copied folders get near-equal times in any order.
+    When those all come from one zip, the one dated last inside it (the student's choice among the
+    files of their own upload; a date inside a zip never decides between two uploads)."""
     latest = max(v.when for v in versions)
-    return max((v for v in versions if latest - v.when <= SAME_TIME), key=lambda v: v.path)
+    tied = [v for v in versions if latest - v.when <= SAME_TIME]
+    if _one_zip(tied):
+        return max(tied, key=lambda v: (v.inner or datetime.min.replace(tzinfo=timezone.utc), v.path))
+    return max(tied, key=lambda v: v.path)
+
+
+def _one_zip(versions: list[_Version]) -> bool:
+    return len({v.archive for v in versions}) == 1 and bool(versions[0].archive)
 
 
 class _Lister:
@@ -480,14 +524,18 @@ class _Lister:
 class _Intake:
     """One pass over a class folder; see collect_all."""
 
-    def __init__(self, root: Path, assignments: dict[str, set[str]]):
+    def __init__(self, root: Path, assignments: dict[str, set[str]], due: dict[str, datetime] | None = None):
         self.root, self.assignments = root, assignments
+        self.due = {a: _utc(when) for a, when in (due or {}).items()}
         self.ignored: list[tuple[str, str]] = []
         self.sources: list[_Source] = []
         self.users: dict[tuple[str, str, str], _Source] = {}  # platform user -> their files
         self.students: dict[str, StudentSubmission] = {}
         self.versions: dict[tuple[str, str], list[_Version]] = {}  # (student, assignment) -> versions
-        self.stamps: dict[object, datetime | None] = {}  # folder (or zip, folder) -> its timestamp.txt
+        self.stamps: dict[object, datetime | None] = {}  # nbgrader's assignment folder -> its timestamp.txt
+        self.marks: dict[Path, str] = {}  # an upload at the top -> why its platform says it is late
+        # (uploader, upload, the other platform user its student-chosen name carries)
+        self.claims: list[tuple[tuple[str, str, str], Path, FlatName, FlatName]] = []
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
@@ -502,14 +550,26 @@ class _Intake:
         sub.problems[key] = why
         self.ignore(path, why)
 
+    @staticmethod
+    def note(sub: StudentSubmission, key: str, text: str) -> None:
+        """Something the instructor should know about this student's files (their row's notes)."""
+        k, n = key, 1
+        while sub.problems.get(k, text) != text:
+            n += 1
+            k = f"{key} ({n})"
+        sub.problems[k] = text
+
     # ---- finding the students
     def run(self) -> Intake:
         self.scan(self.root, _ENTRIES)
         ids = _distinct_ids([(s.layout, s.label, s.raw_id) for s in self.sources])
+        owners: dict[int, str] = {}  # id(source) -> its student id
         for source, (sid, problems) in zip(self.sources, ids, strict=True):
             sub = self.students.setdefault(sid, StudentSubmission(sid))
             sub.problems.update(problems)
+            owners[id(source)] = sid
             self.read(sub, source)
+        self.name_claims(owners)
         self.choose_versions()
         return Intake(list(self.students.values()), sorted(self.ignored))
 
@@ -553,24 +613,49 @@ class _Intake:
             self.users[user] = _Source(f"{flat.platform} files", path.name, flat.student)
             self.sources.append(self.users[user])
         self.users[user].items.append((kind, path, flat.file or path.name))
+        if flat.late:
+            self.marks[path] = f"{flat.platform.capitalize()} marked this upload late ('_LATE_' in its name)"
+        if flat.platform != "plain" and flat.file:  # the student's part of the name: does it name someone else?
+            other = flat_name(flat.file, {}, suffix={"zip": ".zip", "file": ".ipynb"}.get(kind, ""))
+            if other is not None and (other.student != flat.student
+                                      or (other.user and flat.user and other.user != flat.user)):
+                self.claims.append((user, path, flat, other))
+
+    def name_claims(self, owners: dict[int, str]) -> None:
+        """An upload whose student-chosen name carries another student's platform name: it stays
+        its uploader's (the platform's prefix says whose it is); both students' rows say so."""
+        for user, path, flat, other in self.claims:
+            uploader = owners[id(self.users[user])]
+            who = repr(other.student) + (f", user {other.user}" if other.user else "")
+            self.note(self.students[uploader], path.name,
+                      f"the name the student gave this upload, {flat.file!r}, carries another student's "
+                      f"{other.platform} name ({who}): taken as {uploader!r}'s, as the platform's own prefix says")
+            named = self.users.get((other.platform, other.student, other.user))
+            sid = owners[id(named)] if named is not None else _safe_id(other.student)
+            if sid != uploader and sid in self.students:
+                self.note(self.students[sid], path.name,
+                          f"another student's upload (graded as {uploader!r}) names this student in the name its "
+                          "student gave it: not taken as theirs")
 
     # ---- reading them
     def read(self, sub: StudentSubmission, source: _Source) -> None:
         budget = [MAX_STUDENT_BYTES, 0]  # bytes left, files read: for a platform user's loose files
         for kind, path, match_name in source.items:
+            late = self.marks.get(path, "")
             try:
                 if kind == "folder":
-                    self.read_folder(sub, path)
+                    exchange = path.parent.name == "submitted" and path.parent in (self.root, self.root / "submitted")
+                    self.read_folder(sub, path, exchange, late)
                 elif kind == "zip":
-                    self.read_zip(sub, path)
+                    self.read_zip(sub, path, late)
                 else:
-                    self.read_file(sub, path, match_name, budget)
+                    self.read_file(sub, path, match_name, budget, late=late)
             except Exception as err:  # noqa: BLE001 - one student's files never stop the class's collection
                 why = f"could not be read ({type(err).__name__}: {str(err)[:200]})"
                 self.problem(sub, path.name, self.rel(path), why)
 
     def read_file(self, sub: StudentSubmission, path: Path, match_name: str, budget: list[int],
-                  time: tuple[datetime, str] | None = None) -> bool:
+                  time: tuple[datetime, str] | None = None, late: str = "") -> bool:
         """Offer one notebook file, read with a bounded read; False once the student's budget is spent."""
         rel = self.rel(path)
         budget[1] += 1
@@ -588,11 +673,13 @@ class _Intake:
             return False
         budget[0] -= len(data)
         when, source = time or (_file_time(path), "file time")
-        self.offer(sub, path.name, match_name, rel, data, when, source)
+        self.offer(sub, path.name, match_name, rel, _Version(rel, when, source, data, late))
         return True
 
-    def read_folder(self, sub: StudentSubmission, folder: Path) -> None:
-        """A student's notebooks from a folder, any depth, with the time of each; the rest listed."""
+    def read_folder(self, sub: StudentSubmission, folder: Path, exchange: bool = False, late: str = "") -> None:
+        """A student's notebooks from a folder, any depth, with the time of each; the rest listed.
+        `exchange`: the folder is a student's in nbgrader's submitted/ tree, where the exchange wrote
+        <assignment>/timestamp.txt; any other timestamp.txt is the student's own (a note)."""
         listed = _Lister(self, self.rel(folder))
         notebooks, stamps, seen, pending = [], [], 0, [folder]
         while pending and seen <= MAX_FOLDER_ENTRIES:  # depth first, in name order, without recursion
@@ -627,10 +714,18 @@ class _Intake:
             self.problem(sub, folder.name, self.rel(folder), f"stopped looking after {MAX_FOLDER_ENTRIES:,} files and "
                                                              "folders in this folder; the rest were not read")
         notebooks.sort()
-        beside = {p.parent for p in notebooks}
+        tops = {_top(folder, p) for p in notebooks} if exchange else set()
         for path in stamps:
-            if path.parent not in beside:
-                listed.add(self.rel(path), "nbgrader's timestamp.txt, with no notebook beside it")
+            if exchange and path.parent.parent == folder:  # where nbgrader's exchange writes it
+                if path.parent not in tops:
+                    listed.add(self.rel(path), "nbgrader's timestamp.txt, with no notebook beside it")
+                continue
+            listed.add(self.rel(path), "a timestamp.txt among the student's own files, not one nbgrader's exchange "
+                                       "wrote: not the submission time (the notebooks' file times are)")
+            said = _read_stamp(path)
+            if said is not None:
+                self.note(sub, self.rel(path), f"says {_when(said)}: not used, a timestamp.txt among the student's own "
+                                               "files is not the platform's record; the file times are")
         if len(notebooks) > MAX_STUDENT_FILES:
             sub.problems[folder.name] = (f"the folder holds {len(notebooks):,} notebooks "
                                          f"(limit {MAX_STUDENT_FILES:,}); read the first {MAX_STUDENT_FILES:,} "
@@ -639,29 +734,30 @@ class _Intake:
                 listed.add(self.rel(path), f"not read: past the first {MAX_STUDENT_FILES:,} notebooks of the folder")
         budget = [MAX_STUDENT_BYTES, 0]
         for k, path in enumerate(notebooks[:MAX_STUDENT_FILES]):
-            if not self.read_file(sub, path, path.name, budget, self.folder_time(path)):
+            top = _top(folder, path) if exchange else None
+            if not self.read_file(sub, path, path.name, budget, self.folder_time(path, top), late):
                 for rest in notebooks[k + 1:MAX_STUDENT_FILES]:
                     listed.add(self.rel(rest), f"not read: past the student's {_mib(MAX_STUDENT_BYTES)} of notebooks")
                 break
         listed.close()
 
-    def folder_time(self, path: Path) -> tuple[datetime, str]:
-        """A notebook's submission time: nbgrader's timestamp.txt beside it, else the file's time."""
-        folder = path.parent
-        if folder not in self.stamps:
-            stamp, when = folder / TIMESTAMP_FILE, None
+    def folder_time(self, path: Path, top: Path | None) -> tuple[datetime, str]:
+        """A notebook's submission time: the timestamp.txt nbgrader's exchange wrote in its
+        assignment folder `top` (None outside nbgrader's submitted/ tree), else the file's time."""
+        if top is not None and top not in self.stamps:
+            stamp, when = top / TIMESTAMP_FILE, None
             if stamp.is_file() and not stamp.is_symlink():
-                with stamp.open("rb") as fh:
-                    raw = fh.read(MAX_TIMESTAMP_BYTES + 1)
-                when = parse_timestamp(raw)
+                when = _read_stamp(stamp)
                 if when is None:
-                    self.ignore(self.rel(stamp), f"not a time nbgrader wrote ({raw[:60]!r}): the notebooks' file times "
+                    with stamp.open("rb") as fh:
+                        raw = fh.read(60)
+                    self.ignore(self.rel(stamp), f"not a time nbgrader wrote ({raw!r}): the notebooks' file times "
                                                  "are used instead")
-            self.stamps[folder] = when
-        when = self.stamps[folder]
+            self.stamps[top] = when
+        when = self.stamps.get(top) if top is not None else None
         return (when, TIMESTAMP_FILE) if when else (_file_time(path), "file time")
 
-    def read_zip(self, sub: StudentSubmission, archive: Path) -> None:
+    def read_zip(self, sub: StudentSubmission, archive: Path, late: str = "") -> None:
         """A student's notebooks from a zip, read into memory (nothing is extracted), after checking
         that its directory is small and honest: no zip bombs, no overlapping members."""
         rel = self.rel(archive)
@@ -677,13 +773,15 @@ class _Intake:
                 if problem:
                     self.problem(sub, archive.name, rel, f"zip refused: {problem}")
                     return
-                self.read_members(sub, archive, zf, infos)
+                self.read_members(sub, archive, zf, infos, late)
         except _ZIP_ERRORS:
             self.problem(sub, archive.name, rel, "not a readable zip file")
 
     def read_members(self, sub: StudentSubmission, archive: Path, zf: zipfile.ZipFile,
-                     infos: list[zipfile.ZipInfo]) -> None:
-        """Read each notebook member with a bounded read: the sizes in the directory are not trusted."""
+                     infos: list[zipfile.ZipInfo], late: str = "") -> None:
+        """Read each notebook member with a bounded read: the sizes in the directory are not trusted.
+        Its time is the zip's file time; what the zip says of time (a timestamp.txt in it, the
+        entries' dates) is the student's, named in their notes where it tells another story."""
         rel = self.rel(archive)
         listed = _Lister(self, rel)
         notebooks = _notebook_members(infos)
@@ -694,6 +792,7 @@ class _Intake:
                          f"learning platform names them ({', '.join(repr(u) for u, _ in users[:3])}"
                          f"{', ...' if len(users) > 3 else ''}): unzip it into the class folder and grade again")
             return
+        uploaded = _file_time(archive)
         stamps: dict[PurePosixPath, zipfile.ZipInfo] = {}
         for info in sorted(infos, key=lambda i: i.filename):
             skip = _skip_reason(info.filename, info.is_dir())
@@ -707,8 +806,17 @@ class _Intake:
                 listed.add(f"{rel}/{info.filename}", "not a notebook")
         beside = {PurePosixPath(i.filename).parent for i in notebooks}
         for folder, info in stamps.items():
+            path = f"{rel}/{info.filename}"
             if folder not in beside:
-                listed.add(f"{rel}/{info.filename}", "nbgrader's timestamp.txt, with no notebook beside it")
+                listed.add(path, "nbgrader's timestamp.txt, with no notebook beside it")
+                continue
+            listed.add(path, "a timestamp.txt inside a student's zip: not the submission time (the zip's file time "
+                             "is), named in the student's notes")
+            said = _zip_stamp(zf, info)
+            if said is not None:
+                self.note(sub, path, f"says {_when(said)}: not used, a date inside a student's zip is not the "
+                                     f"platform's record; the submission time is the zip's file time ({_when(uploaded)})"
+                                     + (f"; {late}" if late else ""))
         budget = MAX_STUDENT_BYTES
         for k, info in enumerate(notebooks):
             path = f"{rel}/{info.filename}"
@@ -730,41 +838,21 @@ class _Intake:
                                f"not read: past the student's {_mib(MAX_STUDENT_BYTES)} of notebooks")
                 break
             budget -= len(data)
-            when, source = self.member_time(archive, zf, info, stamps)
-            self.offer(sub, info.filename, info.filename, path, data, when, source)
+            inner = _zip_time(info)
+            if inner is not None and (late or inner - uploaded > ZONE_SLACK):
+                self.note(sub, path, f"dated {_when(inner)} inside the zip: not used, the submission time is the zip's "
+                                     f"file time ({_when(uploaded)})" + (f"; {late}" if late else ""))
+            self.offer(sub, info.filename, info.filename, path,
+                       _Version(path, uploaded, "the zip's file time", data, late, rel, inner))
         listed.close()
 
-    def member_time(self, archive: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
-                    stamps: dict[PurePosixPath, zipfile.ZipInfo]) -> tuple[datetime, str]:
-        """A member's submission time: a timestamp.txt beside it, its entry's date, the zip's time."""
-        folder = PurePosixPath(info.filename).parent
-        if folder in stamps:
-            key = (archive, folder)
-            if key not in self.stamps:
-                stamp, when = stamps[folder], None
-                if stamp.file_size <= MAX_TIMESTAMP_BYTES and _member_problem(stamp) is None:
-                    try:
-                        with zf.open(stamp) as fh:
-                            when = parse_timestamp(fh.read(MAX_TIMESTAMP_BYTES + 1))
-                    except _ZIP_ERRORS:
-                        when = None
-                if when is None:
-                    self.ignore(f"{self.rel(archive)}/{stamp.filename}",
-                                "not a time nbgrader wrote: the zip entries' dates are used instead")
-                self.stamps[key] = when
-            if self.stamps[key]:
-                return self.stamps[key], TIMESTAMP_FILE
-        when = _zip_time(info)
-        return (when, "zip entry date") if when else (_file_time(archive), "file time")
-
     # ---- one notebook, and the versions of one assignment
-    def offer(self, sub: StudentSubmission, key: str, match_name: str, path: str, data: bytes,
-              when: datetime, source: str) -> None:
+    def offer(self, sub: StudentSubmission, key: str, match_name: str, path: str, version: _Version) -> None:
         """File one notebook as a version of its assignment, or say why not.
 
         A file past a limit is refused here, so nbgrader never sees it. A file that is merely not a
         notebook (bad JSON, not UTF-8) is kept when its name matches, and graded as unreadable."""
-        notebook, problem, over_limit = _parse(data)
+        notebook, problem, over_limit = _parse(version.data)
         if over_limit:
             self.problem(sub, key, path, problem)
             return
@@ -773,42 +861,90 @@ class _Intake:
             why = "not recognised as any assignment's notebook" + (f" ({problem})" if problem else "")
             self.problem(sub, key, path, why)
             return
-        self.versions.setdefault((sub.student_id, a), []).append(_Version(path, when, source, data))
+        self.versions.setdefault((sub.student_id, a), []).append(version)
 
     def choose_versions(self) -> None:
-        """Grade the newest version of each assignment; name the others in problems and ignored."""
+        """Grade the newest version of each assignment; name the others in problems and ignored.
+        A version its platform marked late is late: marked, noted, and (due dates given) recorded
+        after its due date whatever its file's time."""
         for (sid, a), versions in self.versions.items():
             sub = self.students[sid]
             best = _newest(versions)
             sub.notebooks[a] = best.data
             sub.timestamps[a] = best.when
             sub.origins[a] = f"{best.path} ({best.source})"
+            if best.late:
+                self.mark_late(sub, a, best)
             others = sorted((v for v in versions if v is not best), key=lambda v: (v.when, v.path), reverse=True)
             if not others:
                 continue
             graded = f"{best.path} ({_when(best.when)})"
+            by_date_inside = _one_zip([v for v in versions if best.when - v.when <= SAME_TIME])
             notes = []
             for v in others:
                 older = best.when - v.when > SAME_TIME
-                notes.append(f"{v.path} ({'older' if older else 'same time, earlier in name order'}, {_when(v.when)})")
+                inside = not older and by_date_inside and v.inner != best.inner
+                why = "older" if older else "same upload, dated earlier inside it" if inside else \
+                    "same time, earlier in name order"
+                notes.append(f"{v.path} ({why}, {_when(v.when)})")
                 self.ignore(v.path, f"{'an older' if older else 'another'} version of {a} for student {sid!r}: "
                                     f"graded {graded} instead")
             sub.problems[a] = f"graded {graded}, ignored " + ", ".join(notes)
 
+    def mark_late(self, sub: StudentSubmission, a: str, best: _Version) -> None:
+        note = f"{best.late}; its time is {_when(best.when)} ({best.source})"
+        due = self.due.get(a)
+        if due is not None and best.when <= due:
+            sub.timestamps[a] = due + AFTER_DUE
+            note += (f", not after the due date ({_when(due)}): recorded as "
+                     f"{sub.timestamps[a]:%Y-%m-%d %H:%M:%S} UTC, late as the platform says")
+        sub.late[a] = note
+        self.note(sub, f"{a} (late)", f"graded {best.path}: {note}")
 
-def collect_all(submissions: Path, assignments: dict[str, set[str]]) -> Intake:
+
+def _top(folder: Path, path: Path) -> Path | None:
+    """The folder right below `folder` that holds `path` (nbgrader's assignment folder), if any."""
+    parts = path.relative_to(folder).parts
+    return folder / parts[0] if len(parts) > 1 else None
+
+
+def _read_stamp(path: Path) -> datetime | None:
+    with path.open("rb") as fh:
+        return parse_timestamp(fh.read(MAX_TIMESTAMP_BYTES + 1))
+
+
+def _zip_stamp(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> datetime | None:
+    """The time a timestamp.txt inside a zip says (for a note), or None."""
+    if info.file_size > MAX_TIMESTAMP_BYTES or _member_problem(info) is not None:
+        return None
+    try:
+        with zf.open(info) as fh:
+            return parse_timestamp(fh.read(MAX_TIMESTAMP_BYTES + 1))
+    except _ZIP_ERRORS:
+        return None
+
+
+def _utc(when: datetime) -> datetime:
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+
+
+def collect_all(submissions: Path, assignments: dict[str, set[str]],
+                due: dict[str, datetime] | None = None) -> Intake:
     """Every student of a class folder, whatever the layouts in it (see the module's docstring),
     with their notebooks keyed by assignment, and every file that was not graded, with why.
-    `assignments` maps name -> grade ids.
+    `assignments` maps name -> grade ids; `due` (optional) maps name -> due date (a time without a
+    zone is UTC, as nbgrader reads it): an upload its platform marked late is then never recorded
+    as on time.
 
     Files past the limits above are reported and skipped, never raised; a student whose folder,
     zip or files hold no notebook is still a student (graded as missing)."""
     submissions = Path(submissions)
     if not submissions.is_dir():
         raise FileNotFoundError(f"{submissions} is not a folder of submissions (one sub-folder or zip per student)")
-    return _Intake(submissions, assignments).run()
+    return _Intake(submissions, assignments, due).run()
 
 
-def collect(submissions: Path, assignments: dict[str, set[str]]) -> list[StudentSubmission]:
+def collect(submissions: Path, assignments: dict[str, set[str]],
+            due: dict[str, datetime] | None = None) -> list[StudentSubmission]:
     """collect_all's students: every student's notebooks, keyed by assignment."""
-    return collect_all(submissions, assignments).students
+    return collect_all(submissions, assignments, due).students

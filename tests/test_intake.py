@@ -49,19 +49,23 @@ def write(path: Path, data: bytes | str, mtime: datetime | None = None) -> Path:
     return path
 
 
-def write_zip(path: Path, members: dict[str, tuple[bytes | str, tuple[int, ...]]]) -> Path:
-    """A real zip; members: name -> (data, zip entry date as (Y, M, D, h, m, s))."""
+def write_zip(path: Path, members: dict[str, tuple[bytes | str, tuple[int, ...]]],
+              mtime: datetime | None = None) -> Path:
+    """A real zip, uploaded at `mtime` (its file time); members: name -> (data, zip entry date as
+    (Y, M, D, h, m, s))."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, (data, date) in members.items():
             zf.writestr(zipfile.ZipInfo(name, date_time=date), data)
+    if mtime is not None:
+        os.utime(path, (mtime.timestamp(), mtime.timestamp()))
     return path
 
 
 # --------------------------------------------------------------------------- the instructor's class folder
 T_ALICE_01 = at(2026, 11, 18, 8, 0)
 T_ALICE_02 = datetime(2026, 11, 20, 14, 3, 11, 123456, tzinfo=UTC)  # nbgrader's timestamp.txt
-T_BOB = at(2026, 11, 19, 10, 0)  # zip entry date
+T_BOB = at(2026, 11, 19, 10, 0)  # the zip's file time (its entries: an hour earlier)
 T_CAROL = at(2026, 11, 21, 9, 30)  # nbgrader's timestamp.txt
 T_DRAFT, T_FINAL = at(2026, 11, 19, 9, 0), at(2026, 11, 20, 14, 3)
 T_GRACE_CANVAS, T_GRACE_FOLDER, T_GRACE_LATE = at(2026, 11, 17, 12, 0), at(2026, 11, 19, 12, 0), at(2026, 11, 22, 1, 0)
@@ -84,11 +88,11 @@ def mixed_class(root: Path) -> Path:
     write(root / "submitted" / "carol" / A01 / "timestamp.txt", "2026-11-21 09:30:00 UTC")
     # a zip per student, made on a Mac
     write_zip(root / "bob.zip", {
-        f"bob/{A01}.ipynb": (notebook(A01, "bob 01"), (2026, 11, 19, 10, 0, 0)),
-        f"bob/{A02} (1).ipynb": (notebook(A02, "bob 02"), (2026, 11, 19, 10, 0, 0)),
-        "bob/README.md": ("read me", (2026, 11, 19, 10, 0, 0)),
-        f"__MACOSX/bob/._{A01}.ipynb": (b"\0\5\26\7", (2026, 11, 19, 10, 0, 0)),
-    })
+        f"bob/{A01}.ipynb": (notebook(A01, "bob 01"), (2026, 11, 19, 9, 0, 0)),
+        f"bob/{A02} (1).ipynb": (notebook(A02, "bob 02"), (2026, 11, 19, 9, 0, 0)),
+        "bob/README.md": ("read me", (2026, 11, 19, 9, 0, 0)),
+        f"__MACOSX/bob/._{A01}.ipynb": (b"\0\5\26\7", (2026, 11, 19, 9, 0, 0)),
+    }, T_BOB)
     # draft/ and final/: the final is newer, and after the draft in name order only by chance
     write(root / "dave" / "draft" / f"{A01}.ipynb", notebook(A01, "dave draft"), T_DRAFT)
     write(root / "dave" / "final" / f"{A01}.ipynb", notebook(A01, "dave final"), T_FINAL)
@@ -152,7 +156,8 @@ def test_each_graded_notebook_has_its_submission_time_and_where_it_came_from(stu
     assert {sid: s.origins for sid, s in students.items()} == {
         "alice": {A01: f"alice/{A01}.ipynb (file time)",
                   A02: f"submitted/alice/{A02}/{A02}.ipynb (timestamp.txt)"},
-        "bob": {A01: f"bob.zip/bob/{A01}.ipynb (zip entry date)", A02: f"bob.zip/bob/{A02} (1).ipynb (zip entry date)"},
+        "bob": {A01: f"bob.zip/bob/{A01}.ipynb (the zip's file time)",
+                A02: f"bob.zip/bob/{A02} (1).ipynb (the zip's file time)"},
         "carol": {A01: f"submitted/carol/{A01}/{A01}.ipynb (timestamp.txt)"},
         "dave": {A01: f"dave/final/{A01}.ipynb (file time)"},
         "erin": {},
@@ -168,7 +173,11 @@ def test_the_newest_version_is_graded_and_both_are_named(students):
         f"ignored dave/draft/{A01}.ipynb (older, 2026-11-19 09:00 UTC)")}
     assert students["grace"].problems == {A01: (  # a folder and a flat file: the folder's is newer
         f"graded grace/{A01}.ipynb (2026-11-19 12:00 UTC), "
-        f"ignored grace_123456_7890_{A01}.ipynb (older, 2026-11-17 12:00 UTC)")}
+        f"ignored grace_123456_7890_{A01}.ipynb (older, 2026-11-17 12:00 UTC)"),
+        f"{A02} (late)": (  # Canvas's _LATE_ is kept: a mark and a note
+        f"graded grace_LATE_123456_7891_{A02}.ipynb: Canvas marked this upload late ('_LATE_' in its name); "
+        "its time is 2026-11-22 01:00 UTC (file time)")}
+    assert {sid: s.late for sid, s in students.items() if s.late} == {"grace": {A02: students["grace"].late[A02]}}
     for sid in ("bob", "carol", "erin", "heidi", "ivan"):
         assert students[sid].problems == {}
 
@@ -217,20 +226,27 @@ def test_the_class_folder_can_itself_be_nbgrader_submitted_tree(tmp_path):
 
 
 def test_two_zips_of_one_student_and_timestamp_txt_inside_a_zip(tmp_path):
+    """The zips' own file times decide (issue 23: a timestamp.txt inside a student's zip once did;
+    it is the student's, a note): the second zip is newer, though its timestamp.txt says otherwise."""
     root = tmp_path / "class"
-    write_zip(root / "kim_111_1_work.zip", {f"{A01}.ipynb": (notebook(A01, "kim first"), (2026, 11, 18, 9, 0, 0))})
+    write_zip(root / "kim_111_1_work.zip", {f"{A01}.ipynb": (notebook(A01, "kim first"), (2026, 11, 18, 9, 0, 0))},
+              at(2026, 11, 18, 9, 0))
     write_zip(root / "kim_111_2_work.zip", {
         f"kim/{A01}/{A01}.ipynb": (notebook(A01, "kim second"), (2026, 11, 1, 0, 0, 0)),
-        f"kim/{A01}/timestamp.txt": ("2026-11-19 16:45:00.5 UTC", (2026, 11, 1, 0, 0, 0)),
-    })
+        f"kim/{A01}/timestamp.txt": ("2026-11-01 16:45:00.5 UTC", (2026, 11, 1, 0, 0, 0)),
+    }, at(2026, 11, 19, 16, 45))
     found = collect_all(root, ASSIGNMENTS)
     (kim,) = found.students
     assert kim.student_id == "kim" and marker(kim.notebooks[A01]) == "kim second"
-    assert kim.timestamps == {A01: datetime(2026, 11, 19, 16, 45, 0, 500000, tzinfo=UTC)}
-    assert kim.origins == {A01: f"kim_111_2_work.zip/kim/{A01}/{A01}.ipynb (timestamp.txt)"}
-    assert kim.problems == {A01: f"graded kim_111_2_work.zip/kim/{A01}/{A01}.ipynb (2026-11-19 16:45 UTC), "
-                                 f"ignored kim_111_1_work.zip/{A01}.ipynb (older, 2026-11-18 09:00 UTC)"}
-    assert [p for p, _ in found.ignored] == [f"kim_111_1_work.zip/{A01}.ipynb"]
+    assert kim.timestamps == {A01: at(2026, 11, 19, 16, 45)}
+    assert kim.origins == {A01: f"kim_111_2_work.zip/kim/{A01}/{A01}.ipynb (the zip's file time)"}
+    stamp = f"kim_111_2_work.zip/kim/{A01}/timestamp.txt"
+    assert kim.problems == {
+        A01: f"graded kim_111_2_work.zip/kim/{A01}/{A01}.ipynb (2026-11-19 16:45 UTC), "
+             f"ignored kim_111_1_work.zip/{A01}.ipynb (older, 2026-11-18 09:00 UTC)",
+        stamp: "says 2026-11-01 16:45 UTC: not used, a date inside a student's zip is not the platform's record; "
+               "the submission time is the zip's file time (2026-11-19 16:45 UTC)"}
+    assert [p for p, _ in found.ignored] == [f"kim_111_1_work.zip/{A01}.ipynb", stamp]
 
 
 def test_two_canvas_users_of_the_same_name_are_two_students(tmp_path):

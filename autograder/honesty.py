@@ -344,6 +344,31 @@ _REVIEW_MODULES = {
     "types.CodeType": "it builds code objects (types.CodeType)",
     "operator.attrgetter": "it looks attributes up by name at run time (operator.attrgetter)",
     "operator.methodcaller": "it calls methods by name at run time (operator.methodcaller)",
+    # F9: other routes to a raw descriptor (the grader's results channel is one)
+    "os.dup": "it duplicates raw file descriptors (os.dup), which can forge the grader's output",
+    "os.pwrite": "it writes to a raw file descriptor (os.pwrite), which can forge the grader's output",
+    "os.writev": "it writes to a raw file descriptor (os.writev), which can forge the grader's output",
+    "os.sendfile": "it writes to a raw file descriptor (os.sendfile), which can forge the grader's output",
+    "os.listdir": "it lists folders, /proc/self/fd among them (the process's descriptors, the grader's channel too)",
+    "os.scandir": "it lists folders, /proc/self/fd among them (the process's descriptors, the grader's channel too)",
+    "io.FileIO": "it opens raw file descriptors (io.FileIO), which can forge the grader's output",
+    "socket.fromfd": "it opens a raw file descriptor as a socket, which can forge the grader's output",
+    "fcntl": "it inspects raw file descriptors (fcntl)",
+    "mmap": "it maps memory or files directly (mmap)",
+    # F6: work done in another process, where the grader's check of the built-ins cannot follow
+    "subprocess": "it starts another program (subprocess), which the grader's check cannot follow",
+    "pty": "it starts another program (pty), which the grader's check cannot follow",
+    **{f"os.{name}": f"it starts another process (os.{name}), which the grader's check cannot follow"
+       for name in ("fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "spawnl", "spawnle",
+                    "spawnlp", "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "execl", "execle",
+                    "execlp", "execlpe", "execv", "execve", "execvp", "execvpe")},
+    # F8: names resolved at run time by a deserialiser, like a computed getattr or __import__
+    **{module: f"it deserialises objects ({module}), which looks functions up by names stored in data "
+               "(like a getattr with a computed name)"
+       for module in ("pickle", "_pickle", "cloudpickle", "dill", "joblib", "shelve", "copyreg", "jsonpickle",
+                      "yaml.load", "yaml.unsafe_load", "yaml.full_load", "yaml.load_all", "yaml.unsafe_load_all",
+                      "yaml.full_load_all", "yaml.Loader", "yaml.UnsafeLoader", "yaml.FullLoader", "torch.load",
+                      "torch.serialization", "numpy.load")},
 }
 _THREADS = ("threading", "_thread", "multiprocessing", "concurrent.futures", "concurrent")
 _STAR_SUSPECT = ("torch", "scipy", "sklearn", "tensorflow", "keras", "jax")

@@ -106,7 +106,9 @@ def main() -> int:
     from IPython.core.interactiveshell import InteractiveShell
 
     from autograder import serialize
-    from autograder.checks.core import run_case
+    from autograder.checks.core import install_behaviour_watch, run_case
+
+    install_behaviour_watch()  # before any student code: no process, no unpickled name while a check runs
 
     _hide_grader()
     shell = InteractiveShell.instance(colors="NoColor")

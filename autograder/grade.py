@@ -44,6 +44,7 @@ from .course import (
 )
 from .course import assignments as list_assignments
 from .exports import safe_row
+from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
 from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import (
     SandboxUnavailable,
@@ -62,8 +63,8 @@ from .submissions import StudentSubmission, collect_all, parse_notebook
 # cells are put back so they count as failed, not as missing.
 GRADING_CONFIG = (Path(__file__).resolve().parent / "nbgrader_grading_config.py").read_text()
 _KIT_LOCK = threading.Lock()
-CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "late_penalty", "timestamp", "status", "review",
-               "sandbox", "source_file", "notes"]
+CSV_COLUMNS = ["student_id", "notebook", "score", "max_score", "late_penalty", "submitted", "due", "seconds_late",
+               "status", "review", "sandbox", "source_file", "notes"]
 RECORD_FORMAT = 2  # saved runs: 2 = typed status, notes and mistakes as fields (1, unmarked: status as text)
 
 
@@ -99,8 +100,10 @@ class NotebookResult:
     cells: list[CellResult] = field(default_factory=list)
     review: str = ""  # code the honesty pass could not decide: for a human to look at
     sandbox: str = ""  # which sandbox ran the notebook (sandbox.isolation_mode)
-    late_penalty: float = 0.0  # from the gradebook (nbgrader's AssignLatePenalties)
+    late_penalty: float = 0.0  # points taken for lateness, by the class's policy (lateness.py), at export time
     timestamp: str = ""  # the submission time nbgrader recorded (UTC, ISO 8601)
+    due: str = ""  # the due date in force for this student (extensions included; UTC, ISO 8601), "" when none
+    seconds_late: float = 0.0  # after `due`, from the gradebook (0 on time or without a due date)
     source_file: str = ""  # the file graded, relative to the class folder, and where its time came from
     detail: str = ""  # the status in words: what happened, where (free text: shown, never parsed)
     notes: list[str] = field(default_factory=list)  # about the submission (a renamed id, a second copy): not the status
@@ -211,15 +214,26 @@ class Course:
         return None
 
     def set_late_penalty(self, method: str) -> None:
-        """nbgrader's late-submission plugin: "none" (late is recorded, no points taken) or "zero"
-        (a late notebook scores 0). Kept in the course's nbgrader_config.py for later runs."""
-        if method not in ("none", "zero"):
-            raise ValueError(f"unknown late penalty {method!r}: use 'none' or 'zero'")
+        """The class's late policy (lateness.LatePolicy: none, zero, per-day:P), kept in the course for
+        later runs and applied at export time. nbgrader's own plugin is set to "none": it would fix a
+        penalty into the gradebook when a notebook is graded, and a later change of policy would not reach it."""
+        policy = LatePolicy.parse(method)  # PolicyError names what is accepted
+        write_policy(self.root, policy)
         config = self.root / "nbgrader_config.py"
         lines = [line for line in config.read_text().splitlines() if "LateSubmissionPlugin.penalty_method" not in line]
-        lines.append(f'c.LateSubmissionPlugin.penalty_method = "{method}"')
+        lines.append('c.LateSubmissionPlugin.penalty_method = "none"  # the penalty is applied at export: see late-penalty')
         config.write_text("\n".join(lines) + "\n")
         self._api = None
+
+    def late_policy(self) -> LatePolicy:
+        """The policy in force: the course's late-penalty file, else a penalty method an instructor set by
+        hand in the generated nbgrader_config.py ("none" or "zero"), else none."""
+        if (self.root / POLICY_FILE).exists():
+            return read_policy(self.root)
+        config = self.root / "nbgrader_config.py"
+        found = re.findall(r"LateSubmissionPlugin\.penalty_method\s*=\s*[\"'](\w+)[\"']",
+                           config.read_text() if config.exists() else "")
+        return LatePolicy.parse(found[-1]) if found and found[-1] in ("none", "zero") else LatePolicy()
 
     def source(self, assignment: str) -> nbformat.NotebookNode:
         return nbformat.read(self.root / "source" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -445,7 +459,8 @@ def write_csv(results: list[NotebookResult], path: Path) -> None:
         writer.writerow(safe_row(CSV_COLUMNS))
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
             writer.writerow(safe_row([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
-                                      r.timestamp, r.status_text, r.review, r.sandbox, r.source_file, "; ".join(r.notes)]))
+                                      r.timestamp, r.due, f"{r.seconds_late:.0f}", r.status_text, r.review, r.sandbox,
+                                      r.source_file, "; ".join(r.notes)]))
     os.chmod(fh.name, 0o644)  # readable by the group (NamedTemporaryFile makes 0600)
     os.replace(fh.name, path)
 
@@ -464,7 +479,11 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
         if hide_missing and r.status is Status.MISSING:
             continue
         notes = f" ({'; '.join(r.notes)})" if r.notes else ""
-        rows.append((r.student_id, r.notebook, f"{r.score:g} / {r.max_score:g}", r.status_text + notes))
+        score = f"{r.score:g} / {r.max_score:g}"
+        if r.late_penalty:
+            score = f"{max(r.score - r.late_penalty, 0):g} / {r.max_score:g} ({r.score:g} - {r.late_penalty:g} late)"
+        late = f"; {how_late(r.seconds_late)} (due {r.due})" if r.seconds_late > 0 else ""
+        rows.append((r.student_id, r.notebook, score, r.status_text + late + notes))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = []
     for k, row in enumerate(rows):
@@ -580,37 +599,90 @@ def import_roster(course: Course, roster: Path) -> list[str]:
     return ids
 
 
-def class_results(course: Course, out: Path) -> list[NotebookResult]:
-    """Every student the gradebook knows × every assignment: scores (manual overrides included)
-    and late penalties from the gradebook, status and messages from the saved runs. The one source
-    of grades.csv, the wide CSV and the report, whatever this run graded."""
-    from nbgrader.api import Gradebook, MissingEntry
+def in_play(course: Course, chosen: list[str] | None = None, submitted: set[str] | frozenset = frozenset()) -> list[str]:
+    """The assignments that count for the class, in course order: those given a due date, those anyone
+    submitted (now or in an earlier run), and those asked for (`chosen`). A notebook not handed out
+    yet is in none of these: nobody is "missing" it and it is not in anyone's total."""
+    from nbgrader.api import Gradebook
 
     with Gradebook(course.db_url) as gb:
+        due = {a.name for a in gb.assignments if a.duedate is not None}
+        handed_in = {a.name for a in gb.assignments if a.submissions}
+    wanted = due | handed_in | set(chosen or ()) | set(submitted)
+    return [a for a in course.assignments if a in wanted]
+
+
+@dataclass
+class _Lateness:
+    submitted: str  # ISO 8601, UTC
+    due: str  # ISO 8601, UTC ("" when none)
+    seconds_late: float
+    recorded_penalty: float  # what the gradebook holds now
+
+
+def _lateness(gb, assignment: str, student: str) -> _Lateness | None:
+    from nbgrader.api import MissingEntry
+
+    try:
+        sub = gb.find_submission(assignment, student)
+    except MissingEntry:
+        return None
+    due = sub.duedate
+    notebook = next((nb for nb in sub.notebooks if nb.name == assignment), None)
+    return _Lateness(sub.timestamp.isoformat() + "Z" if sub.timestamp else "", due.isoformat() + "Z" if due else "",
+                     float(sub.total_seconds_late or 0.0),
+                     float(notebook.late_submission_penalty or 0.0) if notebook is not None else 0.0)
+
+
+def class_results(course: Course, out: Path, assignments: list[str] | None = None) -> list[NotebookResult]:
+    """Every student the gradebook knows × every assignment in play (`assignments`, default
+    `in_play`): scores (manual overrides included) from the gradebook, lateness from it too, the
+    late penalty by the policy in force now, status and messages from the saved runs. The one
+    source of grades.csv, the wide CSV and the report, whatever this run graded. A penalty that
+    differs from the one the gradebook holds (the policy changed) is written back, and that
+    notebook's feedback page made again, so formgrader and the feedback say the same."""
+    from nbgrader.api import Gradebook
+
+    assignments = in_play(course) if assignments is None else assignments
+    policy = course.late_policy()
+    with Gradebook(course.db_url) as gb:
         students = sorted(s.id for s in gb.students)
-        penalties = {}
-        for assignment in course.assignments:
-            for sid in students:
-                try:
-                    sub = gb.find_submission(assignment, sid)
-                    penalties[sid, assignment] = (float(sub.late_submission_penalty or 0),
-                                                  sub.timestamp.isoformat() + "Z" if sub.timestamp else "")
-                except MissingEntry:
-                    pass
-    results = []
+        late = {(sid, a): found for a in assignments for sid in students
+                if (found := _lateness(gb, a, sid)) is not None}
+    results, changed = [], []
     for sid in students:
-        for assignment in course.assignments:
+        for assignment in assignments:
             saved = _load_result(_record_path(out, sid, assignment))
-            if (sid, assignment) in penalties:
-                r = read_result(course, sid, assignment)
-                if saved:
-                    _take_saved(r, saved)
-                r.late_penalty, r.timestamp = penalties[sid, assignment]
-            else:
-                r = saved or NotebookResult(sid, assignment, 0.0, course.max_score(assignment),
-                                            Status.MISSING, detail=NOT_SUBMITTED)
+            facts = late.get((sid, assignment))
+            if facts is None:
+                results.append(saved or NotebookResult(sid, assignment, 0.0, course.max_score(assignment),
+                                                       Status.MISSING, detail=NOT_SUBMITTED))
+                continue
+            r = read_result(course, sid, assignment)
+            if saved:
+                _take_saved(r, saved)
+            r.timestamp, r.due, r.seconds_late = facts.submitted, facts.due, facts.seconds_late
+            r.late_penalty = policy.penalty(r.score, r.max_score, r.seconds_late)
+            if abs(r.late_penalty - facts.recorded_penalty) > 1e-9:
+                changed.append((sid, assignment, r.late_penalty))
             results.append(r)
+    _record_penalties(course, changed)
     return results
+
+
+def _record_penalties(course: Course, changed: list[tuple[str, str, float]]) -> None:
+    """The penalties of the policy in force into the gradebook, and those notebooks' feedback again."""
+    if not changed:
+        return
+    from nbgrader.api import Gradebook
+
+    with course.lock, Gradebook(course.db_url) as gb:
+        for sid, assignment, penalty in changed:
+            gb.find_submission_notebook(assignment, assignment, sid).late_submission_penalty = penalty
+        gb.db.commit()
+    for sid, assignment, _ in changed:
+        with course.lock:
+            course.api.generate_feedback(assignment, sid, force=True)
 
 
 def _take_saved(r: NotebookResult, saved: NotebookResult) -> None:
@@ -692,9 +764,11 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         print(f"not graded ({len(intake.ignored)} files; each with the reason):")
         for path, why in intake.ignored:
             print(f"  {path}: {why}")
-    chosen = assignments or course.assignments
+    submitted = {a for s in subs for a in s.notebooks}
+    chosen = assignments or in_play(course, submitted=submitted)
     workers = workers or GradingSettings().worker_count
     done: list[NotebookResult] = []
+    reused: list[NotebookResult] = []
     started = time.time()
     salt = class_salt(out)
 
@@ -707,7 +781,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
             if saved is None:
                 todo.append((assignment, fingerprint))
             else:
-                results.append(saved)
+                reused.append(saved)
         graded = grade_one(course, sub, limits, [a for a, _ in todo]) if todo else []
         for (assignment, fingerprint), r in zip(todo, graded, strict=True):
             note_submission(r, sub, assignment)
@@ -719,7 +793,8 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
 
     with checks_salted(salt), ThreadPoolExecutor(max_workers=workers) as pool:
         list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
-    results = class_results(course, out)
+    playing = in_play(course, chosen)
+    results = class_results(course, out, playing)
     write_csv(results, out / "grades.csv")
     write_wide_csv(results, out / "grades_wide.csv")
     collect_feedback(course, out)
@@ -728,10 +803,27 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     class_report(results, out / "report.html")
     (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))
     if progress:
-        print(f"graded {len(subs)} students in {time.time() - started:.0f} s "
-              f"({workers} in parallel) -> {out / 'grades.csv'} ({len({r.student_id for r in results})} in the gradebook)")
-    graded = {(s.student_id) for s in subs}
-    return [r for r in results if r.student_id in graded and r.notebook in chosen]
+        print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
+                           course.late_policy()))
+    # this run's students, and the gradebook's students with nothing at all in play (a roster's absentees)
+    graded = {s.student_id for s in subs}
+    absent = set() if students else \
+        {r.student_id for r in results} - {r.student_id for r in results if r.status is not Status.MISSING}
+    return [r for r in results if (r.student_id in graded or r.student_id in absent) and r.notebook in chosen]
+
+
+def summary_line(students: int, new: int, reused: int, seconds: float, workers: int, out: Path,
+                 results: list[NotebookResult], playing: list[str], policy: LatePolicy) -> str:
+    """What the run did, in one sentence: how many notebooks were graded now and how many reused."""
+    def count(n: int, word: str) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    late = sum(1 for r in results if r.seconds_late > 0)
+    return (f"{count(students, 'student')}: {count(new + reused, 'notebook')} ({new} graded now, {reused} reused "
+            f"from earlier runs) in {seconds:.0f} s, {workers} in parallel -> {out / 'grades.csv'}; "
+            f"{count(len({r.student_id for r in results}), 'student')} in the gradebook, "
+            f"in play: {', '.join(playing) or 'nothing yet'}"
+            + (f"; {late} late ({policy.describe()})" if late else ""))
 
 
 def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str) -> None:

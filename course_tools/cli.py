@@ -171,7 +171,14 @@ def _grade_arguments(args) -> dict:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: give at least 1")
     settings = _settings()
-    return dict(assignments=list(dict.fromkeys(chosen)) or None, students=list(dict.fromkeys(students)) or None,
+    if args.late_penalty is not None:
+        from autograder.lateness import LatePolicy, PolicyError
+
+        try:
+            LatePolicy.parse(args.late_penalty)
+        except PolicyError as err:
+            raise UsageError(f"--late-penalty: {err}") from None
+    return dict(late_penalty=args.late_penalty, assignments=list(dict.fromkeys(chosen)) or None, students=list(dict.fromkeys(students)) or None,
                 force=args.force, workers=args.workers or settings.worker_count, limits=settings.limits,
                 due=_due_dates(args, known),
                 roster=_check_roster(args.roster) if args.roster else None)
@@ -358,8 +365,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("notebook", help="path of your .ipynb")
     p.set_defaults(func=_check)
     p = sub.add_parser("grade", help="grade a class: a folder with one sub-folder or zip per student, or nbgrader's submitted/",
-                       description="Grade a class. Exit status: 0 when every notebook was graded, 1 when any "
-                                   "crashed, timed out, errored or is missing, 2 for a bad argument.")
+                       description="Grade a class: per-student folders or zips, nbgrader's submitted/ tree, or an LMS "
+                                   "export (Canvas, Moodle, Blackboard file names; '_LATE_' is kept as lateness). "
+                                   "The notebooks in play are those named with --assignment, those with a due "
+                                   "date, and those anyone submitted. Exit status: 0 when every notebook in play "
+                                   "was graded, 1 when any crashed, timed out, errored or is missing, 2 for a bad "
+                                   "argument.")
     p.add_argument("submissions", help="folder with one sub-folder or zip per student, or nbgrader's submitted/")
     p.add_argument("--out", default=None, help="where the gradebook, grades.csv and feedback go "
                                                "(default: build/grading in the course folder)")
@@ -374,6 +385,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--due-file", metavar="TOML",
                    help='due dates, one line per notebook: "01_similarity_attention" = 2026-12-01T23:59:00Z')
     p.add_argument("--roster", metavar="CSV", help="class list: a CSV file with an 'id' column (nbgrader's format)")
+    p.add_argument("--late-penalty", metavar="POLICY", default=None,
+                   help="none (late work marked, no points taken; the default), zero (a late notebook scores 0) or "
+                        "per-day:P (P%% of the points per day or part of a day late). Kept for later runs and applied "
+                        "when the grades are written: changing it needs no --force")
     p.set_defaults(func=_grade)
     p = sub.add_parser("demo", help="generate the demo class from the solutions, grade it, print the table")
     p.add_argument("--out", default=None, help="default: build/demo in the course folder")

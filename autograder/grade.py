@@ -384,6 +384,7 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     tests = trusted.test_cells(source)
     normalized = trusted.normalize_submission(student_nb, source)
     job = trusted.build_job(normalized, tests)
+    job.wrong = trusted.wrong_notebook(student_nb, normalized, source, assignment)  # none of its answer cells
     folder = course.root.parent / "jobs" / f"{student}--{assignment}"  # the grader's own, never visible inside
     shutil.rmtree(folder, ignore_errors=True)
     world = sandbox_world(course, assignment, folder)
@@ -396,7 +397,7 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     target = course.root / "submitted" / student / assignment
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    nbformat.write(normalized, target / f"{assignment}.ipynb")
+    nbformat.write(trusted.with_answer_cells(normalized, source), target / f"{assignment}.ipynb")
     if timestamp is not None:  # nbgrader's own file: autograde records it, AssignLatePenalties uses it
         (target / "timestamp.txt").write_text(timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
     failure = course.autograde_with_verdicts(assignment, student, verdict_file)

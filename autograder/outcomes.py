@@ -23,6 +23,7 @@ class Status(StrEnum):
     OK = "ok"  # graded, nothing went wrong
     MISSING = "missing"  # no notebook was submitted for this assignment
     UNREADABLE = "unreadable notebook"  # the file is not a notebook the grader can read
+    WRONG_NOTEBOOK = "wrong notebook"  # a notebook, but with none of the assignment's answer cells (another one's)
     ERROR = "error"  # the grader or nbgrader failed on this notebook
     TIMEOUT = "timeout"  # a cell or the notebook ran past its time limit
     CRASH = "crash"  # the kernel died (a signal, a file past the size limit)

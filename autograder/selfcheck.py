@@ -201,6 +201,7 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
         return NotebookResult(student, assignment, 0.0, max_score, Status.UNREADABLE, detail=problem)
     normalized = trusted.normalize_submission(student_nb, source)
     job = trusted.build_job(normalized, tests)
+    job.wrong = trusted.wrong_notebook(student_nb, normalized, source, assignment)  # none of its answer cells
     course = prepared.course
     # every prepared entry (other notebooks' solutions) is hidden, whatever the sandbox
     course.extra_hidden = [str(prepared.folder.parent if prepared.cached else prepared.folder)]
@@ -253,28 +254,43 @@ def self_check(notebook: Path, solutions: Path | None = None, limits: Limits | N
 
 
 def verdicts_of(result: NotebookResult, data: bytes, stubs: dict[str, str]) -> dict[str, str]:
-    """Per exercise: 'not attempted' while its answer cell still holds the release's stub, else
-    'pass' when every one of its test cells scored full points, else 'fail'."""
-    try:
-        mine = _solution_sources(nbformat.reads(data.decode("utf-8"), as_version=4))
-    except Exception:  # noqa: BLE001 - corrupt notebooks are reported in the result's status already
-        mine = {}
+    """Per exercise: 'missing' when the notebook has no answer cell for it and its tests fail (a
+    deleted cell, or another notebook: there is no `raise NotImplementedError()` to replace),
+    'not attempted' while its answer cell still holds the release's stub, else 'pass' when every
+    one of its test cells scored full points, else 'fail'."""
+    mine = _answer_sources(data)
     verdicts: dict[str, str] = {}
     by_exercise = defaultdict(list)
     for cell in result.cells:
         by_exercise[cell.exercise].append(cell)
     for exercise, cells in by_exercise.items():
-        if exercise in stubs and mine.get(exercise, stubs[exercise]) == stubs[exercise]:
+        passed = all(c.score >= c.max_score for c in cells)
+        if exercise in stubs and exercise not in mine and not passed:
+            verdicts[exercise] = "missing"
+        elif exercise in stubs and mine.get(exercise) == stubs[exercise]:
             verdicts[exercise] = "not attempted"
-        elif all(c.score >= c.max_score for c in cells):
-            verdicts[exercise] = "pass"
         else:
-            verdicts[exercise] = "fail"
+            verdicts[exercise] = "pass" if passed else "fail"
     return verdicts
 
 
+def _answer_sources(data: bytes) -> dict[str, str]:
+    """grade_id -> source of a submission's code cells that carry a grade id (the first of each), read
+    as leniently as the grader reads it; {} for a file that is not a notebook."""
+    notebook, _ = parse_notebook(data)
+    found: dict[str, str] = {}
+    for cell in notebook["cells"] if notebook else []:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        nbgrader = meta.get("nbgrader") if isinstance(meta, dict) else None
+        gid = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
+        if isinstance(gid, str) and cell.get("cell_type") == "code" and gid not in found:
+            source = cell.get("source", "")
+            found[gid] = "".join(source) if isinstance(source, list) else str(source)
+    return found
+
+
 def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
-    marks = {"pass": "PASS", "fail": "FAIL", "not attempted": "TODO"}
+    marks = {"pass": "PASS", "fail": "FAIL", "not attempted": "TODO", "missing": "GONE"}
     lines = [f"{result.notebook}: {result.score:g} / {result.max_score:g} points"
              + ("" if result.status is Status.OK else f"  [{result.status_text}]")]
     by_exercise = defaultdict(list)
@@ -288,6 +304,11 @@ def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
         lines.append(f"  {marks[verdict]}  {exercise.ljust(width)}  {score:g}/{top:g}")
         if verdict == "not attempted":
             lines.append("        not attempted yet: replace `raise NotImplementedError()` with your code")
+            continue
+        if verdict == "missing":
+            lines.append(f"        no answer cell for {exercise} in your notebook (deleted, or another notebook): in "
+                         "Jupyter, copy that cell from a fresh copy of the course notebook (the whole cell, not just "
+                         "its text) and put your code in it")
             continue
         for c in cells:
             if c.message:  # why it failed; for a passed cell, a note (a failed dependency was replaced)

@@ -17,9 +17,13 @@ Every layout below is read, together, from the class folder (the folder passed t
   (A zip holding several platform users' files, the platform's download of the whole class left
   zipped, is not read as one student's: it is reported, to be unzipped into the class folder.)
 
-Student ids: within one layout every folder, zip or platform user is a student of its own (ids
-that collide after clean-up get a suffix, reported); the same id from two layouts (``alice/``,
-``submitted/alice/`` and ``alice_01_similarity_attention.ipynb``) is one student, merged.
+Student ids: a name that is not already a plain id is written in ASCII letters (``Иван Петров/`` ->
+``Ivan_Petrov``, ``王小明`` -> ``WangXiaoMing``, ``Ørsted`` -> ``Orsted``). Within one layout every folder,
+zip or platform user is a student of its own (ids that collide after clean-up get a suffix,
+reported); the same name from two layouts (``alice/``, ``submitted/alice/`` and
+``alice_01_similarity_attention.ipynb``) is one student, merged, but two different names that
+clean up to the same id are never merged, whatever their layouts (``Ørsted/`` and
+``submitted/Orsted/``: ``Orsted`` and ``Orsted-2``, both told).
 
 Owner and submission time come only from what the platform wrote, never from what the student
 put in a name or a file:
@@ -64,6 +68,8 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
+
+from anyascii import anyascii
 
 from .limits import ZIP_TAIL_BYTES, json_depth, overlapping_members, zip_directory_problem
 
@@ -342,12 +348,20 @@ def flat_name(name: str, assignments, suffix: str = ".ipynb") -> FlatName | None
 
 # --------------------------------------------------------------------------- student ids
 def _safe_id(raw: str) -> str:
-    """A student id for a folder or zip name: kept when plain, else accents dropped ('Zoé Li' ->
-    'Zoe_Li') and any other odd character replaced by '_'."""
+    """A student id for a folder or zip name: kept when plain, else transliterated to ASCII
+    ('Zoé Li' -> 'Zoe_Li', 'Иван Петров' -> 'Ivan_Petrov', '王小明' -> 'WangXiaoMing', 'Ørsted' ->
+    'Orsted') and any other odd character replaced by '_'. Transliterated rather than stripped,
+    so that a name in another script keeps an id that says whose it is (stripped, every Cyrillic
+    or Chinese name became 'student', 'student-2', ...)."""
     if STUDENT_ID.match(raw):
         return raw
-    plain = "".join(c for c in unicodedata.normalize("NFKD", raw) if not unicodedata.combining(c))
+    plain = anyascii(unicodedata.normalize("NFC", raw))
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", plain).lstrip("._@-")[:64] or "student"
+
+
+def _same_name(raw: str) -> str:
+    """A raw name as compared across layouts: macOS writes 'é' decomposed, a zip or an LMS composed."""
+    return unicodedata.normalize("NFC", raw)
 
 
 def _with_suffix(base: str, k: int) -> str:
@@ -357,36 +371,46 @@ def _with_suffix(base: str, k: int) -> str:
 
 def _distinct_ids(items: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, str]]]:
     """A student id for each (layout, entry name, raw id), in order, each with the problems to
-    report: a renamed id, or a suffix ('Zoe_Li-2') when an earlier entry of the same layout already
-    has the id (alice/ and alice.zip, 'Zoé Li/' and 'Zoë Li/': graded separately). Entries of
-    different layouts with the same id share it: one student, merged (alice/ and submitted/alice/).
-    Deterministic: the earlier entry keeps the id. A suffix never takes an id that any entry, of
-    any layout, would get on its own (a real 'alice-2/' keeps 'alice-2')."""
+    report. An entry shares the id of an earlier entry of another layout with the same name: one
+    student, merged (alice/ and submitted/alice/, '王小明/' and Canvas's '王小明_...'). Otherwise it
+    gets its cleaned-up id, or a suffix ('Zoe_Li-2') when an earlier entry has that id already: one
+    of the same layout (alice/ and alice.zip, 'Zoé Li/' and 'Zoë Li/'), or one of another layout
+    under another name ('Ørsted/' and 'submitted/Orsted/'): two names are never merged, only
+    graded separately and both told. Deterministic: the earlier entry keeps the id. A suffix never
+    takes an id that any entry, of any layout, would get on its own (a real 'alice-2/' keeps 'alice-2')."""
     bases = [_safe_id(raw) for _, _, raw in items]
     reserved = set(bases)
-    owners: dict[tuple[str, str], int] = {}  # (layout, id) -> index of the entry that has it
-    used: set[str] = set()
+    taken: dict[tuple[str, str], int] = {}  # (layout, id) -> index of the entry that has it
+    holder: dict[str, int] = {}  # id -> index of the first entry that has it
+    by_name: dict[str, list[int]] = {}  # a raw name -> indices of the entries that carry it
     result: list[tuple[str, dict[str, str]]] = []
-    for (layout, entry, raw), base in zip(items, bases, strict=True):
+    for k, ((layout, entry, raw), base) in enumerate(zip(items, bases, strict=True)):
         problems: dict[str, str] = {}
-        sid = base
-        if (layout, base) in owners:
-            k = 2
-            while _with_suffix(base, k) in reserved or _with_suffix(base, k) in used:
-                k += 1
-            sid = _with_suffix(base, k)
-            owner = owners[layout, base]
-            _, first_problems = result[owner]
-            first = items[owner][1]
-            problems[entry] = (f"graded as student id {sid!r}, because {first!r} is already graded as {base!r}; "
-                               "if both are the same student, merge them and grade again")
-            first_problems[entry] = f"another submission, {entry!r}, is graded separately as student id {sid!r}"
+        sid = next((result[j][0] for j in by_name.get(_same_name(raw), []) if items[j][0] != layout
+                    and (layout, result[j][0]) not in taken), None)
+        if sid is None and base not in holder:
+            sid = base
+        if sid is None:
+            sid = _free_suffix(base, reserved, holder)
+            first = holder[base]
+            problems[entry] = (f"graded as student id {sid!r}, because {items[first][1]!r} is already graded as "
+                               f"{base!r}; if both are the same student, merge them and grade again")
+            result[first][1][entry] = f"another submission, {entry!r}, is graded separately as student id {sid!r}"
         elif sid != raw:
             problems[entry] = f"student id {raw!r} renamed to {sid!r}"
-        owners[layout, sid] = len(result)
-        used.add(sid)
+        taken[layout, sid] = k
+        holder.setdefault(sid, k)
+        by_name.setdefault(_same_name(raw), []).append(k)
         result.append((sid, problems))
     return result
+
+
+def _free_suffix(base: str, reserved: set[str], used) -> str:
+    """`base` with the first suffix ('-2', '-3', ...) that no entry has or would get on its own."""
+    k = 2
+    while _with_suffix(base, k) in reserved or _with_suffix(base, k) in used:
+        k += 1
+    return _with_suffix(base, k)
 
 
 # --------------------------------------------------------------------------- what is never a submission
@@ -431,6 +455,15 @@ def _archive_problem(archive: Path) -> str | None:
 def _notebook_members(infos: list[zipfile.ZipInfo]) -> list[zipfile.ZipInfo]:
     return sorted((i for i in infos if not i.is_dir() and i.filename.lower().endswith(".ipynb")
                    and not _skipped(i.filename)), key=lambda i: i.filename)
+
+
+def _no_notebook_in(infos: list[zipfile.ZipInfo]) -> str:
+    """Why a zip gave nothing to grade, for its student's notes: without it an empty zip was a
+    student marked missing with nothing said about the zip they did upload."""
+    files = [i for i in infos if not i.is_dir()]
+    held = ("it is empty" if not files else
+            f"it holds {len(files):,} other file{'s' if len(files) > 1 else ''}, listed among the files not graded")
+    return f"nothing graded from this zip: no notebook (.ipynb) in it ({held}); zip the .ipynb files and upload again"
 
 
 def _members_problem(infos: list[zipfile.ZipInfo]) -> str | None:
@@ -792,6 +825,8 @@ class _Intake:
                          f"learning platform names them ({', '.join(repr(u) for u, _ in users[:3])}"
                          f"{', ...' if len(users) > 3 else ''}): unzip it into the class folder and grade again")
             return
+        if not notebooks:
+            self.problem(sub, archive.name, rel, _no_notebook_in(infos))
         uploaded = _file_time(archive)
         stamps: dict[PurePosixPath, zipfile.ZipInfo] = {}
         for info in sorted(infos, key=lambda i: i.filename):

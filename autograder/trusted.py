@@ -20,6 +20,7 @@ A notebook whose dependencies pass (a correct one, a blank one) runs once, as be
 from __future__ import annotations
 
 import builtins
+import copy
 import dataclasses
 import importlib
 import re
@@ -85,6 +86,7 @@ class Job:
     cell_timeout: float = 60.0  # the per-cell time limit the sandbox ran with
     errors: dict[int, dict] = field(default_factory=dict)  # code cell index -> the exception it stopped with
     sandbox_runs: int = 0  # 1, or 2 when a failed dependency had its exercises checked again
+    wrong: WrongNotebook | None = None  # set when the submission has none of the assignment's answer cells
 
 
 # --------------------------------------------------------------------------- source side
@@ -178,6 +180,118 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     for i, cell in enumerate(nb.cells):
         cell.id = f"cell-{i:04d}"
     return nb
+
+
+# --------------------------------------------------------------------------- is it this notebook?
+MAX_NAMED = 8  # answer cells named one by one in a message; the rest are counted
+RESTORED_ANSWER = ("# The grader put this answer cell back, empty: your notebook had no answer cell `{gid}`\n"
+                   "# (it was deleted, or the code was pasted into a cell without the course's marks).\n")
+
+
+@dataclass(frozen=True)
+class WrongNotebook:
+    """A submission with none of its assignment's answer cells: another notebook (another course's,
+    another assignment's), or this one with every answer cell deleted or pasted into a new notebook.
+    It is still run and judged like any other (code pasted into unmarked cells keeps the points it
+    earns); its status says what is wrong, and each test that finds nothing to check says why,
+    instead of nbgrader failing on the cells it cannot put back."""
+
+    assignment: str
+    expected: tuple[str, ...]  # the assignment's answer cells, in notebook order
+    found: tuple[str, ...]  # answer cells the submission has, of another notebook
+
+    @property
+    def detail(self) -> str:
+        """The status detail, for the instructor's table and the student's check: one line."""
+        found = (f"it has the answer cells of another notebook ({_names(self.found)})" if self.found
+                 else "it has no answer cell at all")
+        return (f"none of the {len(self.expected)} answer cells of {self.assignment} is in this notebook "
+                f"({_names(self.expected)}); {found}: another notebook, or its answer cells were deleted; "
+                "each test scored what the notebook's own code defines")
+
+    @property
+    def message(self) -> str:
+        """A test cell's message when the name it checks is not defined: what was expected, what
+        came back, what to do. The same for every test cell, so the feedback shows it once."""
+        found = (f"answer cells of another notebook ({_names(self.found)})" if self.found else
+                 "no answer cell at all (deleted, or your code was pasted into a new notebook, which drops "
+                 "the marks that make a cell an answer cell)")
+        return (f"Your notebook has none of the answer cells of {self.assignment}: is it another notebook?\n"
+                f"  Expected: the answer cells {_names(self.expected)}, the cells under the exercises that held "
+                "`raise NotImplementedError()`.\n"
+                f"  Found: {found}.\n"
+                f"  What to do: open the course's {self.assignment}.ipynb (a fresh copy if yours is lost), put your "
+                "code in its answer cells, save it and submit that file.")
+
+
+def _names(ids) -> str:
+    ids = list(ids)
+    shown = ", ".join(ids[:MAX_NAMED])
+    return shown + (f" and {len(ids) - MAX_NAMED} more" if len(ids) > MAX_NAMED else "")
+
+
+def answer_cell_ids(source_nb) -> list[str]:
+    """The grade ids of a source notebook's answer cells (nbgrader solution cells), in order."""
+    return [c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution") and c.metadata["nbgrader"].get("grade_id")]
+
+
+def missing_answer_cells(normalized, source_nb) -> list[str]:
+    """The source's answer cells that a normalized submission has no cell for (normalize_submission
+    keeps a grade id only on a cell of the source's type): deleted, or another notebook."""
+    present = {c.metadata.get("nbgrader", {}).get("grade_id") for c in normalized.cells}
+    return [gid for gid in answer_cell_ids(source_nb) if gid not in present]
+
+
+def wrong_notebook(student_nb: dict, normalized, source_nb, assignment: str) -> WrongNotebook | None:
+    """A WrongNotebook when the submission has none of the source's answer cells, else None.
+    `student_nb` is the submission as parsed (its own answer cells name the notebook it is)."""
+    expected = answer_cell_ids(source_nb)
+    if not expected or len(missing_answer_cells(normalized, source_nb)) < len(expected):
+        return None
+    return WrongNotebook(assignment, tuple(expected), tuple(_own_answer_ids(student_nb)))
+
+
+def _own_answer_ids(student_nb: dict) -> list[str]:
+    """The grade ids of the cells a submission itself marks as answer cells, shown in messages: the
+    submission's own text, so each is cut to 60 characters of letters, digits, '_', '.' and '-'."""
+    found = []
+    for cell in student_nb.get("cells", []) if isinstance(student_nb, dict) else []:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        nbgrader = meta.get("nbgrader") if isinstance(meta, dict) else None
+        gid = nbgrader.get("grade_id") if isinstance(nbgrader, dict) and nbgrader.get("solution") else None
+        shown = re.sub(r"[^\w.-]", "?", gid, flags=re.ASCII)[:60] if isinstance(gid, str) else ""
+        if shown and shown not in found:
+            found.append(shown)
+    return found
+
+
+def with_answer_cells(normalized, source_nb) -> nbformat.NotebookNode:
+    """A copy of a normalized submission with each answer cell it lacks put back (empty but for a
+    comment saying why) after the nearest earlier cell of the source that it has: what nbgrader
+    records and the feedback shows. Without them nbgrader's autograde fails when it puts back a
+    deleted test cell whose answer cell is gone too (KeyError: 'normalize_rows'). Never run: the
+    sandbox's job is built from the submission itself."""
+    nb = nbformat.from_dict(copy.deepcopy(dict(normalized)))
+    order = [c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")]
+    meta = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"] for c in source_nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id")}
+    for gid in missing_answer_cells(nb, source_nb):
+        cell = nbformat.v4.new_code_cell(RESTORED_ANSWER.format(gid=gid))
+        cell.metadata["nbgrader"] = {k: v for k, v in meta[gid].items() if k != "checksum"}
+        nb.cells.insert(_after_earlier(nb, order[:order.index(gid)]), cell)
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell-{i:04d}"
+    return nb
+
+
+def _after_earlier(nb, earlier: list[str]) -> int:
+    """The index just after the cell of `nb` holding the last of the `earlier` grade ids it has (0: none)."""
+    where = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(nb.cells)}
+    for gid in reversed(earlier):
+        if gid in where:
+            return where[gid] + 1
+    return 0
 
 
 def build_job(student_nb, tests: list[TestCell]) -> Job:
@@ -389,6 +503,8 @@ def _missing_message(job: Job, run: JobResult, graded: str, variable: str) -> st
     raised (type, message, line), ran past its time limit, crashed, or is gone."""
     base = f"{graded}: nothing named `{variable}` is defined"
     i = job.answer_cells.get(graded)
+    if i is None and job.wrong is not None:
+        return job.wrong.message
     if i is None:
         return (f"{base}, and your notebook has no answer cell for {graded} (was it deleted, or copied without its "
                 f"metadata?). Put your code back in the answer cell below the exercise and keep the name `{variable}`.")
@@ -434,9 +550,11 @@ def _why_not_reached(t: TestCell, i: int, run: JobResult, job: Job) -> str:
 
 
 def incidents_status(run: JobResult, job: Job) -> tuple[Status, str, list[Status]]:
-    """The notebook's status for grades.csv: (kind, detail, the kinds of further incidents), from
-    the run's incidents in order and the sandbox it ran in; (OK, '', []) when nothing went wrong."""
-    parts = [(Status.of_incident(x.kind), _incident_text(x, job)) for x in run.incidents]
+    """The notebook's status for grades.csv: (kind, detail, the kinds of further incidents): a
+    wrong notebook first (it has none of the answer cells), then the run's incidents in order and
+    the sandbox it ran in; (OK, '', []) when nothing went wrong."""
+    parts = [(Status.WRONG_NOTEBOOK, job.wrong.detail)] if job.wrong is not None else []
+    parts += [(Status.of_incident(x.kind), _incident_text(x, job)) for x in run.incidents]
     if not run.isolated:
         parts.append((Status.SANDBOX, run.isolation))
     return summarize(parts)

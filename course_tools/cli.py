@@ -186,7 +186,7 @@ def _grade_arguments(args) -> dict:
 
 # --------------------------------------------------------------------------- grade: outcome
 PROBLEMS = ("missing", "error", "crash", "timeout", "exit", "memory", "unreadable notebook",
-            "grader incident")   # Status values
+            "wrong notebook", "grader incident")   # Status values
 
 
 def problems_of(result) -> list[str]:

@@ -48,8 +48,8 @@ DISABLED_LAB_PLUGINS = (
 )
 KEPT_LAB_PLUGIN = "@jupyter/nbgrader:validate-assignment"  # the Validate button
 
-MARKS = {"PASS": "pass", "FAIL": "fail", "TODO": "todo"}
-_VERDICT_LINE = re.compile(r"^(  )(PASS|FAIL|TODO)(  .*)$")
+MARKS = {"PASS": "pass", "FAIL": "fail", "TODO": "todo", "GONE": "fail"}  # GONE: no answer cell for it
+_VERDICT_LINE = re.compile(r"^(  )(PASS|FAIL|TODO|GONE)(  .*)$")
 STYLE = (
     "<style>"
     "#validation-message > div:nth-child(1), #validation-message > div:nth-child(2) { display: none; }"
@@ -78,7 +78,7 @@ def lab_environment(environ: dict | None = None) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- the answer
 def report_html(report: str) -> str:
-    """The report as the dialog shows it: escaped, each PASS / FAIL / TODO coloured."""
+    """The report as the dialog shows it: escaped, each PASS / FAIL / TODO / GONE coloured."""
     lines = []
     for line in report.splitlines():
         m = _VERDICT_LINE.match(line)

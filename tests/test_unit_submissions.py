@@ -154,10 +154,12 @@ def test_of_two_files_for_one_assignment_the_newer_is_graded_and_both_are_named(
     ("Zoé Li", "Zoe_Li"), ("Zoë Li", "Zoe_Li"), ("José Núñez", "Jose_Nunez"), ("François", "Francois"),
     ("Ǆemal", "DZemal"), ("ﬁona", "fiona"),  # compatibility characters decompose too
     ("o'brien", "o_brien"), ("x y", "x_y"), ("a/b", "a_b"), ("..hidden", "hidden"), ("_x", "x"), ("@x", "x"),
-    ("李雷", "student"), ("", "student"), ("...", "student"),
+    ("李雷", "LiLei"), ("王小明", "WangXiaoMing"), ("Иван Петров", "Ivan_Petrov"), ("Ørsted", "Orsted"),
+    ("straße", "strasse"), ("Zoe\u0301 Li", "Zoe_Li"),  # other scripts transliterated; decomposed accents too
+    ("", "student"), ("...", "student"),
     ("a" * 80, "a" * 64), ("é" * 70, "e" * 64),
 ], ids=repr)
-def test_a_student_id_is_cleaned_and_accents_transliterated(raw, sid):
+def test_a_student_id_is_cleaned_and_transliterated(raw, sid):
     assert _safe_id(raw) == sid
 
 
@@ -189,9 +191,15 @@ def test_ids_that_collide_after_clean_up_get_a_suffix_and_both_are_told():
     ([("nbgrader's submitted/", "alice", "alice"), (FOLDERS, "alice", "alice"), (FOLDERS, "alice.zip", "alice")],
      ["alice", "alice", "alice-2"]),
     ([(FOLDERS, "李雷", "李雷"), (FOLDERS, "韩梅梅", "韩梅梅"), (FOLDERS, "student", "student")],
-     ["student", "student-2", "student-3"]),
+     ["LiLei", "HanMeiMei", "student"]),  # transliterated: each keeps a name of their own
+    ([(FOLDERS, "王小明", "王小明"), (FOLDERS, "WangXiaoMing", "WangXiaoMing")], ["WangXiaoMing", "WangXiaoMing-2"]),
+    ([(FOLDERS, "Ørsted", "Ørsted"), ("nbgrader's submitted/", "Orsted", "Orsted")], ["Orsted", "Orsted-2"]),
+    ([("canvas files", "王小明_1_2_x.ipynb", "王小明"), (FOLDERS, "WangXiaoMing", "WangXiaoMing")],
+     ["WangXiaoMing", "WangXiaoMing-2"]),  # two names, two layouts, one id once cleaned: never merged
+    ([(FOLDERS, "Zoe\u0301 Li", "Zoe\u0301 Li"), ("nbgrader's submitted/", "Zoé Li", "Zoé Li")], ["Zoe_Li", "Zoe_Li"]),
 ], ids=["two entries", "a real suffix is reserved", "three entries", "two layouts share", "merged then split",
-        "non-latin names"])
+        "non-latin names", "a name and its transliteration", "two names across layouts", "a platform and a folder",
+        "one name, composed or not"])
 def test_student_ids_are_distinct_within_a_layout_and_shared_across_layouts(items, ids):
     assert [sid for sid, _ in _distinct_ids(items)] == ids
     assert _distinct_ids(items) == _distinct_ids(list(items))  # deterministic

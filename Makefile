@@ -60,7 +60,8 @@ lab: $(STAMP)
 venv: $(STAMP)
 
 $(STAMP): requirements.txt requirements-sandbox.txt constraints.txt pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is needed: '$(PYTHON)' was not found. Install Python 3.11, or run 'make PYTHON=/path/to/python3.11'."; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is needed: '$(PYTHON)' was not found. Install Python 3.11 (3.11.5 or later), or run 'make PYTHON=/path/to/python3.11'."; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(not ((3, 11, 5) <= sys.version_info[:3] < (3, 12)))' || { echo "Python 3.11.5 or a later 3.11 is needed; '$(PYTHON)' is $$($(PYTHON) -c 'import platform; print(platform.python_version())'), which the pinned packages refuse (soupsieve needs 3.11.5). Take a newer 3.11 (pyenv, uv, conda's environment.yml) and run 'make PYTHON=/path/to/python3.11'."; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements-sandbox.txt

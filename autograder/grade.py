@@ -78,11 +78,12 @@ class CellResult:
     mistake: str = ""  # the catalogued mistake the verdict named ("" when none): the report counts these
     expected: str = ""  # the verdict's short summary of the expected value, where it had one
     received: str = ""  # ... and of the student's
+    cause: str = ""  # what decided a failure (Verdict.cause: notimpl, value, error, ...): the report's "blank"
 
     def take_verdict(self, verdict: Verdict) -> None:
-        """A failed verdict's message and fields on this cell (nbgrader keeps only the text)."""
+        """A failed verdict's fields on this cell (nbgrader keeps only the text)."""
         self.message, self.mistake = verdict.message, verdict.mistake
-        self.expected, self.received = verdict.expected, verdict.received
+        self.expected, self.received, self.cause = verdict.expected, verdict.received, verdict.cause
 
     @classmethod
     def from_dict(cls, payload: Any) -> "CellResult":
@@ -155,6 +156,13 @@ def _strings(value: Any, name: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the course
+def quiet_gradebook() -> None:
+    """nbgrader's gradebook, used in-process (its API, a roster, due dates), trips SQLAlchemy's
+    autoflush warnings ("... not in session ...") on a fresh database: noise between the progress
+    bar's lines. Silenced once the grader uses the gradebook (not when this module is imported)."""
+    warnings.filterwarnings("ignore", message=".*not in session.*")
+
+
 class Course:
     """An nbgrader course directory whose gradebook knows every assignment."""
 
@@ -189,9 +197,7 @@ class Course:
             from nbgrader.apps import NbGraderAPI
             from traitlets.config.loader import PyFileConfigLoader
 
-            # nbgrader's API, used in-process, trips SQLAlchemy's autoflush warnings on every call:
-            # noise. Silenced once the grader drives that API (not when this module is imported).
-            warnings.filterwarnings("ignore", message=".*not in session.*")
+            quiet_gradebook()
 
             config = PyFileConfigLoader("nbgrader_config.py", path=str(self.root)).load_config()
             self._api = NbGraderAPI(config=config)
@@ -701,7 +707,7 @@ def _take_saved(r: NotebookResult, saved: NotebookResult) -> None:
         if c.score < c.max_score or (not failed_then and old.message):
             c.message = old.message
         if failed_then:
-            c.mistake, c.expected, c.received = old.mistake, old.expected, old.received
+            c.mistake, c.expected, c.received, c.cause = old.mistake, old.expected, old.received, old.cause
 
 
 def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
@@ -739,6 +745,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     from tqdm import tqdm
 
     require_strong_sandbox()  # before anything is written: never a weaker sandbox by surprise
+    quiet_gradebook()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     solutions = solutions_dir(solutions)
@@ -801,7 +808,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     collect_feedback(course, out)
     from .report import class_report
 
-    class_report(results, out / "report.html")
+    class_report(results, out / "report.html", course.late_policy())
     (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))
     if progress:
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,

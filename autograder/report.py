@@ -1,15 +1,21 @@
-"""The class report: one HTML page with, per notebook, the distribution of scores per exercise
-(as pictures), the mistakes the grader recognised most often, and what went wrong (crashes,
-timeouts, unreadable files)."""
+"""The class report: one HTML page (templates/report.html.j2, Jinja2 with autoescape) an instructor
+reads first: who needs attention (incidents, missing and blank notebooks, lateness, code flagged
+for review), every student's scores per notebook linked to their feedback, and per notebook the
+distribution of scores per exercise (a picture, its numbers in the alt text and in a table), the
+mistakes the grader recognised most often, and the incidents with the students they happened to."""
 from __future__ import annotations
 
 import base64
-import html
 import io
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
+from .lateness import LatePolicy, how_late
 from .outcomes import Status
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+BINS = [0, 0.2, 0.4, 0.6, 0.8, 1.0001]  # fractions of an exercise's points, as the histograms group them
 
 
 def _figure_png(fig) -> str:
@@ -33,7 +39,7 @@ def _exercise_plot(notebook: str, per_exercise: dict[str, list[float]]) -> str:
         ax.axis("off")
     for ax, name in zip(axes.flat, names, strict=False):
         fractions = per_exercise[name]
-        ax.hist(fractions, bins=[0, 0.2, 0.4, 0.6, 0.8, 1.0001], color="#4c72b0", edgecolor="white")
+        ax.hist(fractions, bins=BINS, color="#2a5599", edgecolor="white")
         ax.set_title(f"{name}\nmean {100 * sum(fractions) / max(len(fractions), 1):.0f}%", fontsize=9)
         ax.set_xlabel("fraction of points", fontsize=8)
         ax.set_xlim(0, 1)
@@ -45,21 +51,6 @@ def _exercise_plot(notebook: str, per_exercise: dict[str, list[float]]) -> str:
     return data
 
 
-def _review_section(results) -> list[str]:
-    """Code the static honesty pass could not decide (strings built into names, exec, gc, ...):
-    listed for a human, never silently passed."""
-    flagged = [r for r in results if getattr(r, "review", "")]
-    if not flagged:
-        return []
-    parts = ["<h2>Flagged for review</h2><p>The grader could not decide whether this code is honest; "
-             "the points stand until you look.</p><table><tr><th>student</th><th>notebook</th><th>what</th></tr>"]
-    for r in sorted(flagged, key=lambda r: (r.student_id, r.notebook)):
-        items = "".join(f"<li><code>{html.escape(item)}</code></li>" for item in r.review.split("; "))
-        parts.append(f"<tr><td>{html.escape(r.student_id)}</td><td>{html.escape(r.notebook)}</td><td><ul>{items}</ul></td></tr>")
-    parts.append("</table>")
-    return parts
-
-
 def mistake_counts(results) -> Counter:
     """How many students' notebooks each catalogued mistake was recognised in, from the cells'
     `mistake` field (never from the message's words). Once per notebook: a mistake named in several
@@ -67,47 +58,118 @@ def mistake_counts(results) -> Counter:
     return Counter(m for r in results for m in {c.mistake for c in r.cells if c.mistake})
 
 
-def class_report(results, path: Path) -> Path:
-    """Write the report for a list of NotebookResult; returns its path."""
-    by_notebook = defaultdict(list)
+def is_blank(r) -> bool:
+    """Handed in, but no exercise attempted: every graded cell failed as still unwritten."""
+    return r.status is not Status.MISSING and bool(r.cells) and all(
+        c.score == 0 and getattr(c, "cause", "") == "notimpl" for c in r.cells)
+
+
+@dataclass
+class _Cell:
+    """One student's notebook in the per-student table."""
+
+    kind: str  # ok | missing | blank | a status value
+    final: float  # after the late penalty
+    penalty: float
+    late: str  # "3 h late" or ""
+    review: bool
+    feedback: str  # relative link to the feedback page, or ""
+
+
+def _cell(r, out: Path) -> _Cell:
+    page = out / "feedback" / r.student_id / f"{r.notebook}.html"
+    kind = "missing" if r.status is Status.MISSING else "blank" if is_blank(r) else r.status.value
+    return _Cell(kind, max(r.score - r.late_penalty, 0.0), r.late_penalty, how_late(getattr(r, "seconds_late", 0.0)),
+                 bool(r.review), page.relative_to(out).as_posix() if page.exists() else "")
+
+
+def _attention(results) -> list[tuple[str, list[str]]]:
+    """Per student (in order), what an instructor should look at."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
+        if r.status is Status.MISSING:
+            found[r.student_id].append(f"{r.notebook}: missing (nothing handed in)")
+            continue
+        if r.status is not Status.OK:
+            found[r.student_id].append(f"{r.notebook}: {r.status_text}")
+        if is_blank(r):
+            found[r.student_id].append(f"{r.notebook}: blank (handed in, no exercise attempted)")
+        if getattr(r, "seconds_late", 0) > 0:
+            penalty = f", {r.late_penalty:g} points taken" if r.late_penalty else ""
+            found[r.student_id].append(f"{r.notebook}: {how_late(r.seconds_late)} (due {r.due}){penalty}")
+        if r.review:
+            found[r.student_id].append(f"{r.notebook}: code flagged for review")
+    return list(found.items())
+
+
+def _exercises(rows) -> dict[str, list[float]]:
+    per_exercise: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for c in r.cells:
+            totals[c.exercise][0] += c.score
+            totals[c.exercise][1] += c.max_score
+        for exercise, (got, top) in totals.items():
+            per_exercise[exercise].append(got / top if top else 0.0)
+    return per_exercise
+
+
+def _alt_text(notebook: str, per_exercise: dict[str, list[float]]) -> str:
+    """The histograms in words: per exercise, how many students fell in each fifth of the points."""
+    parts = []
+    for name in sorted(per_exercise):
+        fractions = per_exercise[name]
+        counts = [sum(1 for f in fractions if lo <= f < hi) for lo, hi in zip(BINS, BINS[1:], strict=False)]
+        bands = ", ".join(f"{20 * i}-{20 * (i + 1)}%: {n}" for i, n in enumerate(counts))
+        parts.append(f"{name}: {len(fractions)} students ({bands}), mean {_mean(fractions)}%")
+    return f"Score distribution per exercise of {notebook}. " + "; ".join(parts) + "."
+
+
+def _mean(fractions: list[float]) -> int:
+    return round(100 * sum(fractions) / max(len(fractions), 1))
+
+
+def _notebook_section(name: str, results) -> dict:
+    rows = [r for r in results if r.status is not Status.MISSING]
+    per_exercise = _exercises(rows)
+    incident_rows = sorted((r for r in rows if r.status is not Status.OK), key=lambda r: r.student_id)
+    return {
+        "name": name, "submitted": len(rows), "missing": len(results) - len(rows),
+        "blank": sum(1 for r in rows if is_blank(r)),
+        "mean": _mean([r.score / r.max_score if r.max_score else 0 for r in rows]),
+        "picture": _exercise_plot(name, per_exercise) if per_exercise else "",
+        "alt": _alt_text(name, per_exercise),
+        "exercises": [{"name": e, "n": len(f), "mean": _mean(f), "full": sum(1 for x in f if x >= 1),
+                       "zero": sum(1 for x in f if x == 0)} for e, f in sorted(per_exercise.items())],
+        "mistakes": mistake_counts(rows).most_common(10),
+        "incidents": Counter(r.status.value for r in incident_rows).most_common(),
+        "incident_rows": incident_rows,
+    }
+
+
+def class_report(results, path: Path, policy: LatePolicy | None = None) -> Path:
+    """Write the report for a list of NotebookResult (feedback pages are linked where they exist
+    beside it, in feedback/<student>/<notebook>.html); returns its path."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    out = Path(path).resolve().parent
+    by_notebook: dict[str, list] = defaultdict(list)
+    by_student: dict[str, dict] = defaultdict(dict)
     for r in results:
         by_notebook[r.notebook].append(r)
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}</style></head><body>",
-             "<h1>Class report</h1>",
-             f"<p>{len({r.student_id for r in results})} students, {len(by_notebook)} notebooks.</p>"]
-    for notebook in sorted(by_notebook):
-        rows = [r for r in by_notebook[notebook] if r.status is not Status.MISSING]
-        missing = len(by_notebook[notebook]) - len(rows)
-        parts.append(f"<h2>{html.escape(notebook)}</h2>")
-        if not rows:
-            parts.append(f"<p>No submissions ({missing} missing).</p>")
-            continue
-        scores = [r.score / r.max_score if r.max_score else 0 for r in rows]
-        parts.append(f"<p>{len(rows)} submitted, {missing} missing; mean score {100 * sum(scores) / len(scores):.0f}%.</p>")
-        per_exercise: dict[str, list[float]] = defaultdict(list)
-        for r in rows:
-            totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-            for c in r.cells:
-                totals[c.exercise][0] += c.score
-                totals[c.exercise][1] += c.max_score
-            for exercise, (got, top) in totals.items():
-                per_exercise[exercise].append(got / top if top else 0.0)
-        if per_exercise:
-            parts.append(f"<img alt='score distribution per exercise of {html.escape(notebook)}' "
-                         f"src='data:image/png;base64,{_exercise_plot(notebook, per_exercise)}'>")
-        mistakes = mistake_counts(rows)
-        if mistakes:
-            parts.append("<h3>Most frequent recognised mistakes</h3><table><tr><th>mistake</th><th>students</th></tr>")
-            parts += [f"<tr><td>{html.escape(m)}</td><td>{n}</td></tr>" for m, n in mistakes.most_common(10)]
-            parts.append("</table>")
-        problems = Counter(r.status.value for r in rows if r.status is not Status.OK)
-        if problems:
-            parts.append("<h3>Grading incidents</h3><table><tr><th>kind</th><th>notebooks</th></tr>")
-            parts += [f"<tr><td>{html.escape(k)}</td><td>{n}</td></tr>" for k, n in problems.most_common()]
-            parts.append("</table>")
-    parts += _review_section(results)
-    parts.append("</body></html>")
-    path.write_text("\n".join(parts))
+        by_student[r.student_id][r.notebook] = r
+    notebooks = sorted(by_notebook)
+    tops = {n: max(r.max_score for r in by_notebook[n]) for n in notebooks}
+    students = []
+    for sid in sorted(by_student):
+        cells = {n: _cell(r, out) for n, r in by_student[sid].items()}
+        students.append({"id": sid, "results": cells, "total": sum(c.final for c in cells.values())})
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
+    env.filters["points"] = lambda x: f"{x:g}"
+    page = env.get_template("report.html.j2").render(
+        students=students, notebooks=notebooks, tops=tops, max_total=sum(tops.values()),
+        policy=(policy or LatePolicy()).describe(), attention=_attention(results),
+        per_notebook=[_notebook_section(n, by_notebook[n]) for n in notebooks],
+        flagged=sorted((r for r in results if r.review), key=lambda r: (r.student_id, r.notebook)))
+    path.write_text(page, encoding="utf-8")
     return path

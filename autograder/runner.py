@@ -131,6 +131,7 @@ def main() -> int:
         current[0] = i
         send(out_fd, b"S", i)
         blob = None
+        checking = [None]  # the notebook variable whose check is running (a test cell)
         signal.setitimer(signal.ITIMER_REAL, cell_timeout)
         try:
             if cell["kind"] == "code":
@@ -147,15 +148,18 @@ def main() -> int:
                 try:
                     for check in cell["checks"]:
                         spec = checks[check["name"]]
+                        checking[0] = check["variable"]
                         impl = shell.user_ns.get(check["variable"])
                         outcomes[check["name"]] = [run_case(spec["exercise"], case, impl) for case in spec["cases"]]
+                    checking[0] = None
                 finally:
                     _swap_out(shell.user_ns, saved)
                 if errors:
                     outcomes[CELL_ERRORS] = dict(errors)
                 blob = serialize.dumps(outcomes)
         except CellTimeout:
-            pass
+            if checking[0]:  # one wait per looping function: later cells calling it fail at once, saying why
+                shell.user_ns[checking[0]] = _stopped(checking[0], cell.get("test", ""))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if blob is not None:
@@ -201,6 +205,22 @@ def _self_check(expect: dict) -> str:
 
 
 _ABSENT = object()
+
+
+class StoppedEarlier(Exception):
+    """Raised by an exercise that already ran past its time limit once, in place of running it again."""
+
+
+def _stopped(name: str, where: str):
+    """What `name` is bound to after checking it ran past the cell's time limit (in test cell `where`):
+    every later call (a later test, a code cell, another exercise calling it) fails at once, saying
+    why, instead of waiting the whole limit again."""
+    def stopped(*args, **kwargs):
+        raise StoppedEarlier(f"`{name}` already ran past the time limit in test cell `{where}`, so the grader "
+                             f"does not run it again (it would wait the whole limit once more): fix the loop "
+                             f"in `{name}` first")
+    stopped.__name__ = stopped.__qualname__ = name
+    return stopped
 
 
 def _swap_in(namespace: dict, names, references: dict) -> dict:

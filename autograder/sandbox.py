@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 from . import memwatch
 from .channel import MAX_TOTAL_BYTES, Reader, Received
@@ -649,8 +650,11 @@ def _inputs_file(inputs: dict) -> int:
         return os.open(f"/proc/self/fd/{fh.fileno()}", os.O_RDONLY)
 
 
+Progress = Callable[[int | None, float], None]  # (the cell running or None, its seconds so far): a live display
+
+
 def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
-              started: float, budget: int) -> tuple[Received, int | None, str, str]:
+              started: float, budget: int, progress: Progress | None = None) -> tuple[Received, int | None, str, str]:
     """One sandbox run: (what came back, exit code or None when killed, the sandbox's own stderr,
     why the grader stopped it for memory or "")."""
     in_fd = _inputs_file(dict(inputs, sandbox=expected_inside(mode, world, limits)))
@@ -681,6 +685,8 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
         running, _ = reader.snapshot()
         if running != last_cell:
             last_cell, cell_started = running, time.monotonic()
+        if progress is not None:
+            progress(running, time.monotonic() - cell_started)
         if watch is not None and watch.over():  # no memory cgroup: the processes' sum, watched from here
             _kill(proc)
             code, stopped = None, watch.describe()
@@ -706,7 +712,7 @@ def _remove_all(folders: list[Path]) -> None:
 
 
 def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
-                 started: float, budget: int) -> tuple[Received, int | None, str, str]:
+                 started: float, budget: int, progress: Progress | None = None) -> tuple[Received, int | None, str, str]:
     """`_run_once`, tried again (START_ATTEMPTS in all, a short pause between) while the sandbox
     does not reach student code: it could not start (namespaces, a process ceiling, a missing
     program) or its self-check refused. Raises SandboxUnavailable when every try failed."""
@@ -714,7 +720,7 @@ def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dic
     for attempt in range(START_ATTEMPTS):
         if attempt:
             time.sleep(0.5 * 2 ** attempt)
-        received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget)
+        received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget, progress)
         if received.ready:
             return received, code, errors, stopped
         last = errors.strip().splitlines()[-1][:300] if errors.strip() else ""
@@ -733,9 +739,11 @@ def _add(result: JobResult, incident: Incident) -> None:
         result.incidents.append(incident)
 
 
-def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | None = None) -> JobResult:
+def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | None = None,
+                     progress: Progress | None = None) -> JobResult:
     """Run the notebook described by `inputs` (cells, cell_timeout, checks) in the sandbox,
-    restarting past bad cells. `job` is a grader-private folder (never visible inside)."""
+    restarting past bad cells. `job` is a grader-private folder (never visible inside).
+    `progress`, when given, is called five times a second with the cell running and its time."""
     limits = limits or Limits()
     mode = isolation_mode()
     result = JobResult(isolation=mode)
@@ -747,7 +755,8 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
     started, budget = time.monotonic(), MAX_TOTAL_BYTES
     try:
         for _attempt in range(limits.restarts + 1):
-            received, code, errors, stopped = _started_run(mode, world, limits, job, inputs, groups, started, budget)
+            received, code, errors, stopped = _started_run(mode, world, limits, job, inputs, groups, started, budget,
+                                                           progress)
             budget -= received.total
             if received.tampered:  # forged frames: nothing this run sent counts
                 result.incidents.append(Incident(-1, "channel", received.problem))

@@ -28,6 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
@@ -186,10 +187,14 @@ def prepare(assignment: str, solutions: Path | None = None, root: Path | None = 
 
 
 # --------------------------------------------------------------------------- grading
+CheckProgress = Callable[[int, int, str, float, float], None]  # (cell index, cells, what runs, its seconds, the limit)
+
+
 def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None,
-                   student: str = "me") -> NotebookResult:
+                   student: str = "me", progress: CheckProgress | None = None) -> NotebookResult:
     """Grade one notebook (its bytes) as `grade_notebook` does, without nbgrader's bookkeeping:
-    the same sandbox run, the same trusted verdicts, the same points and messages per test cell."""
+    the same sandbox run, the same trusted verdicts, the same points and messages per test cell.
+    `progress`, when given, hears which cell runs and for how long (five times a second)."""
     limits = limits or Limits()
     assignment = prepared.assignment
     source = prepared.source()
@@ -210,8 +215,13 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
     folder = Path(tempfile.mkdtemp(prefix=f"{student}--", dir=jobs))  # one per check: checks may overlap
     try:
         world = sandbox_world(course, assignment, folder)
+        def live(i: int | None, seconds: float) -> None:
+            what = trusted.describe_cell(job, i) if i is not None else "starting the sandbox"
+            progress(i or 0, len(job.cells), what, seconds, limits.cell_seconds)
+
         verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
-                                          lambda inputs: run_notebook_job(folder, inputs, world, limits))
+                                          lambda inputs: run_notebook_job(folder, inputs, world, limits,
+                                                                          live if progress else None))
     except SandboxUnavailable as err:  # nothing of the student's ran: say so, score nothing
         return NotebookResult(student, assignment, 0.0, max_score, Status.INCIDENT,
                               detail=f"{err}; this is the grader's problem, not your notebook's: try again, "
@@ -233,7 +243,7 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
 
 
 def self_check(notebook: Path, solutions: Path | None = None, limits: Limits | None = None,
-               cache: Path | None = None) -> tuple[NotebookResult, dict[str, str]]:
+               cache: Path | None = None, progress: CheckProgress | None = None) -> tuple[NotebookResult, dict[str, str]]:
     """Grade `notebook`; returns the result and, per exercise, 'pass', 'fail' or 'not attempted'."""
     notebook = Path(notebook)
     if not notebook.is_file():
@@ -246,7 +256,7 @@ def self_check(notebook: Path, solutions: Path | None = None, limits: Limits | N
                          "keep the file name you were given")
     prepared = prepare(assignment, solutions, cache)
     try:
-        result = check_notebook(prepared, data, limits)
+        result = check_notebook(prepared, data, limits, progress=progress)
     finally:
         if not prepared.cached:
             shutil.rmtree(prepared.folder, ignore_errors=True)

@@ -90,6 +90,24 @@ def test_endless_loop_in_the_graded_function_names_the_test_cell_and_the_limit(c
     assert "loop that never ends" in message
 
 
+LOOP_IN_SOFTMAX = "def softmax(x, axis=-1):\n    while True:\n        pass"
+
+
+def test_a_function_that_timed_out_is_waited_for_once(course, check):
+    """softmax loops: its first test cell waits the whole limit; its stability test, the code cells
+    calling it and basic_self_attention's tests (which call it) fail at once, saying where it timed
+    out; basic_self_attention still gets its points (checked again with the course's softmax)."""
+    nb = inject(solved_notebook(course, A01), {"softmax": LOOP_IN_SOFTMAX})
+    result, report = check(A01, nb)
+    waited = [part for part in result.detail.split("; ") if "the checks of test_" in part]
+    assert len(waited) == 1 and "the checks of test_softmax:" in waited[0], result.detail
+    messages = by_cell(result)
+    assert "ran past the per-cell time limit of 3 s" in messages["test_softmax"], messages["test_softmax"]
+    stability = messages["test_softmax_stability"]
+    assert "already ran past the time limit in test cell `test_softmax`" in stability, stability
+    assert result.score == result.max_score - 5, (result.score, messages)  # softmax's 5 points only
+
+
 def test_notebook_out_of_time_says_which_cells_used_it(course, check):
     """Endless cells in a row use up the notebook's time: the tests after them say so, and
     name the cells (none reads 'the notebook stopped before this test' and nothing else)."""

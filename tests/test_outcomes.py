@@ -193,6 +193,38 @@ def test_the_report_counts_mistakes_from_the_field_not_the_words(tmp_path):
     assert "<tr><td>crash</td><td>1</td></tr>" in page and "renamed" not in page  # a note is no incident
 
 
+def test_the_report_names_who_needs_attention_and_links_every_student(tmp_path):
+    """Per student: scores per notebook linked to the feedback, blank told from missing, lateness,
+    incidents with the student, review flags; a hostile detail is escaped; the picture's alt text
+    carries its numbers; the page declares its language."""
+    from autograder.lateness import LatePolicy
+
+    full = _result("ann", CellResult("test_softmax", "softmax", 3, 3), CellResult("test_dot", "dot", 2, 2))
+    blank = _result("bo", CellResult("test_softmax", "softmax", 0, 3, "not written", cause="notimpl"),
+                    CellResult("test_dot", "dot", 0, 2, "not written", cause="notimpl"))
+    late = _result("cy", CellResult("test_softmax", "softmax", 3, 3), CellResult("test_dot", "dot", 0, 2, cause="value"),
+                   late_penalty=0.3, seconds_late=2 * 3600, due="2026-12-01T23:59:00Z")
+    crashed = _result("<b>dee</b>", CellResult("test_softmax", "softmax", 0, 3, cause="error"), status=Status.CRASH,
+                      detail="the process died <script>alert(1)</script>", review="getattr(F, 'x' + 'y')")
+    missing = NotebookResult("eve", A01, 0.0, 5.0, Status.MISSING, detail="no notebook")
+    (tmp_path / "feedback" / "ann").mkdir(parents=True)
+    (tmp_path / "feedback" / "ann" / f"{A01}.html").write_text("feedback")
+    page = class_report([full, blank, late, crashed, missing], tmp_path / "report.html",
+                        LatePolicy.parse("per-day:10")).read_text()
+    assert '<html lang="en">' in page
+    assert f'href="feedback/ann/{A01}.html"' in page and 'href="feedback/bo/' not in page  # only where one exists
+    attention = page.split('id="attention"')[1].split('id="students"')[0]
+    assert "ann" not in attention
+    assert "blank (handed in, no exercise attempted)" in attention and "missing (nothing handed in)" in attention
+    assert "2 h late (due 2026-12-01T23:59:00Z), 0.3 points taken" in attention
+    assert "code flagged for review" in attention
+    assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;dee&lt;/b&gt;" in page
+    incidents = page.split("Which students, and what happened")[1]
+    assert "&lt;b&gt;dee&lt;/b&gt;" in incidents and "the process died" in incidents
+    assert "softmax: 4 students (0-20%: 2, 20-40%: 0, 40-60%: 0, 60-80%: 0, 80-100%: 2), mean 50%" in page
+    assert "10% of the notebook&#39;s points per day" in page
+
+
 # --------------------------------------------------------------------------- saved runs
 def test_saved_runs_round_trip_the_new_fields(tmp_path):
     r = _result("a", CellResult("test_softmax", "softmax", 0, 3, "wrong", mistake=NO_MAX.name, expected="[1]",

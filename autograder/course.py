@@ -7,7 +7,6 @@ of this package (`autograder/nbgrader_config.py`) and sets its own root.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.util
 import os
@@ -21,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import nbformat
+from filelock import FileLock
 
 from attention_course.paths import CourseNotFound, find_course_root, is_course
 
@@ -287,8 +287,7 @@ def _prepared_entry(solutions: Path, names: list[str]) -> Path:
     if (entry / READY).is_file():
         os.utime(entry)  # in use
         return entry
-    with open(root / f".lock-{entry.name}", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process making this entry: wait for it, then use it
+    with FileLock(root / f".lock-{entry.name}"):  # another process making this entry: wait for it, then use it
         if (entry / READY).is_file():
             return entry
         return _make_entry(root, entry, notebooks, names)

@@ -802,14 +802,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     with checks_salted(salt), ThreadPoolExecutor(max_workers=workers) as pool:
         list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
     playing = in_play(course, chosen)
-    results = class_results(course, out, playing)
-    write_csv(results, out / "grades.csv")
-    write_wide_csv(results, out / "grades_wide.csv")
-    collect_feedback(course, out)
-    from .report import class_report
-
-    class_report(results, out / "report.html", course.late_policy())
-    (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))
+    results = write_outputs(course, out, playing)
     if progress:
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
                            course.late_policy()))
@@ -818,6 +811,38 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     absent = set() if students else \
         {r.student_id for r in results} - {r.student_id for r in results if r.status is not Status.MISSING}
     return [r for r in results if (r.student_id in graded or r.student_id in absent) and r.notebook in chosen]
+
+
+def write_outputs(course: Course, out: Path, playing: list[str]) -> list[NotebookResult]:
+    """OUT's grades.csv, grades_wide.csv, report.html, results.json and feedback pages, from the
+    gradebook as it is now: what `grade` writes after grading, and `export` before exporting, so
+    a score, extra credit or comment typed in formgrader shows everywhere without regrading."""
+    _refresh_manual_feedback(course)
+    results = class_results(course, out, playing)
+    write_csv(results, out / "grades.csv")
+    write_wide_csv(results, out / "grades_wide.csv")
+    collect_feedback(course, out)
+    from .report import class_report
+
+    class_report(results, out / "report.html", course.late_policy())
+    (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))
+    return results
+
+
+def _refresh_manual_feedback(course: Course) -> None:
+    """Feedback pages again for the notebooks someone graded or commented on by hand (formgrader):
+    nbgrader writes a page when a notebook is graded, and a later manual score would not reach it."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url) as gb:
+        touched = sorted({(nb.assignment.name, nb.student.id) for a in gb.assignments for sub in a.submissions
+                          for nb in sub.notebooks
+                          if any(g.manual_score is not None or g.extra_credit for g in nb.grades)
+                          or any(c.manual_comment for c in nb.comments)})
+    for assignment, student in touched:
+        if (course.root / "autograded" / student / assignment).is_dir():
+            with course.lock:
+                course.api.generate_feedback(assignment, student, force=True)
 
 
 def summary_line(students: int, new: int, reused: int, seconds: float, workers: int, out: Path,

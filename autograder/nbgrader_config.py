@@ -36,6 +36,7 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "autograder.plugins.ScrubHiddenTests",
     "autograder.plugins.NameTestCells",
+    "autograder.plugins.FeedbackLateness",  # handed in, due, how late, what it cost
     "nbconvert.preprocessors.sanitize.SanitizeHTML",  # student markdown and outputs: no <script>, no on* handlers
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
@@ -51,7 +52,14 @@ def _feedback_templates():
     return os.path.join(os.path.dirname(spec.origin), "templates") if spec and spec.origin else None
 
 
+# The page is written by an exporter class of its own, configured under its own name: settings
+# under HTMLExporter reach every HTML exporter in the process, formgrader's included, which
+# renders a submission with its own 'formgrade' template (FormgradeExtension) and failed with
+# TemplateNotFound when handed this one. nbgrader's settings for feedback under HTMLExporter
+# (template_name "feedback", the folder of bootstrap.min.css) still reach this subclass; the
+# settings below, under its own name, take precedence over them.
+c.GenerateFeedback.exporter_class = "autograder.plugins.FeedbackExporter"
 if _feedback_templates():
-    c.HTMLExporter.extra_template_basedirs = [_feedback_templates()]
-    c.HTMLExporter.template_name = "feedback"  # the name nbgrader's API insists on (NbGraderAPI.generate_feedback)
-    c.HTMLExporter.filters = {"markdown2html": "autograder.plugins.markdown2html"}
+    c.FeedbackExporter.extra_template_basedirs = [_feedback_templates()]
+    c.FeedbackExporter.template_name = "feedback"
+    c.FeedbackExporter.filters = {"markdown2html": "autograder.plugins.markdown2html"}

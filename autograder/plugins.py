@@ -1,6 +1,7 @@
 """nbgrader preprocessors of our own, and what the feedback page needs (templates/feedback).
 
 * ScrubHiddenTests, NameTestCells: feedback notebooks safe to hand out, test cells named.
+* FeedbackExporter: the HTML exporter of feedback pages alone (formgrader keeps its own).
 * TrustedVerdicts: autograde without running anything of the student's.
 * student_outputs: the bounded copy of a student's outputs that feedback shows back to them.
 * markdown2html: markdown with its math rendered here (matplotlib's mathtext, inline SVG):
@@ -15,6 +16,7 @@ import threading
 import time
 
 from jinja2 import pass_context
+from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 from traitlets import Unicode
 
@@ -65,6 +67,43 @@ class NameTestCells(NbGraderPreprocessor):
             if meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
                 cell.metadata["attn_exercise"] = exercise_of(meta["grade_id"], graded)
         return nb, resources
+
+
+class FeedbackLateness(NbGraderPreprocessor):
+    """Feedback: when the notebook was handed in, when it was due, and what lateness cost, from the
+    gradebook (resources["attn_late"], shown under the page's title by templates/feedback)."""
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook, MissingEntry
+
+        from .lateness import how_late
+
+        info = resources.get("nbgrader", {})
+        try:
+            with Gradebook(info["db_url"]) as gb:
+                sub = gb.find_submission(info["assignment"], info["student"])
+                late = {"submitted": _when(sub.timestamp), "due": _when(sub.duedate),
+                        "late": how_late(float(sub.total_seconds_late or 0)),
+                        "penalty": float(info.get("late_penalty") or 0)}
+        except (KeyError, MissingEntry):
+            return nb, resources
+        resources["attn_late"] = late
+        return nb, resources
+
+
+def _when(moment) -> str:
+    """A gradebook time (naive UTC) as the page shows it: '2026-12-01 23:59 UTC' ('' when none)."""
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else ""
+
+
+class FeedbackExporter(HTMLExporter):
+    """The exporter of the feedback page (c.GenerateFeedback.exporter_class in nbgrader_config.py).
+
+    An HTMLExporter that differs only by its name: the page's template, its folder and the
+    markdown2html filter are configured under FeedbackExporter, so they reach feedback alone.
+    Configured under HTMLExporter they reached every HTML exporter, formgrader's too, and
+    formgrader could no longer show a submission (TemplateNotFound).
+    """
 
 
 NOT_GRADED = {"passed": False, "message": "not graded"}  # a test cell the verdicts do not name

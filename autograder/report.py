@@ -95,7 +95,7 @@ def _attention(results) -> list[tuple[str, list[str]]]:
         if is_blank(r):
             found[r.student_id].append(f"{r.notebook}: blank (handed in, no exercise attempted)")
         if getattr(r, "seconds_late", 0) > 0:
-            penalty = f", {r.late_penalty:g} points taken" if r.late_penalty else ""
+            penalty = f", {r.late_penalty:g} point{'' if r.late_penalty == 1 else 's'} taken" if r.late_penalty else ""
             found[r.student_id].append(f"{r.notebook}: {how_late(r.seconds_late)} (due {r.due}){penalty}")
         if r.review:
             found[r.student_id].append(f"{r.notebook}: code flagged for review")

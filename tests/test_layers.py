@@ -155,7 +155,7 @@ GRADER_LAYERS = [
      "autograder.runner", "autograder.sandbox", "autograder.checks"},
     {"autograder.outcomes", "autograder.outputs", "autograder.honesty", "autograder.course",
      "autograder.trusted", "autograder.submissions", "autograder.exports", "autograder.lateness"},
-    {"autograder.grade", "autograder.report", "autograder.selfcheck"},
+    {"autograder.grade", "autograder.report", "autograder.selfcheck", "autograder.lms"},
     {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config"},
 ]
 

@@ -161,6 +161,7 @@ def test_lab_config_hides_the_instructor_tools_and_keeps_validate():
 def test_lab_command_starts_jupyter_with_the_student_config(monkeypatch):
     calls = []
     monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append(cmd))
+    monkeypatch.setattr(cli.os, "chdir", lambda folder: None)  # the server would start there; this process stays
     monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/somewhere/else")
     monkeypatch.setenv("ATTN_COURSE_ROOT", str(REPO))

@@ -102,6 +102,10 @@ def test_changing_the_late_policy_needs_no_force(term):
             assert gb.find_submission_notebook(A01, A01, "lou").late_submission_penalty == penalty, policy
         page = feedback.read_text()
         assert (shown in page) if shown else ("Late submission penalty" not in page), policy
+        assert "Handed in 2026-12-03 10:00 UTC; due 2026-12-01 23:59 UTC: <strong>1 day 10 h late</strong>" in page
+        assert (f"{penalty:g} points taken for lateness" if penalty else "no points taken") in page, policy
+    on_time = (out / "feedback" / "cat" / f"{A01}.html").read_text()
+    assert "due 2026-12-01 23:59 UTC: on time." in on_time
     assert record.stat().st_mtime_ns == stamp, "changing the policy regraded the notebook"
 
 

@@ -1,0 +1,418 @@
+"""A graded class in the layouts learning platforms import (`attn-course export OUT --to ...`).
+
+The grades come from the gradebook of the grading output OUT, through `grade.write_outputs`: it
+rewrites OUT's grades.csv, grades_wide.csv, report and feedback pages from the gradebook now, so a
+grade or comment typed in formgrader since the last `attn-course grade` run is in the export and
+in those files alike. A
+notebook's points are its final score, max(score - late_penalty, 0), as in grades_wide.csv.
+
+* canvas: Canvas's gradebook import CSV (what Canvas's own gradebook export looks like): the
+  columns Student, ID, SIS User ID, SIS Login ID, Section, one column per notebook, and a
+  "Points Possible" row. Canvas ties a row to a student by ID (the Canvas user id), then SIS
+  User ID, SIS Login ID, then the name, and asks about rows it cannot tie. The user id is read
+  from the Canvas file name the notebook was graded from (``<name>_<user id>_<submission
+  id>_<file>``); with Canvas's gradebook export as a roster (`canvas_roster`), a student is
+  found there by that user id, else by their student id as ID / SIS id / login, else by name,
+  and the row gets the roster's columns and the assignment's header as Canvas wrote it
+  (``01_similarity_attention (1234)``: that assignment; a plain name is matched to an assignment
+  of that title or makes a new one, worth the Points Possible).
+* gradescope: one Gradescope autograder ``results.json`` per graded notebook (score, tests with
+  score / max_score / status / output), DEST/<student>/<notebook>/results.json.
+* prairielearn: one PrairieLearn external grader ``results.json`` per graded notebook (gradable,
+  score from 0 to 1, tests with points / max_points / message), same layout.
+* moodle: Moodle's grade import CSV: Student ID, First name, Last name, Email address (from the
+  roster given to `attn-course grade --roster`), one column per notebook; Moodle's import asks
+  which column identifies the user (map "Email address" to email) and which grade item each
+  column fills.
+
+A notebook the grader itself failed on (grader incident, error) is never exported as a grade: its
+cell is left empty and no JSON is written, and it is listed. A missing notebook scores 0 in the
+CSVs, as in grades_wide.csv, and has no JSON (there is no submission). Every CSV cell goes through
+`exports.safe_row`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import tempfile
+import threading
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from anyascii import anyascii
+
+from .exports import safe_row
+from .lateness import how_late
+from .outcomes import Status
+from .submissions import STUDENT_ID, flat_name
+
+if TYPE_CHECKING:
+    from .grade import NotebookResult
+
+FORMATS = ("canvas", "gradescope", "prairielearn", "moodle")
+HELD_BACK = (Status.INCIDENT, Status.ERROR)  # the grader's own failures: not a grade to hand on
+NOT_GRADABLE = (Status.UNREADABLE, Status.WRONG_NOTEBOOK)  # PrairieLearn's "invalid, not gradable"
+CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+POINTS_POSSIBLE = "    Points Possible"  # the first cell of that row, as Canvas's export writes it
+MOODLE_COLUMNS = ["Student ID", "First name", "Last name", "Email address"]
+MESSAGE_CHARS = 4000  # of one message in a JSON result (PrairieLearn takes 1 MB a file)
+GRADING_OUTPUT = "give the folder `attn-course grade SUBMISSIONS --out OUT` wrote (it holds gradebook.db and course/)"
+CANVAS_EXPORT = "give Canvas's own gradebook export (Grades > Export > Export Entire Gradebook)"
+
+
+class ExportError(ValueError):
+    """Input an export cannot use: the message says what is wrong and what to give instead."""
+
+
+@dataclass
+class Exported:
+    dest: Path  # the file or folder written
+    written: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for the instructor to know
+    problems: list[str] = field(default_factory=list)  # students not tied to a platform user, grades held back
+
+
+# --------------------------------------------------------------------------- the class
+def grading_output(out: Path) -> Path:
+    """`out` checked to be a grading output (its course/ folder is taken for it); ExportError otherwise."""
+    out = Path(out)
+    if not out.is_dir():
+        raise ExportError(f"{out} {'is not a folder' if out.exists() else 'does not exist'}: {GRADING_OUTPUT}")
+    if out.name == "course" and (out.parent / "gradebook.db").is_file():
+        out = out.parent
+    missing = [name for name in ("gradebook.db", "course/source", "course/release") if not (out / name).exists()]
+    if missing:
+        raise ExportError(f"{out} is not a grading output (it has no {', '.join(missing)}): {GRADING_OUTPUT}")
+    return out.resolve()
+
+
+def class_grades(out: Path) -> tuple[list[NotebookResult], dict[str, dict[str, str]]]:
+    """Every student x notebook in play, from the gradebook now (manual grades included), and each
+    student's first_name, last_name and email as the gradebook knows them."""
+    from nbgrader.api import Gradebook
+
+    from .grade import Course, in_play, write_outputs
+
+    out = grading_output(out)
+    course = Course(out / "course")
+    course.lock = threading.Lock()  # the gradebook may be written (a changed late penalty, feedback pages again)
+    results = write_outputs(course, out, in_play(course, _last_run_notebooks(out)))
+    with Gradebook(course.db_url) as gb:
+        people = {s.id: {"first_name": s.first_name or "", "last_name": s.last_name or "", "email": s.email or ""}
+                  for s in gb.students}
+    return results, people
+
+
+def _last_run_notebooks(out: Path) -> list[str]:
+    """The notebooks of the last grade run (OUT/results.json): those asked for by name stay in play."""
+    try:
+        return sorted({r["notebook"] for r in json.loads((out / "results.json").read_text()) if isinstance(r["notebook"], str)})
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+
+
+def final(r: NotebookResult) -> float:
+    return max(r.score - r.late_penalty, 0.0)
+
+
+def points(x: float) -> str:
+    return f"{round(x, 2):g}"
+
+
+def _table(results: list[NotebookResult]) -> tuple[list[str], dict[str, float], dict[str, dict[str, NotebookResult]]]:
+    """(notebooks, {notebook: max score}, {student: {notebook: result}})."""
+    notebooks = sorted({r.notebook for r in results})
+    tops = {r.notebook: r.max_score for r in results}
+    by_student: dict[str, dict[str, NotebookResult]] = {}
+    for r in results:
+        by_student.setdefault(r.student_id, {})[r.notebook] = r
+    return notebooks, tops, by_student
+
+
+def _cell(r: NotebookResult | None) -> str:
+    """A notebook's points in a CSV: empty when held back, 0 when there is no result."""
+    if r is None:
+        return "0"
+    return "" if r.status in HELD_BACK else points(final(r))
+
+
+def _held_back(results: list[NotebookResult]) -> list[str]:
+    return [f"{r.student_id} {r.notebook}: not exported ({r.status_text}); grade it again, then export"
+            for r in sorted(results, key=lambda r: (r.student_id, r.notebook)) if r.status in HELD_BACK]
+
+
+def _write_csv(rows: list[list[str]], path: Path) -> None:
+    """Atomically, every cell through safe_row."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", newline="", encoding="utf-8", dir=path.parent, delete=False,
+                                     suffix=".tmp") as fh:
+        writer = csv.writer(fh)
+        for row in rows:
+            writer.writerow(safe_row(row))
+    os.chmod(fh.name, 0o644)
+    os.replace(fh.name, path)
+
+
+# --------------------------------------------------------------------------- Canvas
+@dataclass
+class CanvasRoster:
+    students: list[dict[str, str]]  # the student rows, by column name
+    headers: dict[str, str]  # assignment title -> its column header in Canvas's export ('title (id)')
+
+
+def read_canvas_roster(path: Path) -> CanvasRoster:
+    """Canvas's gradebook export: its student rows and its assignments' headers; ExportError when it is not one."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as err:
+        raise ExportError(f"--canvas-roster: {path} cannot be read ({err.strerror or err}): {CANVAS_EXPORT}") from None
+    except UnicodeDecodeError:
+        raise ExportError(f"--canvas-roster: {path} is not UTF-8 text: {CANVAS_EXPORT}") from None
+    first = text.splitlines()[0] if text else ""
+    rows = list(csv.reader(io.StringIO(text), delimiter=";" if first.count(";") > first.count(",") else ","))
+    header = [c.strip() for c in rows[0]] if rows else []
+    missing = [c for c in ("Student", "ID") if c not in header]
+    if missing:
+        raise ExportError(f"--canvas-roster: {path} is not a Canvas gradebook export: it has no {' and no '.join(missing)} "
+                          f"column (found: {', '.join(header) or 'no header'}); {CANVAS_EXPORT}")
+    students = []
+    for row in rows[1:]:
+        cells = dict(zip(header, (c.strip() for c in row), strict=False))  # short rows: missing cells
+        if "Points Possible" not in cells.get("Student", "") and cells.get("ID", "").isdigit():
+            students.append(cells)  # not the Points Possible row, nor the "Manual Posting" one
+    headers = {}
+    for h in header:
+        m = re.fullmatch(r"(.*)\s\((\d+)\)", h)  # Canvas's 'title (id)', as its importer reads it
+        if m:
+            headers.setdefault(m.group(1), h)
+    return CanvasRoster(students, headers)
+
+
+def canvas_user_id(source_file: str) -> str:
+    """The Canvas user id in the name of the file a notebook was graded from ('' when not a Canvas name).
+    `source_file` is NotebookResult.source_file: '<path in the class folder> (<where its time came from>)'."""
+    head, sep, _ = source_file.rpartition(" (")
+    parts = PurePosixPath(head if sep else source_file).parts
+    if not parts:
+        return ""
+    top = parts[0]
+    suffix = next((s for s in (".ipynb", ".zip") if top.lower().endswith(s)), "")
+    found = flat_name(top, {}, suffix=suffix)
+    return found.user if found is not None and found.platform == "canvas" else ""
+
+
+def _name_key(name: str) -> str:
+    """'Smith, Jane', 'smithjane', 'Smith Jane' -> 'smithjane' (how Canvas names its files)."""
+    return re.sub(r"[^a-z0-9]", "", anyascii(unicodedata.normalize("NFC", name)).lower())
+
+
+def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[str, str]]
+                 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """({student: their roster row}, {student: why none}). A student is found by the Canvas user id
+    of their files, else by their id as ID, SIS User ID or SIS Login ID, else by name; a row that
+    fits two students, or two rows that fit one, tie nobody."""
+    by_uid = {row["ID"]: row for row in roster}
+    by_id: dict[str, dict[str, dict[str, str]]] = {}
+    by_name: dict[str, dict[str, dict[str, str]]] = {}
+    for row in roster:
+        for column in ("ID", "SIS User ID", "SIS Login ID"):
+            if row.get(column):
+                by_id.setdefault(row[column].lower(), {})[row["ID"]] = row
+        by_name.setdefault(_name_key(row.get("Student", "")), {})[row["ID"]] = row
+    found: dict[str, dict[str, str]] = {}
+    why: dict[str, str] = {}
+    for sid in sorted(students):
+        uid = next((u for r in students[sid] if (u := canvas_user_id(r.source_file))), "")
+        if uid:
+            fits = {uid: by_uid[uid]} if uid in by_uid else {}
+            if not fits:
+                why[sid] = f"Canvas user {uid}, from the name of the file graded, is not in the roster"
+                continue
+        else:
+            fits = by_id.get(sid.lower()) or by_name.get(_name_key(sid), {})
+            if len(fits) != 1:
+                why[sid] = ("no roster row has this id as ID, SIS User ID or SIS Login ID, or this name" if not fits else
+                            f"several roster rows fit ({', '.join(sorted(fits))}): not guessed")
+                continue
+        [row] = fits.values()
+        found[sid] = row
+    claimed: dict[str, list[str]] = {}
+    for sid, row in found.items():
+        claimed.setdefault(row["ID"], []).append(sid)
+    for uid, sids in claimed.items():
+        if len(sids) > 1:
+            for sid in sids:
+                del found[sid]
+                why[sid] = f"the roster row of Canvas user {uid} fits {', '.join(sids)}: not guessed"
+    return found, why
+
+
+def canvas_csv(results: list[NotebookResult], path: Path, roster: CanvasRoster | None = None,
+               people: dict[str, dict[str, str]] | None = None) -> Exported:
+    """Canvas's gradebook import CSV at `path`; every student has a row (one not tied to a Canvas user
+    has an empty ID, and Canvas asks about it on import) and is listed in `problems`."""
+    notebooks, tops, by_student = _table(results)
+    people = people or {}
+    found, why = match_canvas({s: list(nbs.values()) for s, nbs in by_student.items()}, roster.students) \
+        if roster is not None else ({}, {})
+    headers = [roster.headers.get(n, n) if roster is not None else n for n in notebooks]
+    rows = [CANVAS_COLUMNS + headers, [POINTS_POSSIBLE, "", "", "", ""] + [points(tops[n]) for n in notebooks]]
+    done = Exported(path, [path])
+    for sid in sorted(by_student):
+        row = found.get(sid)
+        if row is not None:
+            who = [row.get(c, "") for c in CANVAS_COLUMNS]
+        else:
+            uid = next((u for r in by_student[sid].values() if (u := canvas_user_id(r.source_file))), "")
+            person = people.get(sid, {})
+            name = ", ".join(p for p in (person.get("last_name"), person.get("first_name")) if p) or sid
+            who = [name, uid, "", "", ""]
+            if roster is not None:
+                done.problems.append(f"{sid}: not tied to a row of the Canvas roster ({why[sid]}); Canvas matches its "
+                                     f"row by {f'user id {uid}' if uid else f'the name {name!r}'} or asks whom it is for")
+            elif not uid:
+                done.problems.append(f"{sid}: no Canvas user id (not graded from a Canvas file name); Canvas matches "
+                                     f"the row by the name {name!r} or asks: give --canvas-roster to tie it")
+        rows.append(who + [_cell(by_student[sid].get(n)) for n in notebooks])
+    _write_csv(rows, path)
+    if roster is not None:
+        tied = {row["ID"] for row in found.values()}
+        absent = sorted(row.get("Student", row["ID"]) for row in roster.students if row["ID"] not in tied)
+        if absent:
+            done.notes.append(f"{len(absent)} roster student(s) have no grades here (not in this gradebook), their "
+                              f"Canvas grades are left as they are: {'; '.join(absent)}")
+        new = [n for n in notebooks if n not in roster.headers]
+        if new:
+            done.notes.append(f"not among the roster's assignments (Canvas fills an assignment of that title or makes "
+                              f"a new one): {', '.join(new)}")
+    done.problems += _held_back(results)
+    return done
+
+
+# --------------------------------------------------------------------------- Gradescope, PrairieLearn
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " [...]"
+
+
+def _summary(r: NotebookResult) -> str:
+    lines = [f"{r.notebook}: {final(r):g} / {r.max_score:g}"]
+    if r.status is not Status.OK:
+        lines.append(r.status_text)
+    if r.late_penalty:
+        lines.append(f"{how_late(r.seconds_late)} (due {r.due}): {r.late_penalty:g} points taken")
+    return _clip("\n".join(lines))
+
+
+def _late(r: NotebookResult) -> str:
+    return f"{how_late(r.seconds_late) or 'late'} (due {r.due}): the late policy takes {r.late_penalty:g} points"
+
+
+def gradescope_result(r: NotebookResult) -> dict:
+    """Gradescope's autograder results.json for one graded notebook: the top-level score (the final
+    one) overrides the sum of the tests, which show each test cell and the late penalty."""
+    tests = [{"name": c.grade_id, "score": c.score, "max_score": c.max_score,
+              "status": "passed" if c.score >= c.max_score else "failed", "output": _clip(c.message),
+              "tags": [c.exercise]} for c in r.cells]
+    if r.late_penalty:
+        tests.append({"name": "late penalty", "score": -r.late_penalty, "max_score": 0.0, "output": _late(r)})
+    return {"score": final(r), "output": _summary(r), "output_format": "text", "test_output_format": "text",
+            "test_name_format": "text", "tests": tests,
+            "extra_data": {"student_id": r.student_id, "notebook": r.notebook, "max_score": r.max_score,
+                           "late_penalty": r.late_penalty, "status": r.status.value}}
+
+
+def prairielearn_result(r: NotebookResult) -> dict:
+    """PrairieLearn's external grader results.json for one graded notebook: score from 0 to 1 (the
+    final score over the notebook's points); an unreadable or wrong notebook is not gradable."""
+    if r.status in NOT_GRADABLE:
+        return {"gradable": False, "format_errors": [_clip(r.status_text)], "message": _summary(r)}
+    tests = [{"name": c.grade_id, "description": f"exercise {c.exercise}", "points": c.score,
+              "max_points": c.max_score, "message": _clip(c.message)} for c in r.cells]
+    if r.late_penalty:
+        tests.append({"name": "late penalty", "description": "the class's late policy", "points": -r.late_penalty,
+                      "max_points": 0.0, "message": _late(r)})
+    score = min(max(final(r) / r.max_score, 0.0), 1.0) if r.max_score > 0 else 0.0
+    return {"gradable": True, "score": score, "message": _summary(r), "tests": tests}
+
+
+def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
+    """make(result) as DEST/<student>/<notebook>/results.json for every graded notebook; a missing one
+    has none, a held-back one none (an earlier export's file is removed), each listed."""
+    done = Exported(dest)
+    missing = 0
+    for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
+        if not STUDENT_ID.match(r.student_id):
+            refused = f"{r.student_id!r}: not written, the student id cannot name a folder"
+            done.problems += [] if refused in done.problems else [refused]
+            continue
+        target = dest / r.student_id / r.notebook / "results.json"
+        if r.status is Status.MISSING or r.status in HELD_BACK:
+            missing += r.status is Status.MISSING
+            target.unlink(missing_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(make(r), indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, target)
+        done.written.append(target)
+    if missing:
+        done.notes.append(f"{missing} notebook(s) not submitted: no results.json for them")
+    done.problems += _held_back(results)
+    return done
+
+
+# --------------------------------------------------------------------------- Moodle
+def moodle_csv(results: list[NotebookResult], path: Path, people: dict[str, dict[str, str]] | None = None) -> Exported:
+    """Moodle's grade import CSV at `path`: one row per student, the email address to map users by."""
+    notebooks, _, by_student = _table(results)
+    people = people or {}
+    rows = [MOODLE_COLUMNS + notebooks]
+    done = Exported(path, [path])
+    for sid in sorted(by_student):
+        person = people.get(sid, {})
+        if not person.get("email"):
+            done.problems.append(f"{sid}: no email address in the gradebook; map Moodle users by 'Student ID' if "
+                                 "the ids are Moodle usernames or ID numbers, or give `attn-course grade` a --roster "
+                                 "with an email column")
+        rows.append([sid, person.get("first_name", ""), person.get("last_name", ""), person.get("email", "")]
+                    + [_cell(by_student[sid].get(n)) for n in notebooks])
+    _write_csv(rows, path)
+    done.notes.append("on import, map 'Email address' to the users' email and each notebook column to its grade "
+                      "item (made beforehand with the notebook's points as its maximum)")
+    done.problems += _held_back(results)
+    return done
+
+
+# --------------------------------------------------------------------------- the command
+def default_dest(out: Path, to: str) -> Path:
+    return out / "lms" / (f"{to}.csv" if to in ("canvas", "moodle") else to)
+
+
+def export(out: Path, to: str, dest: Path | None = None, canvas_roster: Path | None = None) -> Exported:
+    """The class graded into `out`, in the layout of `to` (FORMATS), at `dest` (default OUT/lms/...)."""
+    if to not in FORMATS:
+        raise ExportError(f"--to {to!r}: not a format this exports; give one of {', '.join(FORMATS)}")
+    if canvas_roster is not None and to != "canvas":
+        raise ExportError(f"--canvas-roster is for --to canvas only (not {to}): leave it out")
+    roster = read_canvas_roster(canvas_roster) if canvas_roster is not None else None
+    out = grading_output(out)
+    dest = Path(dest) if dest is not None else default_dest(out, to)
+    csv_file = to in ("canvas", "moodle")
+    if csv_file and dest.is_dir():
+        dest = dest / f"{to}.csv"
+    elif not csv_file and dest.exists() and not dest.is_dir():
+        raise ExportError(f"--dest {dest}: a file; {to} writes a folder of results.json files: give a folder")
+    results, people = class_grades(out)
+    if not results:
+        raise ExportError(f"{out}: the gradebook has no student and no notebook in play yet: grade the class first")
+    if to == "canvas":
+        return canvas_csv(results, dest, roster, people)
+    if to == "moodle":
+        return moodle_csv(results, dest, people)
+    return json_results(results, dest, gradescope_result if to == "gradescope" else prairielearn_result)

@@ -1,0 +1,241 @@
+"""Manual grading in nbgrader's formgrader, on the gradebook `attn-course grade` wrote.
+
+* The feedback page's settings reach the feedback exporter alone: formgrader renders a submission
+  with its own 'formgrade' template (with ours it failed: TemplateNotFound, "Sorry, the formgrader
+  encountered an error").
+* `attn-course formgrader OUT` refuses, saying what to give, a folder that is not a grading output,
+  and starts `jupyter server` on the grading course with formgrader on.
+* End to end in a real browser (Debian's chromium, as in test_browser.py): a class of three is
+  graded, formgrader is started with the command, a submission opened from the list of
+  submissions, a manual grade, extra credit and a comment entered; they are in the gradebook, in
+  grades.csv and grades_wide.csv after the next grading run, and survive a forced regrade (whose
+  feedback page then shows the comment).
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from autograder.course import write_course_config
+from autograder.grade import grade
+from course_tools import cli
+
+from . import test_browser
+from .layout import REPO
+from .setups import A01, class_of_three
+from .test_browser import _free_port, _lab_env, _need_browser, _stop_lab, screenshot, visible_text
+
+browser, page = test_browser.browser, test_browser.page  # the same fixtures: headless chromium, one page per test
+
+FAILED_TEST = "test_normalize_rows"  # 0 / 2 for the student "mistake" (normalize_rows divides by the total)
+EXTRA_ON = "test_contextualize"  # passed (2 / 2): extra credit on top
+COMMENT = "Each row must be divided by its own sum (axis=1); half the points for the idea."
+SERVER_START_S = 120
+
+
+# --------------------------------------------------------------------------- settings, no browser
+def test_feedback_settings_reach_the_feedback_exporter_alone(tmp_path):
+    """formgrader's exporter keeps its 'formgrade' template; feedback's gets ours, its folder and filter."""
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder.plugins import FeedbackExporter
+
+    write_course_config(tmp_path / "course")
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "course")).load_config()
+    formgrade = FormgradeExtension().build_extra_config()
+    formgrade.merge(config)  # the course's file is read over the extension's own settings
+    assert HTMLExporter(config=formgrade).template_name == "formgrade"
+
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
+    exporter = converter.exporter_class(parent=converter, config=converter.config)
+    assert isinstance(exporter, FeedbackExporter)
+    assert exporter.template_name == "feedback"
+    assert [Path(p).name for p in exporter.extra_template_basedirs] == ["templates"]
+    assert Path(exporter.extra_template_basedirs[0]).parent.name == "autograder"
+    assert exporter.filters == {"markdown2html": "autograder.plugins.markdown2html"}
+
+
+# --------------------------------------------------------------------------- the command, no server
+def formgrader_error(capsys, out: Path) -> str:
+    assert cli.main(["formgrader", str(out)]) == 2
+    return capsys.readouterr().err
+
+
+def test_formgrader_says_what_to_give_when_out_is_not_a_grading_output(tmp_path, capsys):
+    err = formgrader_error(capsys, tmp_path / "nowhere")
+    assert "does not exist" in err and "attn-course grade SUBMISSIONS --out OUT" in err
+    (tmp_path / "file").write_text("")
+    assert "is not a folder" in formgrader_error(capsys, tmp_path / "file")
+    err = formgrader_error(capsys, tmp_path)
+    assert "is not a grading output" in err and "gradebook.db" in err and "attn-course formgrader OUT" in err
+    graded = tmp_path / "graded"
+    write_course_config(graded / "course", f"sqlite:///{graded / 'gradebook.db'}")
+    (graded / "gradebook.db").write_bytes(b"")
+    assert f"the grading output in it: {graded}" in formgrader_error(capsys, tmp_path)
+
+
+def test_formgrader_refuses_a_grading_output_moved_after_grading(tmp_path, capsys):
+    write_course_config(tmp_path / "old" / "course", f"sqlite:///{tmp_path / 'old' / 'gradebook.db'}")
+    (tmp_path / "old" / "gradebook.db").write_bytes(b"")
+    (tmp_path / "old").rename(tmp_path / "new")
+    err = formgrader_error(capsys, tmp_path / "new")
+    assert "moved since" in err and str(tmp_path / "old") in err
+
+
+def test_formgrader_starts_jupyter_server_in_the_grading_course(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    write_course_config(out / "course", f"sqlite:///{out / 'gradebook.db'}")
+    (out / "gradebook.db").write_bytes(b"")
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append(cmd))
+    monkeypatch.setattr(cli.os, "chdir", lambda folder: calls.append(folder))
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))  # _formgrader puts this venv's bin first
+    assert cli.main(["formgrader", str(out / "course"), "--port", "8899", "--no-browser", "--allow-root"]) == 0
+    [folder, cmd] = calls
+    assert folder == (out / "course").resolve()
+    assert cmd[:3] == [sys.executable, "-m", "jupyter_server"]
+    assert f"--ServerApp.root_dir={folder}" in cmd and "--ServerApp.port=8899" in cmd and "--no-browser" in cmd
+    assert "--ServerApp.port_retries=0" in cmd and "--allow-root" in cmd
+    assert cmd[cmd.index("--ServerApp.jpserver_extensions") + 1] == "nbgrader.server_extensions.formgrader=True"
+    token = next(a for a in cmd if a.startswith("--IdentityProvider.token=")).partition("=")[2]
+    assert f"http://127.0.0.1:8899/formgrader?token={token}" in capsys.readouterr().out
+    assert cli.main(["formgrader", str(out), "--port", "0"]) == 2
+    assert "--port 0" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- in the browser
+@pytest.fixture(scope="module")
+def graded():
+    """Three students' notebook 01 (solved, one mistake, blank), graded for real: (submissions, out)."""
+    _need_browser()  # no browser: do not spend half a minute grading
+    for folder, _ in class_of_three():
+        subs, out = folder / "submissions", folder / "out"
+        results = {r.student_id: r for r in grade(subs, out, progress=False, workers=2, assignments=[A01])}
+        failed = {c.grade_id: c.score for c in results["mistake"].cells if c.score < c.max_score}
+        assert FAILED_TEST in failed and failed[FAILED_TEST] == 0, failed
+        yield subs, out, results["mistake"].score
+
+
+def _wait_for_url(log: Path, proc: subprocess.Popen) -> str:
+    """The formgrader address the command printed before it started the server."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = re.search(r"http://\S+/formgrader\?token=\w+", log.read_text(errors="replace"))
+        if found:
+            return found.group(0)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    pytest.fail(f"`attn-course formgrader` printed no address:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _wait_for_server(base: str, token: str, log: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"formgrader exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"formgrader did not answer in {SERVER_START_S} s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.fixture
+def formgrader(graded, tmp_path):
+    """`attn-course formgrader OUT` on a free port, as an instructor starts it: the URL it printed."""
+    _, out, _ = graded
+    command = [str(Path(sys.executable).parent / "attn-course"), "--course", str(REPO), "formgrader", str(out),
+               "--no-browser", "--port", str(_free_port()), *(["--allow-root"] if os.geteuid() == 0 else [])]
+    log_path = tmp_path / "formgrader.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, cwd=tmp_path, env=_lab_env(tmp_path / "jupyter"), stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = _wait_for_url(log_path, proc)
+    base, token = url.split("/formgrader?token=")
+    try:
+        _wait_for_server(base, token, log_path, proc)
+        yield url
+    finally:
+        _stop_lab(proc, base, token)
+
+
+def _saved(page, kind: str, field, value: str) -> None:
+    """Type `value` into a formgrader field and leave it, as a person does; wait for formgrader's save."""
+    with page.expect_response(lambda r: f"/formgrader/api/{kind}/" in r.url and r.request.method == "PUT") as answer:
+        field.fill(value)
+        field.blur()
+    assert answer.value.ok, f"formgrader did not save the {kind}: HTTP {answer.value.status}"
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.slow
+def test_manual_grade_in_formgrader_reaches_gradebook_and_exports(graded, formgrader, page, tmp_path):
+    from nbgrader.api import Gradebook
+    from playwright.sync_api import expect
+
+    subs, out, auto = graded
+    page.goto(formgrader, wait_until="domcontentloaded")
+    expect(page.get_by_text(A01).first).to_be_visible()  # Manage Assignments lists the notebook
+    base = formgrader.split("/formgrader?")[0]
+    page.goto(f"{base}/formgrader/gradebook/{A01}/{A01}", wait_until="domcontentloaded")
+    expect(page.locator("a.name-hidden")).to_have_count(3)  # the list arrives after the page: one row a student
+    page.locator("#toggle_names").click()  # the list shows "Submission #n" until names are shown
+    page.get_by_role("link", name="mistake", exact=True).click()
+
+    score = page.locator(f"input.score[id='{FAILED_TEST}']")
+    expect(score).to_be_visible()  # the submission is shown: no "formgrader encountered an error"
+    assert "encountered an error" not in visible_text(page)
+    # formgrader's script binds the fields once it has fetched the grades and comments: typed before
+    # that, a value is never saved
+    page.wait_for_function("() => window.formgrader && formgrader.grades && formgrader.grades.loaded"
+                           " && formgrader.comments && formgrader.comments.loaded")
+    _saved(page, "grade", score, "1.5")
+    _saved(page, "grade", page.locator(f"input.extra-credit[id='{EXTRA_ON}_extra_credit']"), "1")
+    _saved(page, "comment", page.locator("textarea[id='normalize_rows-comment']"), COMMENT)
+    page.reload(wait_until="domcontentloaded")
+    expect(page.locator(f"input.score[id='{FAILED_TEST}']")).to_have_value("1.5")
+    expect(page.locator("textarea[id='normalize_rows-comment']")).to_have_value(COMMENT)
+    screenshot(page, tmp_path, "formgrader-manual-grade.png")
+
+    expected = auto + 1.5 + 1
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        assert gb.find_grade(FAILED_TEST, A01, A01, "mistake").manual_score == 1.5
+        assert gb.find_grade(EXTRA_ON, A01, A01, "mistake").extra_credit == 1
+        assert gb.find_comment("normalize_rows", A01, A01, "mistake").manual_comment == COMMENT
+        assert gb.find_submission_notebook(A01, A01, "mistake").score == expected
+
+    # the next grading run (nothing to grade again) writes the tables from the gradebook
+    grade(subs, out, progress=False, workers=2, assignments=[A01])
+    _assert_exported(out, expected)
+    # a forced regrade keeps the manual grade (nbgrader keeps manual scores), and its feedback shows the comment
+    grade(subs, out, progress=False, workers=1, assignments=[A01], students=["mistake"], force=True)
+    _assert_exported(out, expected)
+    assert COMMENT in (out / "feedback" / "mistake" / f"{A01}.html").read_text()
+
+
+def _assert_exported(out: Path, score: float) -> None:
+    [row] = [r for r in _rows(out / "grades.csv") if r["student_id"] == "mistake" and r["notebook"] == A01]
+    assert float(row["score"]) == score, row
+    [wide] = [r for r in _rows(out / "grades_wide.csv") if r["student_id"] == "mistake"]
+    assert float(wide[A01]) == score, wide

@@ -110,7 +110,7 @@ def _exercises(rows) -> dict[str, list[float]]:
             totals[c.exercise][0] += c.score
             totals[c.exercise][1] += c.max_score
         for exercise, (got, top) in totals.items():
-            per_exercise[exercise].append(got / top if top else 0.0)
+            per_exercise[exercise].append(min(got / top, 1.0) if top else 0.0)  # extra credit: full marks here
     return per_exercise
 
 

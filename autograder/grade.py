@@ -832,13 +832,12 @@ def write_outputs(course: Course, out: Path, playing: list[str]) -> list[Noteboo
 def _refresh_manual_feedback(course: Course) -> None:
     """Feedback pages again for the notebooks someone graded or commented on by hand (formgrader):
     nbgrader writes a page when a notebook is graded, and a later manual score would not reach it."""
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Comment, Grade, Gradebook
 
-    with Gradebook(course.db_url) as gb:
-        touched = sorted({(nb.assignment.name, nb.student.id) for a in gb.assignments for sub in a.submissions
-                          for nb in sub.notebooks
-                          if any(g.manual_score is not None or g.extra_credit for g in nb.grades)
-                          or any(c.manual_comment for c in nb.comments)})
+    with Gradebook(course.db_url) as gb:  # two queries, whatever the size of the class
+        by_hand = gb.db.query(Grade).filter((Grade.manual_score.isnot(None)) | (Grade.extra_credit > 0)).all()
+        by_hand += gb.db.query(Comment).filter(Comment.manual_comment.isnot(None), Comment.manual_comment != "").all()
+        touched = sorted({(entry.notebook.assignment.name, entry.notebook.student.id) for entry in by_hand})
     for assignment, student in touched:
         if (course.root / "autograded" / student / assignment).is_dir():
             with course.lock:

@@ -108,6 +108,30 @@ def test_a_function_that_timed_out_is_waited_for_once(course, check):
     assert result.score == result.max_score - 5, (result.score, messages)  # softmax's 5 points only
 
 
+def test_check_says_which_cell_runs_and_for_how_long(course, tmp_path_factory, capsys):
+    """No blind wait: while a slow cell runs, the live display hears which cell it is and how much
+    of its limit it has used (the sandbox reports five times a second); `check` prints it on stderr."""
+    nb = solved_notebook(course, A01)
+    at = answer_cell_number(nb, "dot_similarity")
+    nb.cells.insert(at - 1, nbformat.v4.new_code_cell("import time\ntime.sleep(3)  # a slow cell"))
+    heard = []
+    prepared = selfcheck.prepare(A01, root=tmp_path_factory.mktemp("check-cache"))
+    result = selfcheck.check_notebook(prepared, nbformat.writes(nb).encode(), Limits(cell_seconds=20),
+                                      progress=lambda i, n, what, seconds, limit: heard.append((i, n, what, seconds, limit)))
+    assert result.score == result.max_score
+    slow = [h for h in heard if "the code cell starting 'import time'" in h[2]]
+    assert slow and max(h[3] for h in slow) >= 2 and all(h[4] == 20 for h in slow), heard[-5:]
+    assert len({h[1] for h in heard}) == 1 and all(0 <= h[0] < h[1] for h in heard)
+
+    from course_tools import cli
+
+    path = tmp_path_factory.mktemp("nb") / f"{A01}.ipynb"
+    nbformat.write(nb, path)
+    assert cli.main(["check", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "checking: cell" in err and "the code cell starting 'import time'" in err, err[-2000:]
+
+
 def test_notebook_out_of_time_says_which_cells_used_it(course, check):
     """Endless cells in a row use up the notebook's time: the tests after them say so, and
     name the cells (none reads 'the notebook stopped before this test' and nothing else)."""

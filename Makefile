@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lint build lab check clean venv train gpu-check bench-translator sandbox
+.PHONY: grade test lint build lab labextension check clean venv train gpu-check bench-translator sandbox
 
 ## make grade: set up, regenerate the student notebooks, grade the demo class, print the table.
 ## The instructor's demo: to grade your own notebook, run `attn-course check <notebook>`. The build
@@ -56,6 +56,17 @@ bench-translator: $(STAMP)
 LAB_ARGS ?=
 lab: $(STAMP)
 	attn-course lab $(LAB_ARGS)
+
+# The Validate button's lab extension (course_tools/labextension/, TypeScript). Its build is committed
+# (course_tools/jupyter_data/), so only whoever edits it needs Node.js and npm; a test fails when the
+# source changed since the last build.
+LABEXT := course_tools/labextension
+labextension: $(STAMP)
+	cd $(LABEXT) && npm install --no-audit --no-fund && npx tsc
+	rm -rf course_tools/jupyter_data/labextensions/@attention-course/validate
+	cd $(LABEXT) && node node_modules/@jupyterlab/builder/lib/build-labextension.js \
+	    --core-path "$$(python -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
+	python -m course_tools.labextension_stamp write
 
 venv: $(STAMP)
 

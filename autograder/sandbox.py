@@ -676,27 +676,34 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     reader = Reader(read_fd, len(inputs["cells"]), record_cells, max_total=budget, order=order)
     cell_started, last_cell, code, stopped = time.monotonic(), None, None, ""
     watch = MemoryWatch(proc.pid, limits.memory_bytes) if memwatch.needed(groups) else None
-    while True:
-        try:
-            code = proc.wait(timeout=memwatch.SAMPLE_SECONDS)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        running, _ = reader.snapshot()
-        if running != last_cell:
-            last_cell, cell_started = running, time.monotonic()
-        if progress is not None:
-            progress(running, time.monotonic() - cell_started)
-        if watch is not None and watch.over():  # no memory cgroup: the processes' sum, watched from here
-            _kill(proc)
-            code, stopped = None, watch.describe()
-            break
-        now = time.monotonic()
-        if (running is not None and now - cell_started > limits.cell_seconds + 5) or \
-                now - started > limits.notebook_seconds or reader.state.problem:
-            _kill(proc)
-            code = None
-            break
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=memwatch.SAMPLE_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            running, _ = reader.snapshot()
+            if running != last_cell:
+                last_cell, cell_started = running, time.monotonic()
+            if progress is not None:
+                progress(running, time.monotonic() - cell_started)
+            if watch is not None and watch.over():  # no memory cgroup: the processes' sum, watched from here
+                _kill(proc)
+                code, stopped = None, watch.describe()
+                break
+            now = time.monotonic()
+            if (running is not None and now - cell_started > limits.cell_seconds + 5) or \
+                    now - started > limits.notebook_seconds or reader.state.problem:
+                _kill(proc)
+                code = None
+                break
+    except BaseException:  # interrupted (Ctrl-C, a cancelled check): the sandbox must not outlive us
+        _kill(proc)
+        reader.close()
+        err.close()
+        _remove_all(made)
+        raise
     _kill(proc)  # whatever the runner left behind in its process group
     received = reader.close()
     err.seek(0)

@@ -39,6 +39,8 @@ from .outcomes import Status
 from .sandbox import Limits, SandboxUnavailable, make_kit, run_notebook_job
 from .submissions import match_assignment, parse_notebook
 
+STARTING = "starting the sandbox"  # what `progress` hears before the first cell runs
+
 READY = "ready.json"  # written last in an entry: its presence means the entry is complete
 PRUNE_AFTER_SECONDS = 3600  # entries of an older version, and abandoned builds, unused this long are removed
 
@@ -216,7 +218,7 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
     try:
         world = sandbox_world(course, assignment, folder)
         def live(i: int | None, seconds: float) -> None:
-            what = trusted.describe_cell(job, i) if i is not None else "starting the sandbox"
+            what = trusted.describe_cell(job, i) if i is not None else STARTING
             progress(i or 0, len(job.cells), what, seconds, limits.cell_seconds)
 
         verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,

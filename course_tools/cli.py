@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -89,10 +93,24 @@ def _check(args) -> int:
     _without_iri_parser()
     from autograder.selfcheck import format_report, self_check
 
-    with _CheckProgress() as live:
-        result, verdicts = self_check(Path(args.notebook), limits=_settings().limits, progress=live)
+    live = _JsonProgress() if args.progress == "json" else _CheckProgress() if args.progress == "bar" else None
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers can only be set there
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # Lab's Cancel: stop the sandbox too
+    try:
+        with live or contextlib.nullcontext():
+            result, verdicts = self_check(Path(args.notebook), limits=_settings().limits, progress=live)
+    except KeyboardInterrupt:
+        print("attn-course check: stopped before the end; nothing was checked", file=sys.stderr)
+        return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     print(format_report(result, verdicts))
     return 0 if result.score == result.max_score else 1
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _check_description() -> str:
@@ -129,6 +147,31 @@ class _CheckProgress:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class _JsonProgress:
+    """`check --progress json`: the same news as the live line, one JSON object per line on stderr
+    (at most twice a second, and whenever the cell changes), for a program to show: Lab's Validate."""
+
+    def __init__(self) -> None:
+        self.last: tuple[int, float] = (-1, 0.0)
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, index: int, cells: int, what: str, seconds: float, limit: float) -> None:
+        now = time.monotonic()
+        if index == self.last[0] and now - self.last[1] < 0.5:
+            return
+        self.last = (index, now)
+        from autograder.selfcheck import STARTING
+
+        print(json.dumps({"cell": None if what == STARTING else index, "cells": cells, "what": what,
+                          "seconds": round(seconds, 1),
+                          "limit": limit}), file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 # --------------------------------------------------------------------------- grade: arguments
@@ -565,6 +608,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="self-check one notebook: per exercise pass / fail (why) / not attempted",
                        description=_check_description())
     p.add_argument("notebook", help="path of your .ipynb")
+    p.add_argument("--progress", choices=("bar", "json", "none"), default="bar",
+                   help="the live line on stderr (bar), one JSON object per line for a program to read (json: what "
+                        "Lab's Validate shows), or nothing (none)")
     p.set_defaults(func=_check)
     p = sub.add_parser("grade", help="grade a class: a folder with one sub-folder or zip per student, or nbgrader's submitted/",
                        description="Grade a class: per-student folders or zips, nbgrader's submitted/ tree, or an LMS "

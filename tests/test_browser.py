@@ -367,7 +367,8 @@ def test_in_lab_check_shows_pass_fail_and_hints(lab, page, tmp_path):
     expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first).to_be_visible(timeout=WAIT_MS)
     assert not page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Nbgrader\s*$")).count(), \
         "the instructor's Nbgrader menu is in the student's Lab"
-    page.locator(".validate-button").first.click()
+    assert not page.locator(".validate-button").count(), "nbgrader's own Validate button shows beside ours"
+    page.locator(".attn-validate-button").first.click()
     dialog = page.locator(".jp-Dialog", has_text="Validation Results")
     expect(dialog).to_be_visible(timeout=WAIT_MS)
     report = dialog.locator(".attn-check-report")
@@ -377,3 +378,31 @@ def test_in_lab_check_shows_pass_fail_and_hints(lab, page, tmp_path):
     assert "This matches a known mistake: softmax without subtracting the max" in text, text
     assert "Traceback" not in dialog.inner_text()
     screenshot(page, tmp_path, "lab-validate.png")
+
+
+def test_validate_shows_progress_and_cancel_stops_a_loop(lab, page, tmp_path):
+    """A loop in softmax: the Validate dialog says which cell is running and counts its seconds, and
+    its Cancel button stops the check at once, saying so (no two minutes of "Validating...")."""
+    from playwright.sync_api import expect
+
+    from course_tools.demo import solved, with_mistake
+
+    base, token, root = lab
+    release = nbformat.read(notebook_path(A01, NOTEBOOKS), as_version=4)
+    nb = solved(release, nbformat.read(notebook_path(A01, SOLUTIONS), as_version=4))
+    nb = with_mistake(nb, "softmax", "def softmax(x, axis=-1):\n    while True:\n        pass\n")
+    nbformat.write(nb, root / f"{A01}.ipynb")
+    page.goto(f"{base}/lab/tree/{A01}.ipynb?token={token}", wait_until="domcontentloaded", timeout=WAIT_MS)
+    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first).to_be_visible(timeout=WAIT_MS)
+    page.locator(".attn-validate-button").first.click()
+    progress = page.locator(".jp-Dialog .attn-check-progress")
+    # 10 s on one cell: the loop (no other cell of 01 takes that long; the first imports take ~3 s)
+    expect(progress).to_contain_text(re.compile(r"Running: .*softmax.*\n?\s*\d\d s of its \d+ s limit · step \d+ of \d+"),
+                                     timeout=2 * WAIT_MS)
+    expect(progress).to_contain_text("in all")
+    screenshot(page, tmp_path, "lab-validate-progress.png")
+    page.locator(".jp-Dialog button", has_text="Cancel check").click()
+    stopped = page.locator(".jp-Dialog", has_text="Check cancelled")
+    expect(stopped).to_be_visible(timeout=WAIT_MS)
+    expect(stopped).to_contain_text("nothing was graded")
+    screenshot(page, tmp_path, "lab-validate-cancelled.png")

@@ -155,7 +155,19 @@ def test_lab_config_hides_the_instructor_tools_and_keeps_validate():
     assert {name for name, on in server.items() if not on} == set(labcheck.DISABLED_SERVER_EXTENSIONS)
     page = json.loads((folder / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
     assert {name for name, off in page.items() if off} == set(labcheck.DISABLED_LAB_PLUGINS)
-    assert labcheck.KEPT_LAB_PLUGIN not in page
+    assert labcheck.NBGRADER_VALIDATE_PLUGIN in page, "nbgrader's Validate button would show beside ours"
+    built = labcheck.data_dir() / "labextensions" / labcheck.OUR_LAB_EXTENSION
+    package = json.loads((built / "package.json").read_text())
+    assert package["name"] == labcheck.OUR_LAB_EXTENSION and (built / package["jupyterlab"]["_build"]["load"]).is_file()
+
+
+def test_prebuilt_lab_extension_is_built_from_its_source():
+    """The committed build records the hash of the source it was built from: an edit to the source
+    without `make labextension` fails here (CI has no Node to build it)."""
+    from course_tools import labextension_stamp
+
+    assert labextension_stamp.recorded() == labextension_stamp.current(), \
+        "course_tools/labextension/ changed since its build: run `make labextension` and commit the result"
 
 
 def test_lab_command_starts_jupyter_with_the_student_config(monkeypatch):
@@ -168,6 +180,7 @@ def test_lab_command_starts_jupyter_with_the_student_config(monkeypatch):
     assert cli.main(["lab", "--no-browser"]) == 0
     assert calls and calls[0][-1] == "--no-browser"
     assert os.environ["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(labcheck.config_dir()), "/somewhere/else"]
+    assert os.environ["JUPYTER_PATH"].split(os.pathsep)[0] == str(labcheck.data_dir())
     assert calls[0][4] == f"--notebook-dir={REPO / 'notebooks'}"
 
     for own in (["--notebook-dir=/my-work"], ["--notebook-dir", "/my-work"], ["--ServerApp.root_dir=/my-work"]):
@@ -264,9 +277,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _request(url: str, token: str, method: str = "GET") -> tuple[int, str]:
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None,
-                                 headers={"Authorization": f"token {token}"})
+def _request(url: str, token: str, method: str = "GET", data: bytes | None = None) -> tuple[int, str]:
+    if data is None and method == "POST":
+        data = b""
+    req = urllib.request.Request(url, method=method, data=data, headers={"Authorization": f"token {token}"})
     try:
         with urllib.request.urlopen(req, timeout=300) as resp:
             return resp.status, resp.read().decode()
@@ -274,36 +288,87 @@ def _request(url: str, token: str, method: str = "GET") -> tuple[int, str]:
         return err.code, err.read().decode(errors="replace")
 
 
-@pytest.mark.slow
-def test_lab_server_answers_the_validate_button(course, tmp_path, cache):
-    """`attn-course lab` for real: the Validate button's request (POST /assignments/validate?path=...,
-    after GET /nbgrader_version) gets the check's report; formgrader and the assignment list are
-    gone, server and lab side; a path outside the notebook folder is refused."""
-    root = tmp_path / "notebooks"
-    _mixed_notebook(course, root / A01)
-    nbformat.write(nbformat.v4.new_notebook(), root / "Untitled.ipynb")
-    port, token = _free_port(), "attn-test-token"
-    env = {**os.environ, selfcheck.CACHE_ENV: str(cache), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
-    env.pop("JUPYTER_CONFIG_PATH", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "course_tools.cli", "lab", "--no-browser", "--allow-root", f"--port={port}",
-         f"--ServerApp.token={token}", f"--notebook-dir={root}", "--ServerApp.open_browser=False"],
-        env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "server.log").open("w"), start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
+class _LabServer:
+    """`attn-course lab` for real, on `root`, as a context manager: its base URL and token."""
+
+    def __init__(self, root: Path, tmp_path: Path, cache: Path, env: dict | None = None):
+        self.root, self.tmp_path, self.cache, self.env = root, tmp_path, cache, env or {}
+        self.port, self.token = _free_port(), "attn-test-token"
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> _LabServer:
+        env = {**os.environ, selfcheck.CACHE_ENV: str(self.cache), "JUPYTER_RUNTIME_DIR": str(self.tmp_path / "runtime"),
+               **self.env}
+        env.pop("JUPYTER_CONFIG_PATH", None)
+        self.log = self.tmp_path / "server.log"
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "course_tools.cli", "lab", "--no-browser", "--allow-root", f"--port={self.port}",
+             f"--ServerApp.token={self.token}", f"--notebook-dir={self.root}", "--ServerApp.open_browser=False"],
+            env=env, stdout=subprocess.DEVNULL, stderr=self.log.open("w"), start_new_session=True)
         deadline = time.monotonic() + 120
         while True:
             try:
-                if _request(f"{base}/api/status", token)[0] == 200:
-                    break
+                if self.request("/api/status")[0] == 200:
+                    return self
             except OSError:
                 pass
-            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
+            if self.server.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                pytest.fail(f"attn-course lab did not answer:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.5)
 
-        status, body = _request(f"{base}/nbgrader_version?version=0.9.6", token)
+    def request(self, path: str, method: str = "GET", body: dict | None = None) -> tuple[int, str]:
+        data = json.dumps(body).encode() if body is not None else b"" if method == "POST" else None
+        return _request(f"{self.base}{path}", self.token, method, data)
+
+    def __exit__(self, *exc) -> None:
+        self.server.terminate()
+        try:
+            self.server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+            self.server.wait()
+
+
+def _poll(lab: _LabServer, job_id: str, until, seconds: float = 240) -> dict:
+    """GET the check's status twice a second until `until(status)` holds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        code, body = lab.request(f"/attn-course/check/{job_id}")
+        assert code == 200, body
+        status = json.loads(body)
+        if until(status):
+            return status
+        assert time.monotonic() < deadline, f"the check never reached the state asked for: {status}"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_lab_server_answers_the_validate_button(course, tmp_path, cache):
+    """`attn-course lab` for real: our Validate button's requests (POST /attn-course/check, then GET
+    its status until done) and nbgrader's (POST /assignments/validate?path=..., after GET
+    /nbgrader_version) get the check's report; formgrader and the assignment list are gone,
+    server and lab side; a path outside the notebook folder is refused."""
+    root = tmp_path / "notebooks"
+    _mixed_notebook(course, root / A01)
+    nbformat.write(nbformat.v4.new_notebook(), root / "Untitled.ipynb")
+    with _LabServer(root, tmp_path, cache) as lab:
+        code, body = lab.request("/attn-course/check", "POST", {"path": f"{A01}/{A01}.ipynb"})
+        assert code == 202, body
+        status = _poll(lab, json.loads(body)["id"], lambda st: st["state"] not in ("waiting", "running"))
+        assert status["state"] == "done", status
+        html = status["report_html"]
+        assert '<span class="attn-fail">FAIL</span>  softmax' in html and SOFTMAX_HINT in html
+        assert '<span class="attn-todo">TODO</span>  dot_similarity' in html and "Traceback" not in html
+        assert status["cells"] and status["elapsed"] > 0, "the check's progress never reached the server"
+        code, body = lab.request("/attn-course/check", "POST", {"path": "../../etc/passwd"})
+        assert code == 403, body
+        assert lab.request("/attn-course/check", "POST", {})[0] == 400
+        assert lab.request(f"/attn-course/check/{'0' * 32}")[0] == 404
+
+        status, body = lab.request("/nbgrader_version?version=0.9.6")
         assert status == 200 and json.loads(body)["success"] is True
-        status, body = _request(f"{base}/assignments/validate?path={A01}/{A01}.ipynb", token, "POST")
+        status, body = lab.request(f"/assignments/validate?path={A01}/{A01}.ipynb", "POST")
         assert status == 200, body
         answer = json.loads(body)
         assert answer["success"] is True
@@ -312,25 +377,58 @@ def test_lab_server_answers_the_validate_button(course, tmp_path, cache):
         assert '<span class="attn-pass">PASS</span>  normalize_rows' in html
         assert '<span class="attn-todo">TODO</span>  dot_similarity' in html and "Traceback" not in html
 
-        status, body = _request(f"{base}/assignments/validate?path=Untitled.ipynb", token, "POST")
+        status, body = lab.request("/assignments/validate?path=Untitled.ipynb", "POST")
         assert status == 200 and "is not one of the course notebooks" in body and "Traceback" not in body
-        assert _request(f"{base}/assignments/validate?path=../../etc/passwd", token, "POST")[0] == 403
-        assert _request(f"{base}/assignments/validate", token, "POST")[0] == 400
+        assert lab.request("/assignments/validate?path=../../etc/passwd", "POST")[0] == 403
+        assert lab.request("/assignments/validate", "POST")[0] == 400
 
-        assert _request(f"{base}/formgrader", token)[0] == 404
-        assert _request(f"{base}/assignments", token)[0] == 404
-        assert _request(f"{base}/courses", token)[0] == 404
-        assert _request(f"{base}/formgraders", token)[0] == 404
-        status, page = _request(f"{base}/lab", token)
+        assert lab.request("/formgrader")[0] == 404
+        assert lab.request("/assignments")[0] == 404
+        assert lab.request("/courses")[0] == 404
+        assert lab.request("/formgraders")[0] == 404
+        status, page = lab.request("/lab")
         assert status == 200
         config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
                                       page, re.S).group(1))
         assert set(config["disabledExtensions"]) == set(labcheck.DISABLED_LAB_PLUGINS)
-        assert "@jupyter/nbgrader" in {e["name"] for e in config["federated_extensions"]}  # Validate stays
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        federated = {e["name"] for e in config["federated_extensions"]}
+        assert labcheck.OUR_LAB_EXTENSION in federated, "our Validate button is not loaded"
+        assert "@jupyter/nbgrader" in federated  # its other plugins are off one by one
+
+
+LOOPING_SOFTMAX = "def softmax(x, axis=-1):\n    while True:\n        pass"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["", "namespaces", "none"])  # "": the default, bubblewrap where it works
+def test_validate_shows_the_running_exercise_and_cancel_stops_the_sandbox(course, tmp_path, cache, sandbox):
+    """A loop in softmax: the check's status names softmax and counts its seconds while it runs
+    (not two minutes of "Validating..."), and Cancel stops the check and every process it started,
+    the sandbox included, long before the cell's time limit: in every sandbox the check can use."""
+    import psutil
+
+    root = tmp_path / "notebooks"
+    nb = inject(solved_notebook(course, A01), {"softmax": LOOPING_SOFTMAX})
+    (root / A01).mkdir(parents=True)
+    nbformat.write(nb, root / A01 / f"{A01}.ipynb")
+    with _LabServer(root, tmp_path, cache, {"ATTN_SANDBOX": sandbox}) as lab:
+        code, body = lab.request("/attn-course/check", "POST", {"path": f"{A01}/{A01}.ipynb"})
+        assert code == 202, body
+        job_id = json.loads(body)["id"]
+        status = _poll(lab, job_id, lambda st: st.get("seconds") and st["seconds"] >= 3 or st["state"] == "done")
+        assert status["state"] == "running" and "softmax" in status["what"], status
+        assert status["seconds"] < status["limit"], status
+        started = [p for p in psutil.Process(lab.server.pid).children(recursive=True)]
+        assert any("autograder.runner" in " ".join(p.cmdline()) or "autograder.sandbox" in " ".join(p.cmdline())
+                   or p.name() in ("bwrap", "unshare") for p in started if p.is_running()), [p.cmdline() for p in started]
+
+        code, body = lab.request(f"/attn-course/check/{job_id}", "DELETE")
+        assert code == 200, body
+        stopped = json.loads(body)
+        assert stopped["state"] == "cancelled" and stopped["elapsed"] < status["limit"], stopped
+        deadline = time.monotonic() + 30
+        while (alive := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not alive, f"still running after Cancel: {[p.cmdline() for p in alive]}"
+        assert _poll(lab, job_id, lambda st: True)["state"] == "cancelled"

@@ -8,7 +8,8 @@ things about the student's own notebook.
 
 A frame is ``kind (1 byte) | cell (4 bytes, big-endian) | length (4 bytes) | payload``:
     S  a cell started              E  a cell ended
-    T  a cell hit its time limit (interrupted; the run went on)
+    T  a cell hit its time limit (interrupted; the run went on); payload: the exercise function
+       that was running (UTF-8, may be empty): a restart stubs it instead of waiting again
     R  the outcomes of a test cell (payload: serialize.dumps)
     D  the notebook ran to its end
     I  the runner's self-check passed: student code runs from here on (sent once, first)
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 HEADER = struct.Struct(">cII")
 KINDS = {b"S", b"E", b"T", b"R", b"D", b"I", b"X"}
 MAX_REFUSAL_CHARS = 500
+MAX_NAME_CHARS = 200  # an exercise's name in a T frame
 MAX_FRAME_BYTES = 64 * 2**20  # one test cell's outcomes; the largest real one is a few MiB
 MAX_TOTAL_BYTES = 256 * 2**20  # everything one notebook run may send
 
@@ -52,6 +54,7 @@ class Received:
     ready: bool = False  # the self-check passed (I): from here on, what happens is the notebook's
     refused: str = ""  # why the self-check refused (X, before I): the grader's incident
     tampered: bool = False  # frames out of the runner's order: something else wrote them (results void)
+    looping: dict[int, str] = field(default_factory=dict)  # timed-out cell -> the exercise running then (a claim)
 
 
 class Reader:
@@ -83,7 +86,7 @@ class Reader:
         with self.lock:
             s = self.state
             return Received(s.running, s.done, dict(s.results), list(s.timed_out), s.problem, s.total,
-                            s.ready, s.refused, s.tampered)
+                            s.ready, s.refused, s.tampered, dict(s.looping))
 
     def _read_exactly(self, n: int) -> bytes | None:
         chunks, left = [], n
@@ -140,6 +143,9 @@ class Reader:
                 s.running = None
             elif kind == b"T" and cell == s.running and cell not in s.timed_out:
                 s.timed_out.append(cell)
+                name = payload[:MAX_NAME_CHARS * 4].decode("utf-8", "replace")[:MAX_NAME_CHARS]
+                if name.isidentifier():
+                    s.looping[cell] = name
             elif kind == b"R" and cell == s.running and cell in self.result_cells and cell not in s.results:
                 s.results[cell] = payload
             elif kind == b"D":

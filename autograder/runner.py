@@ -8,7 +8,9 @@ a monkeypatched numpy or torch) cannot earn a point.
 Inputs arrive on file descriptor ATTN_IN_FD (an unlinked file the grader wrote; read, then
 closed before any student code runs):
     {"cells": [...], "skip": [i, ...], "cell_timeout": s, "checks": {name: {"exercise", "cases"}},
-     "swap": {i: [name, ...]}, "references": bytes}
+     "swap": {i: [name, ...]}, "references": bytes, "stopped": {name: where}}
+`stopped` (a restart only): exercises that already ran past the time limit in an earlier run of
+this notebook, and where; they are bound to a stand-in that fails at once (see _stopped).
 `swap` and `references` come only in the grader's second, isolated run (trusted.grade_job): at
 test cell i the names listed are bound, while its checks run, to the course's implementations
 (code objects without source or docstrings, trusted.blind_reference), then put back. Nothing
@@ -117,9 +119,13 @@ def main() -> int:
     shell.showtraceback = _quiet_traceback(shell)  # keep tracebacks short; they are not graded
 
     current = [0]
+    exercises = {check["variable"] for cell in job["cells"] if cell["kind"] != "code" for check in cell.get("checks", ())}
+    stopped: dict[str, str] = dict(job.get("stopped", {}))  # exercise -> where it ran past the limit
+    looping = [None]  # the exercise that was running when the timer went off
 
     def on_alarm(signum, frame):
-        send(out_fd, b"T", current[0])  # the timer is off whenever a frame is being sent
+        looping[0] = _looping_exercise(frame, exercises, shell.user_ns)
+        send(out_fd, b"T", current[0], (looping[0] or "").encode())  # the timer is off whenever a frame is being sent
         raise CellTimeout(f"cell took longer than {cell_timeout:g} s")
 
     swaps = {int(k): list(v) for k, v in job.get("swap", {}).items()}
@@ -132,10 +138,13 @@ def main() -> int:
         send(out_fd, b"S", i)
         blob = None
         checking = [None]  # the notebook variable whose check is running (a test cell)
+        looping[0] = None
         signal.setitimer(signal.ITIMER_REAL, cell_timeout)
         try:
             if cell["kind"] == "code":
                 result = shell.run_cell(cell["source"], store_history=False)  # IPython reports the timeout itself
+                if isinstance(result.error_in_exec, CellTimeout) and looping[0]:
+                    stopped.setdefault(looping[0], f"code cell {i + 1} of the graded run")
                 try:
                     error = _cell_error(result)  # read under the cell's timer: a student's __str__ may loop
                 except Exception:  # noqa: BLE001 - a hostile exception object: no explanation, no crash
@@ -158,10 +167,13 @@ def main() -> int:
                     outcomes[CELL_ERRORS] = dict(errors)
                 blob = serialize.dumps(outcomes)
         except CellTimeout:
-            if checking[0]:  # one wait per looping function: later cells calling it fail at once, saying why
-                shell.user_ns[checking[0]] = _stopped(checking[0], cell.get("test", ""))
+            if looping[0] or checking[0]:  # one wait per looping function: later calls fail at once, saying why
+                stopped.setdefault(looping[0] or checking[0], f"test cell `{cell.get('test', '')}`")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        for name, where in stopped.items():  # after every cell: an answer cell run later defines it again
+            if not getattr(shell.user_ns.get(name), "_attn_stopped", False):
+                shell.user_ns[name] = _stopped(name, where)
         if blob is not None:
             send(out_fd, b"R", i, blob)
             errors.clear()
@@ -212,15 +224,35 @@ class StoppedEarlier(Exception):
 
 
 def _stopped(name: str, where: str):
-    """What `name` is bound to after checking it ran past the cell's time limit (in test cell `where`):
-    every later call (a later test, a code cell, another exercise calling it) fails at once, saying
-    why, instead of waiting the whole limit again."""
+    """What `name` is bound to after it ran past the cell's time limit (in `where`, a test cell or a
+    code cell): every later call (a later test, a code cell, another exercise calling it) fails at
+    once, saying why, instead of waiting the whole limit again."""
     def stopped(*args, **kwargs):
-        raise StoppedEarlier(f"`{name}` already ran past the time limit in test cell `{where}`, so the grader "
+        raise StoppedEarlier(f"`{name}` already ran past the time limit in {where}, so the grader "
                              f"does not run it again (it would wait the whole limit once more): fix the loop "
                              f"in `{name}` first")
     stopped.__name__ = stopped.__qualname__ = name
+    stopped._attn_stopped = True
     return stopped
+
+
+MAX_NAME_BYTES = 200  # an exercise's name in a timeout frame
+
+
+def _looping_exercise(frame, exercises: set[str], namespace: dict) -> str | None:
+    """The exercise whose code was running when the timer went off: the innermost frame, from
+    `frame` outwards, running the code of one of the notebook's exercise functions."""
+    codes = {}
+    for name in exercises:
+        code = getattr(namespace.get(name), "__code__", None)
+        if code is not None and not getattr(namespace.get(name), "_attn_stopped", False):
+            codes[code] = name
+    while frame is not None and codes:
+        if frame.f_code in codes:
+            name = codes[frame.f_code]
+            return name if len(name.encode()) <= MAX_NAME_BYTES else None
+        frame = frame.f_back
+    return None
 
 
 def _swap_in(namespace: dict, names, references: dict) -> dict:

@@ -713,6 +713,20 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     return received, code, errors, stopped
 
 
+def _no_second_wait(inputs: dict, received: Received) -> None:
+    """For a restart: the cells that ran past their limit are not run again, and the exercises that
+    were looping then (the runner's claim, kept only for names the job checks) are stubbed from the
+    start, so no loop is waited for twice. Only this notebook's own run is affected."""
+    inputs["skip"] = sorted(set(inputs["skip"]) | set(received.timed_out))
+    exercises = {check["variable"] for cell in inputs["cells"] if cell["kind"] != "code" for check in cell.get("checks", ())}
+    stopped = dict(inputs.get("stopped", {}))
+    for cell, name in received.looping.items():
+        if name in exercises:
+            test = inputs["cells"][cell].get("test")
+            stopped.setdefault(name, f"test cell `{test}`" if test else f"code cell {cell + 1} of the graded run")
+    inputs["stopped"] = stopped
+
+
 def _remove_all(folders: list[Path]) -> None:
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
@@ -773,6 +787,7 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
             for cell in received.timed_out:
                 _add(result, Incident(cell, "timeout", f"the cell ran past its {limits.cell_seconds:g} s "
                                       "limit and was interrupted", points_kept=True))
+            _no_second_wait(inputs, received)
             if received.done:
                 result.finished = True
                 break

@@ -108,6 +108,57 @@ def test_a_function_that_timed_out_is_waited_for_once(course, check):
     assert result.score == result.max_score - 5, (result.score, messages)  # softmax's 5 points only
 
 
+def _waits(check_run, nb) -> tuple[object, dict[str, str], list[str]]:
+    """Check `nb` (3 s per cell), hearing which cell runs: (result, messages per test cell, the
+    cells in the order they were entered: a cell waited for twice is entered twice)."""
+    entered: list[str] = []
+    result = check_run(nb, lambda i, n, what, seconds, limit: entered.append(what)
+                       if not entered or entered[-1] != what else None)
+    return result, by_cell(result), entered
+
+
+@pytest.fixture(scope="module")
+def check_heard(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("check-cache")
+
+    def run(nb, progress):
+        prepared = selfcheck.prepare(A01, root=cache)
+        return selfcheck.check_notebook(prepared, nbformat.writes(nb).encode(), QUICK, progress=progress)
+
+    return run
+
+
+def test_a_loop_first_met_in_a_code_cell_is_not_waited_for_again_by_its_tests(course, check_heard):
+    """A code cell calls the looping softmax before its test does: that cell waits the limit once,
+    and the tests of softmax then fail at once, naming the code cell (no second wait)."""
+    nb = solved_notebook(course, A01)
+    nb = inject(nb, {"softmax": LOOP_IN_SOFTMAX})
+    at = answer_cell_number(nb, "softmax")
+    nb.cells.insert(at, nbformat.v4.new_code_cell("demo = softmax(np.array([1.0, 2.0]))  # the student tries it"))
+    result, messages, entered = _waits(check_heard, nb)
+    assert "already ran past the time limit in code cell" in messages["test_softmax"], messages["test_softmax"]
+    assert "already ran past the time limit in code cell" in messages["test_softmax_stability"]
+    waited = [part for part in result.detail.split("; ") if "ran past" in part or "time limit" in part]
+    assert len(waited) == 1, result.detail
+    assert result.score == result.max_score - 5, (result.score, messages)
+
+
+def test_a_restart_does_not_wait_for_a_loop_again(course, check_heard):
+    """softmax loops in its test, then a later cell kills the kernel process: the restarted run
+    skips the cell that timed out and starts with softmax stubbed, so the loop is waited for once
+    in all (before, the restart ran test_softmax again and waited the whole limit a second time)."""
+    nb = inject(solved_notebook(course, A01), {"softmax": LOOP_IN_SOFTMAX})
+    at = answer_cell_number(nb, "test_softmax_stability")
+    nb.cells.insert(at - 1, nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"))
+    result, messages, entered = _waits(check_heard, nb)
+    assert any(part.startswith("crash") or "killed" in part or "signal" in part
+               for part in result.detail.split("; ")), result.detail  # the restart really happened
+    into_test = [what for what in entered if "`test_softmax`" in what]
+    assert len(into_test) == 1, entered
+    stability = messages["test_softmax_stability"]
+    assert "already ran past the time limit in test cell `test_softmax`" in stability, stability
+
+
 def test_check_says_which_cell_runs_and_for_how_long(course, tmp_path_factory, capsys):
     """No blind wait: while a slow cell runs, the live display hears which cell it is and how much
     of its limit it has used (the sandbox reports five times a second); `check` prints it on stderr."""

@@ -522,6 +522,40 @@ def _formgrader(args) -> int:
     return 0  # pragma: no cover
 
 
+CORPUS_DESCRIPTIONS = {"multi30k": "about 29,000 captions of photos, Multi30k", "toy": "the course's toy corpus"}
+
+
+def _translate(args) -> int:
+    """`attn-course translate`: the shipped model on the reader's own sentences, with an honest note."""
+    from attention_course.checkpoints import ShippedModelError, load_shipped, models_dir
+    from attention_course.evaluation import translate_texts
+    from attention_course.vocabulary_coverage import coverage, coverage_note
+
+    sentences = [s.strip() for s in (args.sentences or sys.stdin.read().splitlines()) if s.strip()]
+    if not sentences:
+        raise UsageError('give a sentence to translate, e.g. attn-course translate "A man is riding a bicycle."')
+    if args.beam < 1:
+        raise UsageError(f"--beam {args.beam}: the beam size is 1 (greedy) or more")
+    models = Path(args.models).expanduser() if args.models else models_dir()
+    try:
+        model, tok, info, summary, _history = load_shipped(args.model, device=args.device, models=models)
+    except ShippedModelError as err:
+        raise UsageError(str(err)) from None
+    beam = 1 if args.greedy else args.beam
+    chosen = summary.get("length_penalty") or {}  # chosen on the validation set for beam search, when it was
+    translations = translate_texts(model, tok, sentences, beam_size=beam,
+                                   length_penalty=chosen.get("chosen", 1.0) if isinstance(chosen, dict) else 1.0,
+                                   device=args.device)
+    corpus = info.get("train", {}).get("corpus", "")
+    trained_on = CORPUS_DESCRIPTIONS.get(corpus, corpus or "its training text")
+    for sentence, translation in zip(sentences, translations, strict=True):
+        print(translation, flush=True)
+        note = coverage_note(coverage(tok, sentence), trained_on)
+        if note:
+            print(f"note: {note}", file=sys.stderr, flush=True)
+    return 0
+
+
 def _train(args) -> int:
     from attention_course.train import evaluate, parse_overrides, record, train, tune_length_penalty
 
@@ -693,6 +727,20 @@ def parser() -> argparse.ArgumentParser:
                    help="first choose the length penalty on the validation set (saved with the run, used from then on)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_evaluate)
+    p = sub.add_parser("translate", help="translate your own sentences with a shipped model (notebook 06's)",
+                       description="Translate sentences with a trained model shipped in the course's models/ "
+                                   "(default gpu.en-de: English to German). Each translation is printed on a line "
+                                   "of its own; a note on standard error names the words the model saw rarely or "
+                                   "never (those its vocabulary spells in pieces). Example: attn-course translate "
+                                   "\"A man is riding a bicycle.\"")
+    p.add_argument("sentences", nargs="*", help="the sentences (none: read them from standard input, one per line)")
+    p.add_argument("--model", default="gpu.en-de", help="a shipped model (default gpu.en-de; see models/)")
+    p.add_argument("--models", default=None, metavar="DIR",
+                   help="the folder holding the shipped models (default: the course's models/)")
+    p.add_argument("--beam", type=int, default=5, help="beam size (default 5; 1 = greedy decoding)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (the same as --beam 1)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, ...")
+    p.set_defaults(func=_translate)
     p = sub.add_parser("bench", help="time plain serial nbgrader autograde against `grade` on a generated class")
     p.add_argument("--students", type=int, default=20)
     p.add_argument("--out", default=None, help="default: build/bench in the course folder")

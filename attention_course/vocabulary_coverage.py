@@ -1,0 +1,61 @@
+"""How familiar a sentence is to a trained translator: the words its BPE vocabulary holds whole.
+
+Byte-pair encoding merges the most frequent character sequences first, so a word the training
+text used often becomes one token, and a word it saw rarely or never is spelled out in pieces
+("favourite" -> f av our ite). The share of words spelled in pieces is therefore an honest,
+cheap sign that a sentence is far from what the model learned from: no training data needed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+FAR_SHARE = 0.25  # from this share of words in pieces on, the sentence is called far from the training text
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The words of one sentence, and those the vocabulary does not hold whole."""
+
+    words: tuple[str, ...]
+    in_pieces: tuple[tuple[str, tuple[str, ...]], ...]  # (word, its subword pieces)
+
+    @property
+    def share_in_pieces(self) -> float:
+        return len(self.in_pieces) / len(self.words) if self.words else 0.0
+
+    @property
+    def far(self) -> bool:
+        return self.share_in_pieces >= FAR_SHARE
+
+
+def coverage(tok: Tokenizer, text: str) -> Coverage:
+    """Group `text`'s tokens by word; a word (with at least one letter) in more than one token is in pieces."""
+    enc = tok.encode(text, add_special_tokens=False)
+    groups: dict[int, list[str]] = {}
+    for token, word_id in zip(enc.tokens, enc.word_ids, strict=True):
+        if word_id is not None:
+            groups.setdefault(word_id, []).append(token)
+    words, in_pieces = [], []
+    for tokens in groups.values():
+        word = "".join(tokens).replace("\u2581", "")
+        if not any(ch.isalpha() for ch in word):
+            continue  # punctuation, numbers: not words the note is about
+        words.append(word)
+        if len(tokens) > 1:
+            in_pieces.append((word, tuple(t.replace("\u2581", "") for t in tokens)))
+    return Coverage(tuple(words), tuple(in_pieces))
+
+
+def coverage_note(cov: Coverage, trained_on: str) -> str:
+    """One or two sentences for a reader; "" when every word is whole in the vocabulary."""
+    if not cov.in_pieces:
+        return ""
+    listed = ", ".join(f"{word} ({' '.join(pieces)})" for word, pieces in cov.in_pieces)
+    note = (f"{len(cov.in_pieces)} of {len(cov.words)} words are not in the model's vocabulary as whole words, "
+            f"so it saw them rarely or never: {listed}.")
+    if cov.far:
+        note += (f" This sentence is far from what the model learned from ({trained_on}); expect a rough "
+                 "translation.")
+    return note

@@ -250,11 +250,20 @@ def self_check(notebook: Path, solutions: Path | None = None, limits: Limits | N
     notebook = Path(notebook)
     if not notebook.is_file():
         raise FileNotFoundError(f"{notebook} does not exist: give the path of your .ipynb file")
-    data = notebook.read_bytes()
+    return self_check_data(notebook.read_bytes(), notebook.name, solutions, limits, cache, progress)
+
+
+def self_check_data(data: bytes, name: str = "", solutions: Path | None = None, limits: Limits | None = None,
+                    cache: Path | None = None, progress: CheckProgress | None = None) -> tuple[NotebookResult, dict[str, str]]:
+    """`self_check` on a notebook's JSON itself (a live notebook: Colab's is no file on the machine).
+    `name` is its file name when known; else the notebook is recognised by its answer cells."""
     known = {a: set() for a in assignments(solutions)}
-    assignment = match_assignment(notebook.name, data, known)
+    assignment = match_assignment(name, data, known) if name else None
     if assignment is None:
-        raise ValueError(f"{notebook.name} is not one of the course notebooks ({', '.join(known)}); "
+        assignment = match_assignment(name, data, _grade_ids_of(known, solutions))
+    if assignment is None:
+        what = name or "this notebook"
+        raise ValueError(f"{what} is not one of the course notebooks ({', '.join(known)}); "
                          "keep the file name you were given")
     prepared = prepare(assignment, solutions, cache)
     try:
@@ -263,6 +272,16 @@ def self_check(notebook: Path, solutions: Path | None = None, limits: Limits | N
         if not prepared.cached:
             shutil.rmtree(prepared.folder, ignore_errors=True)
     return result, verdicts_of(result, data, prepared.stubs)
+
+
+def _grade_ids_of(known: dict[str, set[str]], solutions: Path | None) -> dict[str, set[str]]:
+    """Each assignment's grade ids, read from its solution notebook (to recognise a notebook by content)."""
+    ids = {}
+    for assignment in known:
+        nb = nbformat.read(notebook_path(assignment, solutions), as_version=4)
+        ids[assignment] = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+                           if c.metadata.get("nbgrader", {}).get("grade_id")}
+    return ids
 
 
 def verdicts_of(result: NotebookResult, data: bytes, stubs: dict[str, str]) -> dict[str, str]:
@@ -326,4 +345,8 @@ def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
             if c.message:  # why it failed; for a passed cell, a note (a failed dependency was replaced)
                 text = c.message.replace("\n", "\n        ")
                 lines.append(f"        {c.grade_id}: {'' if c.score < c.max_score else 'passed; '}{text}")
+    if (result.sandbox or "").startswith("none"):
+        why = result.sandbox.split(":", 1)[1].strip() if ":" in result.sandbox else result.sandbox
+        lines.append(f"note: checked without a sandbox here ({why}): your code ran as yourself, with the same "
+                     "checks and points as the instructor's grader, which runs it sandboxed")
     return "\n".join(lines)

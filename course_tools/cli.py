@@ -91,14 +91,18 @@ def _check(args) -> int:
     if unsupported_system():
         raise UsageError(unsupported_system())
     _without_iri_parser()
-    from autograder.selfcheck import format_report, self_check
+    from autograder.selfcheck import format_report, self_check, self_check_data
 
     live = _JsonProgress() if args.progress == "json" else _CheckProgress() if args.progress == "bar" else None
     main_thread = threading.current_thread() is threading.main_thread()  # signal handlers can only be set there
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # Lab's Cancel: stop the sandbox too
     try:
         with live or contextlib.nullcontext():
-            result, verdicts = self_check(Path(args.notebook), limits=_settings().limits, progress=live)
+            if args.notebook == "-":  # a live notebook's JSON (Colab's is no file on the machine)
+                result, verdicts = self_check_data(sys.stdin.buffer.read(), args.name or "",
+                                                   limits=_settings().limits, progress=live)
+            else:
+                result, verdicts = self_check(Path(args.notebook), limits=_settings().limits, progress=live)
     except KeyboardInterrupt:
         print("attn-course check: stopped before the end; nothing was checked", file=sys.stderr)
         return 130
@@ -641,7 +645,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_build)
     p = sub.add_parser("check", help="self-check one notebook: per exercise pass / fail (why) / not attempted",
                        description=_check_description())
-    p.add_argument("notebook", help="path of your .ipynb")
+    p.add_argument("notebook", help="path of your .ipynb, or - to read the notebook's JSON from standard input")
+    p.add_argument("--name", default=None, help="with -: the notebook's file name (else it is recognised by its cells)")
     p.add_argument("--progress", choices=("bar", "json", "none"), default="bar",
                    help="the live line on stderr (bar), one JSON object per line for a program to read (json: what "
                         "Lab's Validate shows), or nothing (none)")

@@ -1,4 +1,8 @@
-"""Measuring helpers for notebook 07: wall-clock time of a call, and the memory its tensors take.
+"""Measuring helpers for notebooks 05 and 07: wall-clock time of calls, and the memory their tensors take.
+
+Times are medians of *interleaved* rounds (`interleaved_seconds`): every call runs once per round,
+so a disturbance (another program, the processor changing speed) falls on all of them alike
+instead of on one length or one method; ratios between them (`ratios`) are computed, not read off.
 
 `peak_tensor_bytes` counts what PyTorch allocates for the tensors an operation returns, while the
 call runs, and reports the most that was alive at once: the memory a computation *needs*, as the
@@ -81,3 +85,24 @@ def seconds(fn: Callable[..., Any], *args, repeat: int = 5, **kwargs) -> float:
             fn(*args, **kwargs)
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved_seconds(calls: dict[Any, Callable[[], Any]], repeat: int = 7) -> dict[Any, float]:
+    """The median wall-clock seconds of each zero-argument call, over `repeat` rounds in which every
+    call runs once, in turn (after one warm-up round)."""
+    times: dict[Any, list[float]] = {key: [] for key in calls}
+    with torch.no_grad():
+        for call in calls.values():  # a warm-up round: first-call allocations, lazy initialisation
+            call()
+        for _ in range(repeat):
+            for key, call in calls.items():
+                start = time.perf_counter()
+                call()
+                times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
+def ratios(values: list[float]) -> list[float]:
+    """Each value divided by the one before it: what one step (a doubling of T, say) multiplies it by."""
+    return [b / a for a, b in zip(values, values[1:], strict=False)]
+

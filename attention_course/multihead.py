@@ -56,3 +56,14 @@ class MultiHeadAttention(nn.Module):
 def count_parameters(module: nn.Module) -> int:
     '''Total number of scalars in module's parameters (a parameter shared by two layers counts once).'''
     return sum(p.numel() for p in module.parameters())
+
+
+def mha_param_count(d_model: int, num_heads: int, key_dim: int | None = None, value_dim: int | None = None,
+                    bias: bool = True) -> int:
+    """Parameters of MultiHeadAttention(d_model, num_heads, key_dim, value_dim, bias), from the sizes alone."""
+    key_dim = key_dim or d_model // num_heads
+    value_dim = value_dim or key_dim
+    qk = 2 * (d_model * num_heads * key_dim + (num_heads * key_dim if bias else 0))   # q_proj, k_proj
+    v = d_model * num_heads * value_dim + (num_heads * value_dim if bias else 0)       # v_proj
+    out = num_heads * value_dim * d_model + (d_model if bias else 0)                   # out_proj
+    return qk + v + out

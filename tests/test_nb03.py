@@ -294,7 +294,7 @@ def _code(graded, name):
 
 ALL_CELLS = {"test_split_heads", "test_merge_heads", "test_MultiHeadAttention", "test_MultiHeadAttention_mask",
              "test_MultiHeadAttention_cross", "test_MultiHeadAttention_gradients", "test_count_parameters",
-             "test_MultiHeadAttention_keras_example", "test_MultiHeadAttention_matches_torch"}
+             "test_MultiHeadAttention_keras_example", "test_mha_param_count", "test_MultiHeadAttention_matches_torch"}
 MHA_CELLS = {"test_MultiHeadAttention", "test_MultiHeadAttention_mask", "test_MultiHeadAttention_cross",
              "test_MultiHeadAttention_gradients", "test_MultiHeadAttention_matches_torch"}
 
@@ -302,7 +302,7 @@ MHA_CELLS = {"test_MultiHeadAttention", "test_MultiHeadAttention_mask", "test_Mu
 @pytest.mark.slow
 def test_nbgrader_solution_full_marks_and_blank_zero(course):
     full = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
-    assert full.status == "ok" and full.score == full.max_score == 16, (full.status, failed_cells(full))
+    assert full.status == "ok" and full.score == full.max_score == 18, (full.status, failed_cells(full))
     assert {c.grade_id for c in full.cells} == ALL_CELLS
     blank = autograde(course, ASSIGNMENT, course.release(ASSIGNMENT))
     assert blank.status == "ok" and blank.score == 0 and failed_cells(blank) == ALL_CELLS
@@ -318,14 +318,16 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
         "MultiHeadAttention": _code("MultiHeadAttention",
                                     "out_proj missing (the merged heads are returned without the output projection)"),
         "count_parameters": _code("count_parameters", "counted the state_dict (buffers and shared parameters too)"),
+        "mha_param_count": _code("mha_param_count", "the output map sized with key_dim (it reads the values)"),
     })
     result = autograde(course, ASSIGNMENT, nb)
     assert result.status == "ok"
     assert failed_cells(result) == {"test_split_heads", "test_merge_heads", "test_count_parameters",
-                                    "test_MultiHeadAttention_keras_example"} | MHA_CELLS
+                                    "test_MultiHeadAttention_keras_example", "test_mha_param_count"} | MHA_CELLS
     assert result.score == 0
     messages = " ".join(c.message for c in result.cells)
     assert "out_proj missing" in messages and "counted the state_dict" in messages
+    assert "the output map sized with key_dim" in messages
 
 
 @pytest.mark.slow
@@ -343,6 +345,6 @@ def test_nbgrader_key_dim_ignored_and_other_slips(course):
     assert result.status == "ok"
     assert failed_cells(result) == {"test_split_heads", "test_merge_heads", "test_count_parameters",
                                     "test_MultiHeadAttention_keras_example"} | MHA_CELLS - {"test_MultiHeadAttention_matches_torch"}
-    assert result.score == 2
+    assert result.score == 4  # count_parameters is wrong; mha_param_count (2 points) and the torch comparison right
     messages = " ".join(c.message for c in result.cells)
     assert "key_dim ignored" in messages

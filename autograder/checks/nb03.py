@@ -654,6 +654,64 @@ COUNT_MISTAKES = (
 )
 
 
+# --------------------------------------------------------------------------- mha_param_count
+PARAM_SIZES = [  # (d_model, num_heads, key_dim, value_dim, bias): None = the layer's default
+    (16, 3, 2, None, True),     # the lecture's Keras layer: 418
+    (16, 3, 5, None, True),     # its question: 1021
+    (12, 4, 3, 5, True),        # values wider than keys
+    (12, 4, 5, 2, True),        # keys wider than values
+    (8, 2, None, None, True),   # both defaults: key_dim = d_model // num_heads
+    (12, 4, None, 6, False),    # no biases, key_dim by default
+    (10, 5, 2, 7, False),
+    (24, 6, None, None, False),
+]
+
+
+def _param_count_cases(rng):
+    cases = []
+    for d, h, k, v, bias in PARAM_SIZES:
+        args = {"key_dim": k, "value_dim": v, "bias": bias}
+        shown = ", ".join(f"{name}={value}" for name, value in args.items() if value is not None or name == "bias")
+        cases.append(Case(f"mha_param_count(d_model={d}, num_heads={h}, {shown})",
+                          lambda f, d=d, h=h, args=args: np.array(f(d, h, **{n: a for n, a in args.items()
+                                                                              if a is not None}))))
+    return cases
+
+
+PARAM_COUNT_MISTAKES = (
+    Mistake("the output projection's bias forgotten",
+            "out_proj has a bias too, one per output feature: + d_model when bias=True",
+            "def mha_param_count(d_model, num_heads, key_dim=None, value_dim=None, bias=True):\n"
+            "    k = key_dim or d_model // num_heads\n    v = value_dim or k\n"
+            "    b = 1 if bias else 0\n"
+            "    return 2 * (d_model * num_heads * k + b * num_heads * k) + d_model * num_heads * v + b * num_heads * v "
+            "+ num_heads * v * d_model\n"),
+    Mistake("value_dim ignored (the values and the output map sized with key_dim)",
+            "v_proj makes num_heads * value_dim features and out_proj reads them: those two grow with value_dim",
+            "def mha_param_count(d_model, num_heads, key_dim=None, value_dim=None, bias=True):\n"
+            "    k = key_dim or d_model // num_heads\n    b = 1 if bias else 0\n"
+            "    return 4 * d_model * num_heads * k + b * (3 * num_heads * k + d_model)\n"),
+    Mistake("the output map sized with key_dim (it reads the values)",
+            "out_proj maps the merged heads, num_heads * value_dim features, to d_model",
+            "def mha_param_count(d_model, num_heads, key_dim=None, value_dim=None, bias=True):\n"
+            "    k = key_dim or d_model // num_heads\n    v = value_dim or k\n    b = 1 if bias else 0\n"
+            "    return 2 * (d_model * num_heads * k + b * num_heads * k) + d_model * num_heads * v + b * num_heads * v "
+            "+ num_heads * k * d_model + b * d_model\n"),
+    Mistake("biases counted even with bias=False",
+            "with bias=False no projection has a bias: count the weights only",
+            "def mha_param_count(d_model, num_heads, key_dim=None, value_dim=None, bias=True):\n"
+            "    k = key_dim or d_model // num_heads\n    v = value_dim or k\n"
+            "    return 2 * (d_model * num_heads * k + num_heads * k) + d_model * num_heads * v + num_heads * v "
+            "+ num_heads * v * d_model + d_model\n"),
+    Mistake("key_dim defaults to d_model (it is d_model // num_heads per head)",
+            "without key_dim each head gets d_model // num_heads features, so all heads together have d_model",
+            "def mha_param_count(d_model, num_heads, key_dim=None, value_dim=None, bias=True):\n"
+            "    k = key_dim or d_model\n    v = value_dim or k\n    b = 1 if bias else 0\n"
+            "    return 2 * (d_model * num_heads * k + b * num_heads * k) + d_model * num_heads * v + b * num_heads * v "
+            "+ num_heads * v * d_model + b * d_model\n"),
+)
+
+
 FORBIDDEN = HONESTY + NO_BUILTIN
 _COMMON = dict(forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL)
 EXERCISES = [
@@ -671,6 +729,7 @@ EXERCISES = [
     Exercise("MultiHeadAttention_keras", ref.MultiHeadAttention, _keras_cases, mistakes=MHA_MISTAKES,
              graded="MultiHeadAttention", **_COMMON),
     Exercise("count_parameters", ref.count_parameters, _count_cases, mistakes=COUNT_MISTAKES, **_COMMON),
+    Exercise("mha_param_count", ref.mha_param_count, _param_count_cases, mistakes=PARAM_COUNT_MISTAKES, **_COMMON),
 ]
 
 check = make_checker(EXERCISES)

@@ -1,6 +1,7 @@
 """Batches for training: sentence pairs as token ids, grouped by length into batches of at most
 `max_tokens` tokens (padding included), padded once into tensors, and dealt out step by step (to
-several processes under torchrun)."""
+several processes under torchrun); with BPE-dropout, several segmentations of the corpus taken in
+turn, epoch by epoch; and source word dropout, applied to a batch as it is trained on."""
 from __future__ import annotations
 
 import random
@@ -85,3 +86,33 @@ def step_stream(num_batches: int, per_step: int, rng: random.Random):
         for s in range(steps):
             yield epoch + (s + 1) / steps, order[s * per_step:(s + 1) * per_step]
         epoch += 1
+
+
+def segmentation_stream(segmentations: list[list[Batch]], per_step: int, rng: random.Random):
+    """Endless (epoch, this step's batches, all processes') over one or more segmentations of the
+    training set (several: BPE-dropout): epoch e reads segmentations[e mod N], cut into steps as
+    `step_stream` does. With one segmentation, exactly `step_stream`'s batches (the same draws)."""
+    for batches in segmentations:
+        if len(batches) < per_step:
+            raise ValueError(f"only {len(batches)} batches for {per_step} per optimizer step "
+                             "(world size x accumulate): use a smaller max_tokens or fewer processes")
+    epoch = 0
+    while True:
+        batches = segmentations[epoch % len(segmentations)]
+        steps = len(batches) // per_step
+        order = list(range(len(batches)))
+        rng.shuffle(order)
+        for s in range(steps):
+            yield epoch + (s + 1) / steps, [batches[i] for i in order[s * per_step:(s + 1) * per_step]]
+        epoch += 1
+
+
+def drop_source_tokens(src: torch.Tensor, rate: float) -> torch.Tensor:
+    """Source word dropout (training only): each ordinary token of src [N, S] becomes <unk> with
+    probability `rate`; <pad>, <bos>, <eos> and <unk> stay. Replacing rather than deleting keeps the
+    batch's shape and padding (no re-padding on the device); the model learns to translate around a
+    word it cannot read. rate 0: `src` itself."""
+    if not rate:
+        return src
+    hit = (torch.rand(src.shape, device=src.device) < rate) & (src >= len(bpe.SPECIALS))   # [N, S]
+    return src.masked_fill(hit, bpe.UNK_ID)

@@ -45,6 +45,16 @@ def train_joint_bpe(pairs: Sequence[tuple[str, str]], vocab_size: int = 8000, mi
     return train_bpe((s for pair in pairs for s in pair), vocab_size, min_frequency)
 
 
+def with_dropout(tok: Tokenizer, dropout: float) -> Tokenizer:
+    """A copy of `tok` whose BPE skips each merge with probability `dropout` (BPE-dropout, Provilkov
+    et al. 2020): a word gets a different segmentation each time it is encoded, into the same
+    vocabulary. For training batches only; `tok` itself (saved with the run) stays deterministic.
+    The draws come from the tokenizers library's own random generator, which cannot be seeded."""
+    copy = Tokenizer.from_str(tok.to_str())
+    copy.model.dropout = dropout
+    return copy
+
+
 def check_specials(tok: Tokenizer) -> None:
     for i, s in enumerate(SPECIALS):
         if tok.token_to_id(s) != i:

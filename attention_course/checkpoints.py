@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import torch
@@ -89,6 +89,15 @@ def load_run(run_dir: str | Path, device=None):
     return _build(info, state, device), bpe.load(run_dir), info
 
 
+def same_recipe(recorded: dict, config: TrainConfig) -> bool:
+    """Whether a run's recorded recipe (config.json's "train") is `config`. A setting added to
+    `TrainConfig` since the run was written counts as its default (a run from before the regularisers
+    of issue 28 is the same recipe with them off); a setting this version does not know never matches."""
+    defaults = {f.name: f.default for f in fields(TrainConfig) if f.default is not MISSING}
+    expected = json.loads(json.dumps(asdict(config)))
+    return json.loads(json.dumps({**defaults, **recorded})) == expected
+
+
 def run_is_complete(run_dir: str | Path, config: TrainConfig, src: str, tgt: str) -> bool:
     run_dir = Path(run_dir)
     try:
@@ -96,7 +105,7 @@ def run_is_complete(run_dir: str | Path, config: TrainConfig, src: str, tgt: str
     except (OSError, ValueError):
         return False
     return ((run_dir / "model.pt").is_file() and (run_dir / "summary.json").is_file()
-            and info.get("train") == json.loads(json.dumps(asdict(config)))
+            and isinstance(info.get("train"), dict) and same_recipe(info["train"], config)
             and info.get("src") == src and info.get("tgt") == tgt)
 
 
@@ -113,6 +122,12 @@ def _read_sums(models: Path) -> dict[str, str]:
     return sums
 
 
+def half_state(state: dict) -> dict:
+    """A state_dict's floating-point tensors in half precision; tied weights (shared embeddings) stay one tensor."""
+    halves: dict[int, torch.Tensor] = {}
+    return {k: halves.setdefault(v.data_ptr(), v.half()) if v.is_floating_point() else v for k, v in state.items()}
+
+
 def ship_run(run_dir: str | Path, name: str, models: Path | None = None) -> Path:
     """Copy a finished run into models/<name>/ with half-precision weights, and record the SHA-256
     of every file in models/SHA256SUMS."""
@@ -120,9 +135,7 @@ def ship_run(run_dir: str | Path, name: str, models: Path | None = None) -> Path
     run_dir, dest = Path(run_dir), models / name
     dest.mkdir(parents=True, exist_ok=True)
     state = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
-    halves: dict[int, torch.Tensor] = {}        # tied weights (shared embeddings) stay one tensor
-    small = {k: halves.setdefault(v.data_ptr(), v.half()) if v.is_floating_point() else v for k, v in state.items()}
-    torch.save(small, dest / "model.fp16.pt")
+    torch.save(half_state(state), dest / "model.fp16.pt")
     for file in SHIPPED_FILES[1:]:
         shutil.copyfile(run_dir / file, dest / file)
     sums = {k: v for k, v in _read_sums(Path(models)).items() if not k.startswith(f"{name}/")}

@@ -230,10 +230,12 @@ def evaluate(run_dir: str | Path, test_sets=None, beam_size: int | None = None,
 
 def evaluate_ensemble(run_dirs, name: str | None = None, test_sets=None, beam_size: int | None = None,
                       candidates=LENGTH_PENALTIES, mirror=None, device: str | None = None,
-                      hypotheses_dir: str | Path | None = None, progress: bool = True, log=print) -> list[dict]:
+                      hypotheses_dir: str | Path | None = None, progress: bool = True, log=print,
+                      length_penalty: float | None = None) -> list[dict]:
     """sacreBLEU of several runs decoding as one (`decoding.Ensemble`: the mean of their log-probabilities),
-    e.g. seeds of one recipe. The runs must share the language pair and the tokenizer. The length penalty
-    is chosen on the validation set, as for one model; entries are recorded under their own name
+    e.g. seeds of one recipe. The runs must share the language pair and the tokenizer. The length penalty:
+    as given (fixed in advance: validation BLEU is still computed and recorded), else chosen on the
+    validation set among `candidates`, as for one model; entries are recorded under their own name
     (default "<config>-ensemble<N>"), apart from the single models'."""
     run_dirs = [Path(d) for d in run_dirs]
     loaded = [load_run(d, device) for d in run_dirs]
@@ -253,14 +255,18 @@ def evaluate_ensemble(run_dirs, name: str | None = None, test_sets=None, beam_si
     beam = beam_size or cfg.beam_size
     name = name or f"{cfg.name}-ensemble{len(run_dirs)}"
     val = load_pairs(corpus, "val", src, tgt, mirror)
-    scores = _validation_bleus(model, tok, val, beam, candidates, progress, log)
-    lp = _best_length_penalty(scores, cfg.length_penalty)
-    log(f"length penalty {lp:g} chosen on the validation set ({len(val)} sentences)")
+    if length_penalty is not None:
+        lp, lp_source = length_penalty, "given"
+        scores = _validation_bleus(model, tok, val, beam, [lp], progress, log)
+    else:
+        scores = _validation_bleus(model, tok, val, beam, candidates, progress, log)
+        lp, lp_source = _best_length_penalty(scores, cfg.length_penalty), "chosen on val"
+        log(f"length penalty {lp:g} chosen on the validation set ({len(val)} sentences)")
     summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs]
     common = {"device": summaries[0]["device"], "train_seconds": round(sum(s["train_seconds"] for s in summaries), 1),
               "tokens_per_second": round(sum(s["tokens_per_second"] for s in summaries) / len(summaries)),
               "loop_seconds": round(sum(s["loop_seconds"] for s in summaries), 1),
-              "decoding": f"beam {beam}, length penalty {lp:g} (chosen on val), mean log-probabilities of "
+              "decoding": f"beam {beam}, length penalty {lp:g} ({lp_source}), mean log-probabilities of "
                           f"{len(run_dirs)} models",
               "val_bleu_by_length_penalty": {f"{k:g}": round(v, 2) for k, v in scores.items()},
               "steps": summaries[0]["steps"], "epochs": summaries[0]["epochs"],

@@ -9,6 +9,10 @@ and `--set KEY=VALUE` overrides. The architecture's fields are those of `model.M
 * ``cpu``      about 20 minutes on a laptop without a GPU;
 * ``quick``    CI's learning check: a fixed 300 steps, and it demonstrably learns;
 * ``toy``      seconds, on the team-written toy corpus (tests).
+
+The regularisers of issue 28 (`rdrop_alpha`, `word_dropout`, `bpe_dropout`, `lr_cooldown`, `ema_decay`)
+are fields of every recipe, off by default: a recipe that leaves them off trains exactly as before.
+`attention_course.wave` trains several variants of one recipe at once on one GPU.
 """
 from __future__ import annotations
 
@@ -57,6 +61,13 @@ class TrainConfig:
     val_bleu_sentences: int = 200      # greedy BLEU on the first N validation sentences
     checkpoint_every: int = 500
     average_last: int = 1              # average the last N checkpoints at the end (1: no averaging)
+    # regularisers and the schedule's end (issue 28): each off by default, and off changes nothing
+    rdrop_alpha: float = 0.0           # R-Drop: every batch twice (two dropout masks), + alpha x their symmetric KL
+    word_dropout: float = 0.0          # training only: each non-special source token becomes <unk> with this probability
+    bpe_dropout: float = 0.0           # training only: each BPE merge skipped with this probability (Provilkov et al.)
+    bpe_dropout_samples: int = 8       # segmentations of the training set drawn at the start; epoch e reads e mod N
+    lr_cooldown: float = 0.0           # the learning rate falls linearly to 0 over this last fraction of the budget
+    ema_decay: float = 0.0             # evaluate and save an exponential moving average of the weights (0: off)
     # decoding for evaluation
     beam_size: int = 4
     length_penalty: float = 0.6
@@ -66,6 +77,21 @@ class TrainConfig:
     compile: bool | str = False        # torch.compile the model: True (inductor) or a backend name, e.g. "aot_eager"
     num_threads: int | None = None     # CPU threads (None: PyTorch's default)
     seed: int = 1
+
+    def __post_init__(self):
+        """Refuse a regulariser setting out of its range before any work starts (a GPU run's first
+        minute must not be the first place a typo shows)."""
+        if self.rdrop_alpha < 0:
+            raise ValueError(f"rdrop_alpha must be >= 0, got {self.rdrop_alpha}")
+        for name in ("word_dropout", "bpe_dropout", "ema_decay"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0 <= self.lr_cooldown <= 1:
+            raise ValueError(f"lr_cooldown must be in [0, 1], got {self.lr_cooldown}")
+        if self.bpe_dropout_samples < 1:
+            raise ValueError(f"bpe_dropout_samples must be >= 1, got {self.bpe_dropout_samples}")
+        if self.lr_cooldown and self.max_steps is None and self.max_seconds is None and self.max_epochs is None:
+            raise ValueError("lr_cooldown needs a budget to cool down before: set max_steps, max_seconds or max_epochs")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model this recipe trains, on a joint vocabulary of `vocab_size` (the architecture's

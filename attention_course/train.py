@@ -8,10 +8,16 @@ modules. The loss, the learning-rate schedule and the masks are notebook 06's gr
 Under `torchrun --nproc_per_node N` every process takes its share of each optimizer step's batches
 and DistributedDataParallel averages the gradients: N processes with `accumulate=1` take the same
 steps as one process with `accumulate=N` (tests/test_distributed.py checks the loss curves agree).
+
+The regularisers of issue 28 are recipe fields, each off by default (off, the loop runs exactly as
+before): R-Drop (`batch_loss`), source word dropout (`batching.drop_source_tokens`), BPE-dropout
+(`load_data`: several segmentations, one per epoch in turn), a linear cool-down of the learning
+rate to 0 (`scheduled_lr`) and an exponential moving average of the weights (`WeightAverage`).
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import random
@@ -20,9 +26,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from . import bpe
-from .batching import Batch, collate, encode_pairs, padded_batches, step_stream, token_batches  # noqa: F401
+from .batching import (  # noqa: F401
+    Batch,
+    collate,
+    drop_source_tokens,
+    encode_pairs,
+    padded_batches,
+    segmentation_stream,
+    step_stream,
+    token_batches,
+)
 from .checkpoints import average_state_dicts, cpu_state, load_run, run_is_complete, save_checkpoint
 from .data import load_pairs
 from .evaluation import (  # noqa: F401
@@ -115,29 +131,97 @@ def wrap_for_training(model, cfg: TrainConfig, dist: Distributed, device: torch.
     return step_model
 
 
-def train_step(step_model, opt, batches: list[Batch], cfg: TrainConfig, step: int, autocast) -> torch.Tensor:
-    """One optimizer step over this process's micro-batches: forward, loss, backward (gradients
-    averaged), clip, set the learning rate, update. Returns the mean loss, on the device (not read)."""
-    lr = inverse_sqrt_lr(step + 1, cfg.warmup, cfg.peak_lr)
+def budget_progress(cfg: TrainConfig, step: int, epoch: float, seconds: float | None) -> float:
+    """How much of the run's budget is spent after optimizer step `step` (1-based): the largest of the
+    step, epoch and training-time fractions (seconds: None where the clock is not read)."""
+    parts = [step / cfg.max_steps if cfg.max_steps else 0.0, epoch / cfg.max_epochs if cfg.max_epochs else 0.0]
+    if cfg.max_seconds and seconds is not None:
+        parts.append(seconds / cfg.max_seconds)
+    return max(parts)
+
+
+def scheduled_lr(cfg: TrainConfig, step: int, epoch: float = 0.0, seconds: float | None = None) -> float:
+    """The learning rate of optimizer step `step` (1-based): notebook 06's inverse-sqrt schedule; with
+    `lr_cooldown` c, times a linear fall to 0 over the last fraction c of the budget (0 at the step
+    that ends it: one step of the budget spent at lr 0, the price of an exact end). A run stopped by
+    its clock cools down by the clock: the budget that is nearer its end leads."""
+    lr = inverse_sqrt_lr(step, cfg.warmup, cfg.peak_lr)
+    if not cfg.lr_cooldown:
+        return lr
+    left = 1.0 - budget_progress(cfg, step, epoch, seconds)
+    return lr * min(1.0, max(0.0, left) / cfg.lr_cooldown)
+
+
+@dataclass
+class StepLoss:
+    """One micro-batch's losses, on the device: `loss` is what is back-propagated; `ce` the
+    label-smoothed cross-entropy (what the training curve shows, comparable across recipes); `kl`
+    R-Drop's symmetric KL (None without R-Drop)."""
+    loss: torch.Tensor
+    ce: torch.Tensor
+    kl: torch.Tensor | None = None
+
+
+def symmetric_kl(logits: torch.Tensor, target: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """R-Drop's regulariser: logits [2N, T, V] holding the same N sentences twice (two dropout masks),
+    target [2N, T] -> the mean over non-pad target tokens of (KL(p1 || p2) + KL(p2 || p1)) / 2."""
+    lp1, lp2 = F.log_softmax(logits.float(), dim=-1).chunk(2)           # [N, T, V] each
+    keep = (target.chunk(2)[0] != pad_id)                                # [N, T]
+    kl = (lp1.exp() - lp2.exp()) * (lp1 - lp2)                           # [N, T, V]: both KLs' terms, summed
+    return (kl.sum(-1) * keep).sum() / (2 * keep.sum())
+
+
+def batch_loss(step_model, batch: Batch, cfg: TrainConfig, autocast) -> StepLoss:
+    """The training loss of one micro-batch. Word dropout first hides some source tokens; R-Drop
+    then runs the batch twice in one forward pass (concatenated: the two copies draw different dropout
+    masks) and adds alpha x the symmetric KL between their predictions to the mean CE of both."""
+    src, tgt = drop_source_tokens(batch.src, cfg.word_dropout), batch.tgt      # [N, S], [N, T + 1]
+    if cfg.rdrop_alpha:
+        src, tgt = torch.cat([src, src]), torch.cat([tgt, tgt])                # [2N, S], [2N, T + 1]
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    src_mask, tgt_mask = make_masks(src, tgt_in, bpe.PAD_ID)
+    with autocast:
+        logits = step_model(src, tgt_in, src_mask, tgt_mask)                   # [N or 2N, T, V]
+    ce = label_smoothed_cross_entropy(logits.float(), tgt_out, cfg.label_smoothing, bpe.PAD_ID)
+    if not cfg.rdrop_alpha:
+        return StepLoss(ce, ce)
+    kl = symmetric_kl(logits, tgt_out, bpe.PAD_ID)
+    return StepLoss(ce + cfg.rdrop_alpha * kl, ce, kl)
+
+
+def train_step(step_model, opt, batches: list[Batch], cfg: TrainConfig, lr: float, autocast) -> torch.Tensor:
+    """One optimizer step over this process's micro-batches at learning rate `lr`: forward, loss,
+    backward (gradients averaged), clip, update. Returns the mean cross-entropy, on the device (not read)."""
     for group in opt.param_groups:
         group["lr"] = lr
     total = None
     for i, batch in enumerate(batches):
-        tgt_in, tgt_out = batch.tgt[:, :-1], batch.tgt[:, 1:]
-        src_mask, tgt_mask = make_masks(batch.src, tgt_in, bpe.PAD_ID)
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(step_model, "no_sync") else step_model.no_sync()
         with sync:
-            with autocast:
-                logits = step_model(batch.src, tgt_in, src_mask, tgt_mask)
-            loss = label_smoothed_cross_entropy(logits.float(), tgt_out, cfg.label_smoothing, bpe.PAD_ID)
-            (loss / len(batches)).backward()
-        total = loss.detach() if total is None else total + loss.detach()
+            losses = batch_loss(step_model, batch, cfg, autocast)
+            (losses.loss / len(batches)).backward()
+        total = losses.ce.detach() if total is None else total + losses.ce.detach()
     if cfg.clip_norm:
         torch.nn.utils.clip_grad_norm_(step_model.parameters(), cfg.clip_norm)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return total / len(batches)
+
+
+class WeightAverage:
+    """An exponential moving average of the model's weights, ema <- d * ema + (1 - d) * w after every
+    optimizer step (one multi-tensor kernel: no per-parameter launches). Kept in a copy of the model
+    (tied embeddings stay tied), which is what evaluations, checkpoints and model.pt then read."""
+
+    def __init__(self, model: Seq2SeqTransformer, decay: float):
+        self.decay = decay
+        self.model = copy.deepcopy(model).eval().requires_grad_(False)
+        self._raw, self._ema = list(model.parameters()), list(self.model.parameters())
+
+    @torch.no_grad()
+    def update(self) -> None:
+        torch._foreach_lerp_(self._ema, self._raw, 1.0 - self.decay)
 
 
 def mean_over_processes(value: torch.Tensor, dist: Distributed) -> float:
@@ -227,20 +311,32 @@ class TrainingData:
     val_pairs: list                   # (source, target) sentences, for validation BLEU
     train_batches: list[Batch]        # padded, on the device: src [N, S], tgt [N, T + 1]
     val_batches: list[Batch]
+    more_train_batches: list[list[Batch]] = field(default_factory=list)   # BPE-dropout: further segmentations
 
     @property
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size()
 
+    @property
+    def segmentations(self) -> list[list[Batch]]:
+        """The training set's segmentations, taken in turn epoch by epoch (one without BPE-dropout)."""
+        return [self.train_batches, *self.more_train_batches]
+
 
 def load_data(cfg: TrainConfig, src: str, tgt: str, mirror, device: torch.device) -> TrainingData:
-    """The corpus's pairs, a joint BPE learned on the training split only, and padded batches."""
+    """The corpus's pairs, a joint BPE learned on the training split only, and padded batches. With
+    BPE-dropout, `bpe_dropout_samples` segmentations of the training pairs are drawn here, once
+    (re-encoding the corpus every epoch would cost seconds of host time per epoch, on a GPU run whose
+    epochs last a few seconds); validation is encoded without dropout, as every evaluation is."""
     train_pairs = load_pairs(cfg.corpus, "train", src, tgt, mirror)[:cfg.train_limit]
     val_pairs = load_pairs(cfg.corpus, "val", src, tgt, mirror)
     tok = bpe.train_joint_bpe(train_pairs, cfg.vocab_size, cfg.min_frequency)
-    train_batches = padded_batches(encode_pairs(tok, train_pairs, cfg.max_len), cfg.max_tokens, device, cfg.seed)
+    train_tok = bpe.with_dropout(tok, cfg.bpe_dropout) if cfg.bpe_dropout else tok
+    samples = cfg.bpe_dropout_samples if cfg.bpe_dropout else 1
+    train = [padded_batches(encode_pairs(train_tok, train_pairs, cfg.max_len), cfg.max_tokens, device, cfg.seed + i)
+             for i in range(samples)]
     val_batches = padded_batches(encode_pairs(tok, val_pairs), cfg.max_tokens, device, cfg.seed)
-    return TrainingData(tok, val_pairs, train_batches, val_batches)
+    return TrainingData(tok, val_pairs, train[0], val_batches, train[1:])
 
 
 def run_info(cfg: TrainConfig, model: Seq2SeqTransformer, src: str, tgt: str, device: torch.device,
@@ -340,6 +436,9 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
     """Train a translator; returns the Run (also written to `out_dir`, default runs/<config>-<src>-<tgt>)."""
     cfg = get_config(config, **overrides)
     dist = init_distributed(torch.device(device) if device else None)
+    if dist.active and cfg.bpe_dropout:
+        raise ValueError("bpe_dropout under torchrun: the tokenizers library's dropout cannot be seeded, so the "
+                         "processes would cut the corpus into different batches; train on one process")
     device = pick_device(device, dist)
     main = dist.is_main                                # only the main process writes files and logs
     log = log if main else (lambda *a, **k: None)
@@ -356,30 +455,36 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
         bpe.save(data.tok, out)
         (out / "config.json").write_text(json.dumps(info, indent=2) + "\n")
     step_model = wrap_for_training(model, cfg, dist, device)
+    average = WeightAverage(model, cfg.ema_decay) if cfg.ema_decay and main else None
+    shown_model = average.model if average else model  # what evaluations, checkpoints and model.pt read
     torch.manual_seed(cfg.seed + dist.rank)            # each process its own dropout masks
     opt = make_optimizer(model, cfg, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
     log(start_line(cfg, data, info, dist))
 
-    stream = step_stream(len(data.train_batches), dist.world_size * cfg.accumulate, random.Random(cfg.seed))
+    stream = segmentation_stream(data.segmentations, dist.world_size * cfg.accumulate, random.Random(cfg.seed))
     ckpt_dir = out / "checkpoints"
     step, epoch, tokens = 0, 0.0, 0
     tracker = TrainingLog(cfg, out, device, show=progress and main)
     clock = tracker.clock
     model.train()
     while True:
-        epoch, chosen = next(stream)                   # this step's batch indices, all processes'
+        epoch, chosen = next(stream)                   # this step's batches, all processes'
         mine = chosen[dist.rank * cfg.accumulate:(dist.rank + 1) * cfg.accumulate]
-        loss = train_step(step_model, opt, [data.train_batches[i] for i in mine], cfg, step, autocast)
+        # the clock (a host read, no device sync) only for a cool-down that follows it, in one process
+        now = clock.training_seconds() if cfg.lr_cooldown and cfg.max_seconds and not dist.active else None
+        loss = train_step(step_model, opt, mine, cfg, scheduled_lr(cfg, step + 1, epoch, now), autocast)
+        if average:
+            average.update()
         step += 1
-        tokens += sum(data.train_batches[i].target_tokens for i in chosen)   # all processes', known on the host
+        tokens += sum(b.target_tokens for b in chosen)   # all processes', known on the host
         lr = opt.param_groups[0]["lr"]
         seconds = tracker.step_done(loss, step, epoch, tokens, lr, dist)    # None between log points
         if main and step % cfg.checkpoint_every == 0:
             with clock.pause():
-                save_checkpoint(model, ckpt_dir, step, cfg.average_last)
+                save_checkpoint(shown_model, ckpt_dir, step, cfg.average_last)
         if main and step % cfg.eval_every == 0:
-            tracker.evaluate(model, data, step, epoch, tokens, lr)
+            tracker.evaluate(shown_model, data, step, epoch, tokens, lr)
         if should_stop(cfg, step, epoch, seconds, dist, device):
             break
     tracker.bar.close()
@@ -389,11 +494,14 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
         return Run(out, model, data.tok, tracker.history, {})
 
     if not tracker.evaluated_at(step):
-        tracker.evaluate(model, data, step, epoch, tokens, lr)
-    last = save_checkpoint(model, ckpt_dir, step, cfg.average_last)
+        tracker.evaluate(shown_model, data, step, epoch, tokens, lr)
+    last = save_checkpoint(shown_model, ckpt_dir, step, cfg.average_last)
     timing = {"train": train_seconds, "loop": clock.loop_seconds(), "eval": clock.paused}
-    weights, final_bleu = choose_final_weights(model, data.tok, data.val_pairs, cfg, ckpt_dir,
+    weights, final_bleu = choose_final_weights(shown_model, data.tok, data.val_pairs, cfg, ckpt_dir,
                                                tracker.history[-1]["val_bleu"], log)
+    if average:
+        weights += f" of the weights' moving average (decay {cfg.ema_decay:g})"
+    model = shown_model
     torch.save(cpu_state(model), out / "model.pt")
     summary = write_summary(out, cfg, info, data, step, epoch, tokens, {**timing, "total": time.time() - started},
                             weights, final_bleu, last)

@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lint build lab labextension check clean venv train gpu-check bench-translator sandbox
+.PHONY: grade test lint build lab labextension check clean venv train gpu-check bench-translator sandbox book
 
 ## make grade: set up, regenerate the student notebooks, grade the demo class, print the table.
 ## The instructor's demo: to grade your own notebook, run `attn-course check <notebook>`. The build
@@ -50,6 +50,14 @@ gpu-check: $(STAMP)
 ## course's layers vs torch.nn.Transformer with copied weights), ratios measured side by side
 bench-translator: $(STAMP)
 	attn-course bench-translator
+
+## make book: the course as a static site in build/book/html/ (Sphinx, myst-nb, sphinx-book-theme), built
+## from solutions/ with their committed outputs (nothing is executed), the grader scrubbed out, math
+## and search offline, warnings as errors. BOOK_REPOSITORY=owner/name@ref (or ATTN_BOOK_REPOSITORY in the environment)
+## adds Open-in-Colab and Binder buttons to every chapter; without it the book has none.
+BOOK_REPOSITORY ?=
+book: $(STAMP)
+	python -m course_tools.book --out build/book $(if $(BOOK_REPOSITORY),--repository "$(BOOK_REPOSITORY)")
 
 ## make lab: JupyterLab on the student notebooks (LAB_ARGS="--no-browser --allow-root --port 8899"
 ## go to `jupyter lab` as they are)

@@ -33,7 +33,7 @@ from course_tools.book import scrub
 from course_tools.book.scrub import PLUMBING, ScrubError, find_plumbing, scrub_code, scrub_notebook
 
 from .layout import REPO, SOLUTIONS
-from .test_browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, _need_browser, screenshot, visible_text
+from .test_browser import WAIT_MS, browser, screenshot, visible_text  # noqa: F401 - browser: a fixture
 
 ASSIGNMENTS = assignments(SOLUTIONS)
 REPOSITORY = "course-owner/attention-course@v2"
@@ -310,22 +310,8 @@ def server(site):
         httpd.server_close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    _need_browser()
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=30_000)
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 @pytest.fixture
-def reader(browser, server):
+def reader(browser, server):  # noqa: F811 - browser: the fixture imported from test_browser
     """A page whose every request is checked: one to another host is refused and recorded."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(WAIT_MS)

@@ -351,9 +351,8 @@ def test_class_report_shows_the_per_exercise_picture(graded_class, page, tmp_pat
 
 
 # --------------------------------------------------------------------------- in-Lab check
-def test_in_lab_check_shows_pass_fail_and_hints(lab, page, tmp_path):
-    """The student presses Validate: the dialog shows the grader's own verdicts (PASS, FAIL with the
-    known mistake's hint, TODO), no traceback; the instructor's tools are not in the student's Lab."""
+def _open_with_softmax(lab, page, softmax: str):
+    """Notebook 01, solved but for `softmax`, written into the student's folder and opened in Lab."""
     from playwright.sync_api import expect
 
     from course_tools.demo import solved, with_mistake
@@ -361,10 +360,17 @@ def test_in_lab_check_shows_pass_fail_and_hints(lab, page, tmp_path):
     base, token, root = lab
     release = nbformat.read(notebook_path(A01, NOTEBOOKS), as_version=4)
     nb = solved(release, nbformat.read(notebook_path(A01, SOLUTIONS), as_version=4))
-    nb = with_mistake(nb, "softmax", "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)\n")
-    nbformat.write(nb, root / f"{A01}.ipynb")
+    nbformat.write(with_mistake(nb, "softmax", softmax), root / f"{A01}.ipynb")
     page.goto(f"{base}/lab/tree/{A01}.ipynb?token={token}", wait_until="domcontentloaded", timeout=WAIT_MS)
     expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first).to_be_visible(timeout=WAIT_MS)
+
+
+def test_in_lab_check_shows_pass_fail_and_hints(lab, page, tmp_path):
+    """The student presses Validate: the dialog shows the grader's own verdicts (PASS, FAIL with the
+    known mistake's hint, TODO), no traceback; the instructor's tools are not in the student's Lab."""
+    from playwright.sync_api import expect
+
+    _open_with_softmax(lab, page, "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)\n")
     assert not page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Nbgrader\s*$")).count(), \
         "the instructor's Nbgrader menu is in the student's Lab"
     assert not page.locator(".validate-button").count(), "nbgrader's own Validate button shows beside ours"
@@ -385,15 +391,7 @@ def test_validate_shows_progress_and_cancel_stops_a_loop(lab, page, tmp_path):
     its Cancel button stops the check at once, saying so (no two minutes of "Validating...")."""
     from playwright.sync_api import expect
 
-    from course_tools.demo import solved, with_mistake
-
-    base, token, root = lab
-    release = nbformat.read(notebook_path(A01, NOTEBOOKS), as_version=4)
-    nb = solved(release, nbformat.read(notebook_path(A01, SOLUTIONS), as_version=4))
-    nb = with_mistake(nb, "softmax", "def softmax(x, axis=-1):\n    while True:\n        pass\n")
-    nbformat.write(nb, root / f"{A01}.ipynb")
-    page.goto(f"{base}/lab/tree/{A01}.ipynb?token={token}", wait_until="domcontentloaded", timeout=WAIT_MS)
-    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first).to_be_visible(timeout=WAIT_MS)
+    _open_with_softmax(lab, page, "def softmax(x, axis=-1):\n    while True:\n        pass\n")
     page.locator(".attn-validate-button").first.click()
     progress = page.locator(".jp-Dialog .attn-check-progress")
     # 10 s on one cell: the loop (no other cell of 01 takes that long; the first imports take ~3 s)

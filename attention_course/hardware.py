@@ -80,3 +80,45 @@ def synchronize(device: torch.device) -> None:
     """Wait for the queued GPU work (so a clock read after it measures it)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How the forward pass computes: bf16 or fp16 autocast, or full fp32. fp16's narrow range makes
+    small gradients underflow to zero, so it trains with a gradient scaler (bf16 has fp32's range)."""
+    name: str  # "bf16", "fp16" or "fp32"
+    why: str   # one line for the run's log and config.json
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.name)
+
+    def autocast(self, device: torch.device):
+        """The autocast context for `device` (a no-op for fp32)."""
+        return torch.autocast(device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None)
+
+    def grad_scaler(self, device: torch.device) -> torch.amp.GradScaler:
+        """A gradient scaler, switched on for fp16 only (off, its calls pass straight through)."""
+        return torch.amp.GradScaler(device.type, enabled=self.name == "fp16")
+
+
+def choose_precision(device_type: str, low_precision: bool, capability: tuple[int, int] | None) -> Precision:
+    """bf16 where the GPU computes it natively (compute capability 8.0 and later: A100, H100, RTX 30xx
+    and later), fp16 with a gradient scaler on older GPUs (a T4, Colab's free GPU, is 7.5: bf16 is
+    emulated there and slow), fp32 on the CPU or when the recipe asks for it."""
+    if device_type != "cuda":
+        return Precision("fp32", f"{device_type}: full precision")
+    if not low_precision:
+        return Precision("fp32", "the recipe asks for full precision (bf16=False)")
+    major, minor = capability or (0, 0)
+    if (major, minor) >= (8, 0):
+        return Precision("bf16", f"bf16 autocast: compute capability {major}.{minor} computes bf16 natively")
+    return Precision("fp16", f"fp16 autocast with a gradient scaler: compute capability {major}.{minor} has no "
+                             "native bf16")
+
+
+def precision_for(device: torch.device, low_precision: bool) -> Precision:
+    """`choose_precision` for this device."""
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    return choose_precision(device.type, low_precision, capability)
+

@@ -51,7 +51,16 @@ from .evaluation import (  # noqa: F401
     tune_length_penalty,
     validation_loss,
 )
-from .hardware import Distributed, cpu_threads, describe_device, init_distributed, pick_device, synchronize
+from .hardware import (
+    Distributed,
+    Precision,
+    cpu_threads,
+    describe_device,
+    init_distributed,
+    pick_device,
+    precision_for,
+    synchronize,
+)
 from .model import Seq2SeqTransformer, set_fused
 from .paths import course_file, lazy_paths
 from .recipes import CONFIGS, TrainConfig, get_config, parse_overrides  # noqa: F401
@@ -189,9 +198,13 @@ def batch_loss(step_model, batch: Batch, cfg: TrainConfig, autocast) -> StepLoss
     return StepLoss(ce + cfg.rdrop_alpha * kl, ce, kl)
 
 
-def train_step(step_model, opt, batches: list[Batch], cfg: TrainConfig, lr: float, autocast) -> torch.Tensor:
+def train_step(step_model, opt, batches: list[Batch], cfg: TrainConfig, lr: float, autocast,
+               scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
     """One optimizer step over this process's micro-batches at learning rate `lr`: forward, loss,
-    backward (gradients averaged), clip, update. Returns the mean cross-entropy, on the device (not read)."""
+    backward (gradients averaged), clip, update. With fp16, `scaler` scales the loss up before the
+    backward pass and the gradients down before clipping (a step with inf/NaN gradients is skipped).
+    Returns the mean cross-entropy, on the device (not read)."""
+    scaler = scaler or _NO_SCALER
     for group in opt.param_groups:
         group["lr"] = lr
     total = None
@@ -200,13 +213,18 @@ def train_step(step_model, opt, batches: list[Batch], cfg: TrainConfig, lr: floa
         sync = contextlib.nullcontext() if last or not hasattr(step_model, "no_sync") else step_model.no_sync()
         with sync:
             losses = batch_loss(step_model, batch, cfg, autocast)
-            (losses.loss / len(batches)).backward()
+            scaler.scale(losses.loss / len(batches)).backward()
         total = losses.ce.detach() if total is None else total + losses.ce.detach()
     if cfg.clip_norm:
+        scaler.unscale_(opt)                   # clip the true gradients, not the scaled ones
         torch.nn.utils.clip_grad_norm_(step_model.parameters(), cfg.clip_norm)
-    opt.step()
+    scaler.step(opt)
+    scaler.update()
     opt.zero_grad(set_to_none=True)
     return total / len(batches)
+
+
+_NO_SCALER = torch.amp.GradScaler("cpu", enabled=False)  # its calls pass straight through: fp32 and bf16
 
 
 class WeightAverage:
@@ -340,11 +358,13 @@ def load_data(cfg: TrainConfig, src: str, tgt: str, mirror, device: torch.device
 
 
 def run_info(cfg: TrainConfig, model: Seq2SeqTransformer, src: str, tgt: str, device: torch.device,
-             threads: int | None, dist: Distributed) -> dict:
-    """What the run is (config.json): the recipe, the model, the languages, the hardware."""
+             threads: int | None, dist: Distributed, precision: Precision | None = None) -> dict:
+    """What the run is (config.json): the recipe, the model, the languages, the hardware, the precision."""
+    precision = precision or precision_for(device, cfg.bf16)
     return {"train": asdict(cfg), "model": asdict(model.config), "src": src, "tgt": tgt, "corpus": cfg.corpus,
             "device": describe_device(device), "threads": threads, "processes": dist.world_size,
-            "parameters": sum(p.numel() for p in model.parameters())}
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "precision": {"name": precision.name, "why": precision.why}}
 
 
 def start_line(cfg: TrainConfig, data: TrainingData, info: dict, dist: Distributed) -> str:
@@ -352,7 +372,8 @@ def start_line(cfg: TrainConfig, data: TrainingData, info: dict, dist: Distribut
     threads = info["threads"]
     return (f"{cfg.name}: {sum(len(b.src) for b in data.train_batches):,} training pairs ({info['src']}->{info['tgt']}), "
             f"joint BPE vocabulary {data.vocab_size:,}, {info['parameters']:,} parameters, {info['device']}"
-            + (f", {threads} thread(s)" if threads else "") + (f", {dist.world_size} processes" if dist.active else ""))
+            + (f", {threads} thread(s)" if threads else "") + (f", {dist.world_size} processes" if dist.active else "")
+            + (f"; {info['precision']['why']}" if info.get("precision", {}).get("name") != "fp32" else ""))
 
 
 class TrainingLog:
@@ -450,7 +471,8 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
 
     data = load_data(cfg, src, tgt, mirror, device)
     model = Seq2SeqTransformer(cfg.model_config(data.vocab_size)).to(device)
-    info = run_info(cfg, model, src, tgt, device, threads, dist)
+    precision = precision_for(device, cfg.bf16)  # bf16, or fp16 with a gradient scaler on older GPUs, or fp32
+    info = run_info(cfg, model, src, tgt, device, threads, dist, precision)
     if main:
         bpe.save(data.tok, out)
         (out / "config.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -459,7 +481,7 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
     shown_model = average.model if average else model  # what evaluations, checkpoints and model.pt read
     torch.manual_seed(cfg.seed + dist.rank)            # each process its own dropout masks
     opt = make_optimizer(model, cfg, device)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
+    autocast, scaler = precision.autocast(device), precision.grad_scaler(device)
     log(start_line(cfg, data, info, dist))
 
     stream = segmentation_stream(data.segmentations, dist.world_size * cfg.accumulate, random.Random(cfg.seed))
@@ -473,7 +495,7 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
         mine = chosen[dist.rank * cfg.accumulate:(dist.rank + 1) * cfg.accumulate]
         # the clock (a host read, no device sync) only for a cool-down that follows it, in one process
         now = clock.training_seconds() if cfg.lr_cooldown and cfg.max_seconds and not dist.active else None
-        loss = train_step(step_model, opt, mine, cfg, scheduled_lr(cfg, step + 1, epoch, now), autocast)
+        loss = train_step(step_model, opt, mine, cfg, scheduled_lr(cfg, step + 1, epoch, now), autocast, scaler)
         if average:
             average.update()
         step += 1

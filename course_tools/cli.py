@@ -6,6 +6,7 @@ import contextlib
 import csv
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -277,7 +278,36 @@ def _grade_arguments(args) -> dict:
     return dict(late_penalty=args.late_penalty, assignments=list(dict.fromkeys(chosen)) or None, students=list(dict.fromkeys(students)) or None,
                 force=args.force, workers=args.workers or settings.worker_count, limits=settings.limits,
                 due=_due_dates(args, known),
-                roster=_check_roster(args.roster) if args.roster else None)
+                roster=_check_roster(args.roster) if args.roster else None,
+                remote=_remote_grader(_cluster_arguments(args, settings.cluster)))
+
+
+def _remote_grader(cluster):
+    """On a Dask cluster when --scheduler / --scheduler-file name one, else None (this machine)."""
+    if not cluster.remote:
+        return None
+    from autograder.cluster import on_cluster
+
+    return on_cluster(cluster)
+
+
+def _cluster_arguments(args, cluster):
+    """--scheduler / --scheduler-file and the TLS files, checked, onto the settings' cluster part."""
+    from dataclasses import replace
+
+    scheduler, scheduler_file = getattr(args, "scheduler", None), getattr(args, "scheduler_file", None)
+    if scheduler and scheduler_file:
+        raise UsageError("give --scheduler or --scheduler-file, not both")
+    if scheduler and not re.fullmatch(r"(tcp|tls)://[^\s/]+:\d+", scheduler):
+        raise UsageError(f"--scheduler {scheduler!r}: give the scheduler's address, tcp://HOST:PORT or tls://HOST:PORT")
+    files = {"scheduler_file": scheduler_file, "tls_ca_file": getattr(args, "tls_ca_file", None),
+             "tls_cert": getattr(args, "tls_cert", None), "tls_key": getattr(args, "tls_key", None)}
+    for name, value in files.items():
+        if value and not Path(value).is_file():
+            raise UsageError(f"--{name.replace('_', '-')}: {value} is not a file")
+    if (files["tls_cert"] is None) != (files["tls_key"] is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    return replace(cluster, scheduler=scheduler or "", **{k: str(v or "") for k, v in files.items()})
 
 
 # --------------------------------------------------------------------------- grade: outcome
@@ -676,6 +706,13 @@ def parser() -> argparse.ArgumentParser:
                    help="none (late work marked, no points taken; the default), zero (a late notebook scores 0) or "
                         "per-day:P (P%% of the points per day or part of a day late). Kept for later runs and applied "
                         "when the grades are written: changing it needs no --force")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on this Dask cluster: tcp://HOST:PORT or tls://HOST:PORT (see 'Grading on several "
+                        "machines' in the README); without it, on this machine")
+    p.add_argument("--scheduler-file", metavar="JSON", help="the cluster's scheduler file (`dask scheduler --scheduler-file`)")
+    p.add_argument("--tls-ca-file", metavar="PEM", help="tls://: the CA of the scheduler's certificate")
+    p.add_argument("--tls-cert", metavar="PEM", help="tls://: this machine's certificate (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="tls://: its private key")
     p.set_defaults(func=_grade)
     p = sub.add_parser("demo", help="generate the demo class from the solutions, grade it, print the table")
     p.add_argument("--out", default=None, help="default: build/demo in the course folder")

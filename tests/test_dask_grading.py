@@ -1,0 +1,278 @@
+"""Grading on a Dask cluster, on 127.0.0.1: the same grades as on this machine, a worker killed
+mid-notebook (graded once, elsewhere), a notebook whose worker keeps dying (the student's crash),
+workers that refuse (another course, a weaker sandbox), and a scheduler reached over TLS."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import nbformat
+import pytest
+
+from autograder import cluster as grading_cluster
+from autograder import grade as grading
+from autograder.outcomes import Status
+from autograder.settings import ClusterSettings
+
+from .conftest import inject, solved_notebook
+from .layout import REPO
+
+A01 = "01_similarity_attention"
+SLEEP = 8  # seconds the slow notebook sleeps in its first answer cell: long enough to kill its worker during it
+
+
+def _mistake(course):
+    return inject(solved_notebook(course, A01), {"dot_similarity": "def dot_similarity(E):\n    return E.T @ E"})
+
+
+def _slow(course):
+    nb = solved_notebook(course, A01)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "normalize_rows")
+    return inject(nb, {"normalize_rows": f"import time\ntime.sleep({SLEEP})\n" + cell.source})
+
+
+def _class(root, notebooks: dict) -> None:
+    for student, nb in notebooks.items():
+        (root / student).mkdir(parents=True)
+        data = nb if isinstance(nb, str) else nbformat.writes(nb)
+        (root / student / f"{A01}.ipynb").write_text(data)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> grading.Course:
+    """conftest's course, notebook 01 only (what these tests grade): prepared in seconds, not minutes."""
+    return grading.Course(tmp_path_factory.mktemp("grading") / "course").setup(only=[A01])
+
+
+def _out(folder):
+    """A grading output whose course holds notebook 01 only (`grade` sets up every notebook otherwise)."""
+    grading.Course(folder / "course").setup(only=[A01])
+    return folder
+
+
+def _table(results) -> list[tuple]:
+    return sorted((r.student_id, r.notebook, r.score, r.max_score, r.status, r.detail,
+                   tuple((c.grade_id, c.score, c.message, c.mistake) for c in r.cells)) for r in results)
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """Two worker processes of one thread each, on 127.0.0.1 (workers restart when killed)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        yield cluster, client
+
+
+def _on(cluster, **more) -> ClusterSettings:
+    return ClusterSettings(scheduler=cluster.scheduler_address, **more)
+
+
+def _executing(dask_worker=None) -> list[str]:
+    return [str(key) for key, ts in dask_worker.state.tasks.items() if ts.state == "executing"]
+
+
+def _kill_worker_grading(client, student: str, after: float = 3.0, timeout: float = 180.0) -> str:
+    """SIGKILL the worker process grading `student`'s notebook, `after` seconds into it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        running = client.run(_executing, on_error="return")
+        found = [w for w, keys in running.items() if isinstance(keys, list) and any(f"-{student}-" in k for k in keys)]
+        if found:
+            time.sleep(after)
+            pid = client.run(os.getpid, workers=found)[found[0]]
+            os.kill(pid, signal.SIGKILL)
+            return found[0]
+        time.sleep(0.2)
+    raise AssertionError(f"{student}'s notebook never started on a worker")
+
+
+def _grade_in_thread(*args, **kwargs):
+    box: dict = {}
+
+    def run():
+        try:
+            box["results"] = grading.grade(*args, **kwargs)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the test's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, box
+
+
+def _finished(thread, box) -> list:
+    thread.join(timeout=600)
+    assert not thread.is_alive(), "grading never finished"
+    if "error" in box:
+        raise box["error"]
+    return box["results"]
+
+
+# --------------------------------------------------------------------------- no cluster needed
+def test_worker_refuses_another_course_and_a_weak_sandbox(monkeypatch):
+    mine = grading_cluster.course_identity([A01])
+    assert grading_cluster.refusal(mine, weak_sandbox=False) == "" or "bubblewrap" in grading_cluster.refusal(mine, False)
+    other = replace(mine, solutions=((A01, "0" * 64),))
+    assert "another course: the solution of 01_similarity_attention" in grading_cluster.refusal(other, True)
+    assert "grader's code" in grading_cluster.refusal(replace(mine, grader="x"), True)
+    monkeypatch.setattr("autograder.sandbox.isolation_mode", lambda: "namespaces (user)")
+    assert "not bubblewrap" in grading_cluster.refusal(mine, weak_sandbox=False)
+    assert grading_cluster.refusal(mine, weak_sandbox=True) == ""
+
+
+def test_cli_checks_the_scheduler_arguments(tmp_path):
+    from course_tools.cli import UsageError, _cluster_arguments
+
+    class Args:
+        scheduler, scheduler_file, tls_ca_file, tls_cert, tls_key = "tcp://127.0.0.1:8786", None, None, None, None
+
+    assert _cluster_arguments(Args, ClusterSettings()).scheduler == "tcp://127.0.0.1:8786"
+    for bad in ("127.0.0.1:8786", "http://host:1", "tcp://host"):
+        Args.scheduler = bad
+        with pytest.raises(UsageError, match="tcp://HOST:PORT"):
+            _cluster_arguments(Args, ClusterSettings())
+    Args.scheduler, Args.tls_cert = "tls://127.0.0.1:8786", str(tmp_path / "absent.pem")
+    with pytest.raises(UsageError, match="not a file"):
+        _cluster_arguments(Args, ClusterSettings())
+
+
+# --------------------------------------------------------------------------- on a LocalCluster
+@pytest.mark.slow
+def test_cluster_gives_the_same_grades_as_this_machine(course, local_cluster, tmp_path):
+    cluster, _ = local_cluster
+    root = tmp_path / "class"
+    _class(root, {"ann": solved_notebook(course, A01), "ben": _mistake(course), "cat": '{"cells": [ broken'})
+    here = grading.grade(root, _out(tmp_path / "here"), progress=False, workers=2)
+    there = grading.grade(root, _out(tmp_path / "there"), progress=False, remote=grading_cluster.on_cluster(_on(cluster)))
+    assert _table(there) == _table(here)
+    by = {r.student_id: r for r in there}
+    assert by["ann"].score == by["ann"].max_score == 17 and by["ben"].score == 16
+    assert by["cat"].status is Status.UNREADABLE
+    rows = {r["student_id"]: r for r in csv.DictReader((tmp_path / "there" / "grades.csv").open())}
+    assert rows["ben"]["score"] == "16" and rows["ann"]["sandbox"] == by["ann"].sandbox != ""
+    assert (tmp_path / "there" / "feedback" / "ben" / f"{A01}.html").is_file()
+    again = grading.grade(root, tmp_path / "there", progress=False, remote=grading_cluster.on_cluster(_on(cluster)))  # resumes: nothing regraded
+    assert _table(again) == _table(there)
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_notebook_is_graded_once_elsewhere(course, local_cluster, tmp_path, monkeypatch):
+    cluster, client = local_cluster
+    root = tmp_path / "class"
+    _class(root, {"sam": _slow(course)})
+    recorded = []
+    real = grading_cluster.record_judged
+    monkeypatch.setattr(grading_cluster, "record_judged", lambda course, judged, *a: recorded.append(judged.student_id)
+                        or real(course, judged, *a))
+    thread, box = _grade_in_thread(root, _out(tmp_path / "out"), progress=False, remote=grading_cluster.on_cluster(_on(cluster, tries=3)))
+    killed = _kill_worker_grading(client, "sam")
+    results = _finished(thread, box)
+    (sam,) = results
+    assert sam.status is Status.OK and sam.score == sam.max_score == 17, (killed, sam)
+    assert recorded == ["sam"]  # recorded once
+    rows = list(csv.DictReader((tmp_path / "out" / "grades.csv").open()))
+    assert [r["student_id"] for r in rows] == ["sam"]
+
+
+@pytest.mark.slow
+def test_notebook_whose_worker_keeps_dying_is_the_students_crash(course, local_cluster, tmp_path):
+    cluster, client = local_cluster
+    root = tmp_path / "class"
+    _class(root, {"sam": _slow(course)})
+    thread, box = _grade_in_thread(root, _out(tmp_path / "out"), progress=False, remote=grading_cluster.on_cluster(_on(cluster, tries=1)))
+    _kill_worker_grading(client, "sam", after=1.0)
+    (sam,) = _finished(thread, box)
+    assert sam.status is Status.CRASH and sam.score == 0 and sam.max_score == 17
+    assert "died 1 times" in sam.detail
+    saved = json.loads((tmp_path / "out" / "students" / "sam" / f"{A01}.json").read_text())
+    assert saved["fingerprint"]  # the student's outcome: kept, not regraded by the next run
+
+
+@pytest.mark.slow
+def test_workers_of_another_course_refuse_as_a_grader_incident(course, local_cluster, tmp_path, monkeypatch):
+    cluster, _ = local_cluster
+    root = tmp_path / "class"
+    _class(root, {"ann": solved_notebook(course, A01)})
+    real = grading_cluster.course_identity
+    monkeypatch.setattr(grading_cluster, "course_identity",
+                        lambda names, solutions=None: replace(real(names, solutions), solutions=((A01, "0" * 64),)))
+    (ann,) = grading.grade(root, _out(tmp_path / "out"), progress=False, remote=grading_cluster.on_cluster(_on(cluster)))
+    assert ann.status is Status.INCIDENT and "another course" in ann.detail and ann.score == 0
+    saved = json.loads((tmp_path / "out" / "students" / "ann" / f"{A01}.json").read_text())
+    assert saved["fingerprint"] == ""  # the grader's incident: the next run grades it again
+
+
+# --------------------------------------------------------------------------- TLS, `dask scheduler` / `dask worker`
+def _openssl(*args, cwd) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _self_signed(folder) -> tuple[str, str, str]:
+    """(CA, certificate, key): a CA made here, and one certificate it signed for 127.0.0.1."""
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+             "-subj", "/CN=attention-course test CA", cwd=folder)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out", "req.csr", "-subj", "/CN=127.0.0.1",
+             cwd=folder)
+    _openssl("x509", "-req", "-in", "req.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+             "cert.pem", "-days", "1", "-extfile", "san.ext", cwd=folder)
+    return str(folder / "ca.pem"), str(folder / "cert.pem"), str(folder / "key.pem")
+
+
+@pytest.mark.slow
+def test_scheduler_with_tls_from_a_self_signed_ca(course, tmp_path):
+    ca, cert, key = _self_signed(tmp_path)
+    tls = ["--tls-ca-file", ca, "--tls-cert", cert, "--tls-key", key]
+    scheduler_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls",
+                               "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
+                               str(scheduler_file), *tls], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)]
+    try:
+        address = _address_in(scheduler_file)
+        assert address.startswith("tls://127.0.0.1:")
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                       "--no-dashboard", "--host", "127.0.0.1", *tls],
+                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        root = tmp_path / "class"
+        _class(root, {"ben": _mistake(course)})
+        settings = ClusterSettings(scheduler=address, tls_ca_file=ca, tls_cert=cert, tls_key=key)
+        _wait_for_workers(settings, 1)
+        (ben,) = grading.grade(root, _out(tmp_path / "out"), progress=False, remote=grading_cluster.on_cluster(settings))
+        assert ben.score == 16 and ben.status is Status.OK and ben.sandbox
+        with pytest.raises(Exception):  # noqa: B017 - without the CA, no connection at all
+            with grading_cluster.connected(replace(settings, tls_ca_file="", tls_cert="", tls_key="",
+                                                   connect_seconds=5)) as client:
+                client.run(os.getpid)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _address_in(scheduler_file, timeout: float = 60) -> str:
+    """The address in the scheduler file `dask scheduler` writes (once it is whole)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            return json.loads(scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
+    raise AssertionError(f"the scheduler wrote no address into {scheduler_file}")
+
+
+def _wait_for_workers(settings: ClusterSettings, n: int, timeout: float = 120) -> None:
+    with grading_cluster.connected(settings) as client:
+        client.wait_for_workers(n, timeout=timeout)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from . import bpe
+from . import resume as resume_module  # `resume` is train()'s argument
 from .batching import (  # noqa: F401
     Batch,
     collate,
@@ -271,15 +272,65 @@ def should_stop(cfg: TrainConfig, step: int, epoch: float, seconds: float | None
     return stop
 
 
-def prepare_run_dir(cfg: TrainConfig, src: str, tgt: str, out_dir) -> Path:
-    """The run's folder, emptied of a previous run's weights, summary and checkpoints (main process)."""
+def prepare_run_dir(cfg: TrainConfig, src: str, tgt: str, out_dir, resuming: bool = False) -> Path:
+    """The run's folder, emptied of a previous run's weights, summary and checkpoints (main process);
+    when resuming, the checkpoints and the resume point stay."""
     out = Path(out_dir) if out_dir is not None else default_run_dir(cfg.name, src, tgt)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("model.pt", "summary.json"):
         (out / stale).unlink(missing_ok=True)
-    for old in (out / "checkpoints").glob("step_*.pt"):
-        old.unlink()
+    if not resuming:
+        resume_module.discard(out)
+        for old in (out / "checkpoints").glob("step_*.pt"):
+            old.unlink()
     return out
+
+
+def resume_point(cfg: TrainConfig, src: str, tgt: str, out_dir, dist: Distributed) -> dict | None:
+    """The run folder's resume point (see resume.py), checked against this recipe; one process only."""
+    if dist.active:
+        raise ValueError("resume: a run is resumed on one process (torchrun's processes would each need their "
+                         "own generators); train without resume under torchrun, or resume with plain `attn-course train`")
+    return resume_module.load_point(Path(out_dir) if out_dir is not None else default_run_dir(cfg.name, src, tgt),
+                             cfg, src, tgt)
+
+
+def restore(point: dict, model, opt, scaler, average, tracker) -> tuple[int, float, int]:
+    """Put the run back as it was at its resume point; returns (step, epoch, tokens)."""
+    model.load_state_dict(point["model"])
+    opt.load_state_dict(point["optimizer"])
+    if scaler is not None and point.get("scaler"):
+        scaler.load_state_dict(point["scaler"])
+    if average is not None:
+        average.model.load_state_dict(point["average"])
+    tracker.history = point["history"]
+    tracker.loss_sum = None if point["loss_sum"] is None else torch.tensor(point["loss_sum"])
+    tracker.losses_since = point["losses_since"]
+    tracker.clock.start = time.time() - point["loop_seconds"]
+    tracker.clock.paused = point["paused_seconds"]
+    tracker.bar.update(point["step"])
+    resume_module.restore_rng(point)
+    return point["step"], point["epoch"], point["tokens"]
+
+
+def replay(stream, steps: int) -> None:
+    """Draw `steps` steps' batches from the stream and drop them (cheap: the batches already exist)."""
+    for _ in range(steps):
+        next(stream)
+
+
+def save_resume_point(out: Path, cfg: TrainConfig, src: str, tgt: str, model, opt, scaler, average,
+                      tracker, step: int, epoch: float, tokens: int, elapsed: float) -> None:
+    """Everything `restore` needs, written atomically next to the checkpoints."""
+    loss_sum = tracker.loss_sum
+    resume_module.save_point(out, cfg, src, tgt, {
+        "model": cpu_state(model), "optimizer": opt.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "average": cpu_state(average.model) if average is not None else None,
+        "history": tracker.history, "loss_sum": None if loss_sum is None else float(loss_sum),
+        "losses_since": tracker.losses_since, "loop_seconds": tracker.clock.loop_seconds(),
+        "paused_seconds": tracker.clock.paused, "elapsed": elapsed,
+        "step": step, "epoch": epoch, "tokens": tokens})
 
 
 def validation_bleu(model, tok, val_pairs, cfg: TrainConfig) -> float:
@@ -453,8 +504,10 @@ def done_line(summary: dict, val_bleu: float, out: Path) -> str:
 
 # --------------------------------------------------------------------------- training
 def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de", out_dir: str | Path | None = None,
-          mirror=None, device: str | None = None, progress: bool = True, log=print, **overrides) -> Run:
-    """Train a translator; returns the Run (also written to `out_dir`, default runs/<config>-<src>-<tgt>)."""
+          mirror=None, device: str | None = None, progress: bool = True, log=print, resume: bool = False,
+          **overrides) -> Run:
+    """Train a translator; returns the Run (also written to `out_dir`, default runs/<config>-<src>-<tgt>).
+    resume=True: go on from the run folder's last checkpoint when it has one of this recipe (resume.py)."""
     cfg = get_config(config, **overrides)
     dist = init_distributed(torch.device(device) if device else None)
     if dist.active and cfg.bpe_dropout:
@@ -466,8 +519,10 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
     threads = configure_device(cfg, device)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)                        # the same initial weights in every process
-    out = prepare_run_dir(cfg, src, tgt, out_dir) if main else Path(out_dir or default_run_dir(cfg.name, src, tgt))
-    started = time.time()
+    point = resume_point(cfg, src, tgt, out_dir, dist) if resume else None
+    out = (prepare_run_dir(cfg, src, tgt, out_dir, resuming=point is not None) if main
+           else Path(out_dir or default_run_dir(cfg.name, src, tgt)))
+    started = time.time() - (point["elapsed"] if point else 0.0)
 
     data = load_data(cfg, src, tgt, mirror, device)
     model = Seq2SeqTransformer(cfg.model_config(data.vocab_size)).to(device)
@@ -488,6 +543,10 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
     ckpt_dir = out / "checkpoints"
     step, epoch, tokens = 0, 0.0, 0
     tracker = TrainingLog(cfg, out, device, show=progress and main)
+    if point:
+        step, epoch, tokens = restore(point, model, opt, scaler, average, tracker)
+        replay(stream, step)                           # the data stream to where it was: the same batches
+        log(f"resumed from step {step} ({resume_module.FILE} in {shown(out)}; {point['loop_seconds']:.0f} s of the run so far)")
     clock = tracker.clock
     model.train()
     while True:
@@ -507,6 +566,10 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
                 save_checkpoint(shown_model, ckpt_dir, step, cfg.average_last)
         if main and step % cfg.eval_every == 0:
             tracker.evaluate(shown_model, data, step, epoch, tokens, lr)
+        if main and step % cfg.checkpoint_every == 0 and not dist.active:
+            with clock.pause():
+                save_resume_point(out, cfg, src, tgt, model, opt, scaler, average, tracker, step, epoch, tokens,
+                                  time.time() - started)
         if should_stop(cfg, step, epoch, seconds, dist, device):
             break
     tracker.bar.close()
@@ -527,6 +590,7 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
     torch.save(cpu_state(model), out / "model.pt")
     summary = write_summary(out, cfg, info, data, step, epoch, tokens, {**timing, "total": time.time() - started},
                             weights, final_bleu, last)
+    resume_module.discard(out)
     log(done_line(summary, final_bleu, out))
     model.eval()
     set_fused(model, cfg.fused)
@@ -534,8 +598,9 @@ def train(config: str | TrainConfig = "quick", src: str = "en", tgt: str = "de",
 
 
 def train_or_load(config: str = "quick", src: str = "en", tgt: str = "de", out_dir=None, retrain: bool = False,
-                  **kwargs) -> Run:
-    """The finished run of `config` if one with exactly this configuration is on disk, else train it."""
+                  resume: bool = True, **kwargs) -> Run:
+    """The finished run of `config` if one with exactly this configuration is on disk, else train it
+    (going on from its last checkpoint when a run of this recipe stopped part-way, unless resume=False)."""
     cfg = get_config(config)
     out = Path(out_dir) if out_dir is not None else default_run_dir(cfg.name, src, tgt)
     if not retrain and run_is_complete(out, cfg, src, tgt):
@@ -545,6 +610,11 @@ def train_or_load(config: str = "quick", src: str = "en", tgt: str = "de", out_d
         print(f"loaded the finished run in {shown(out)} (trained in {summary['loop_seconds']:.0f} s on {summary['device']}; "
               f"pass retrain=True to train it again)")
         return Run(out, model, tok, history, summary)
+    if resume and not retrain:
+        try:
+            return train(cfg, src, tgt, out, resume=True, **kwargs)
+        except resume_module.ResumeMismatch as err:
+            print(f"starting afresh: {err}")
     return train(cfg, src, tgt, out, **kwargs)
 
 

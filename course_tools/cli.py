@@ -595,8 +595,13 @@ def _train(args) -> int:
 
     overrides = {"max_seconds": args.max_seconds, "max_steps": args.max_steps, "num_threads": args.threads,
                  **parse_overrides(args.set)}
-    run = train(args.config, args.src, args.tgt, args.out, mirror=args.mirror, device=args.device,
-                progress=not args.no_progress, **overrides)
+    from attention_course.resume import ResumeMismatch
+
+    try:
+        run = train(args.config, args.src, args.tgt, args.out, mirror=args.mirror, device=args.device,
+                    progress=not args.no_progress, resume=args.resume, **overrides)
+    except ResumeMismatch as err:
+        raise UsageError(f"--resume: {err}") from err
     if not run.summary:      # under torchrun: not the main process, which evaluates and records
         return 0
     if args.evaluate and args.tune_length_penalty:
@@ -747,6 +752,10 @@ def parser() -> argparse.ArgumentParser:
                    help="override one setting of the configuration, e.g. --set dropout=0.2 --set d_model=512 (repeatable)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads (default: all cores, or 1 if the machine is already busy)")
+    p.add_argument("--resume", action="store_true",
+                   help="go on from the run folder's last checkpoint (its resume.pt, written at every checkpoint) "
+                        "when it holds a stopped run of the same recipe; put the folder on a mounted drive with "
+                        "--out or $ATTN_RUNS_DIR so it outlives the machine")
     p.add_argument("--evaluate", action="store_true", help="evaluate on the test sets afterwards")
     p.add_argument("--record", nargs="?", const="", default=None,
                    help="with --evaluate: add the results to this file (default results/translator.json)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import MISSING, asdict, fields
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -22,13 +23,20 @@ from . import bpe
 from .data import sha256
 from .hardware import cpu_threads, pick_device
 from .model import ModelConfig, Seq2SeqTransformer
-from .paths import course_file, lazy_paths
+from .paths import CourseNotFound, course_file, lazy_paths
 from .recipes import TrainConfig
 
 
 def models_dir() -> Path:
-    """The course's models/ folder: the shipped, trained translators."""
-    return course_file("models")
+    """The shipped, trained translators: the course's models/ folder; outside any course, the copy
+    installed with the package (package data), so `pip install attention-course` alone translates."""
+    try:
+        return course_file("models")
+    except CourseNotFound:
+        packaged = Path(str(resources.files("attention_course") / "models"))
+        if (packaged / SUMS).is_file():
+            return packaged
+        raise
 
 
 __getattr__ = lazy_paths(__name__, {"MODELS": models_dir})  # MODELS: looked up when asked for

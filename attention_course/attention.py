@@ -6,6 +6,31 @@ import torch
 import torch.nn as nn
 
 
+class AdditiveAttention(nn.Module):
+    """Bahdanau's additive attention: score(s, h) = v^T tanh(W_q s + W_k h), a softmax over the keys."""
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
+        super().__init__()
+        self.q_proj = nn.Linear(query_dim, attn_dim, bias=False)   # W_q
+        self.k_proj = nn.Linear(key_dim, attn_dim, bias=False)     # W_k
+        self.score = nn.Linear(attn_dim, 1, bias=False)            # v
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """query [B, T_q, query_dim], key [B, T_k, key_dim], value [B, T_k, d_v] (default: key)
+        -> (context [B, T_q, d_v], weights [B, T_q, T_k]). mask: True where a query may attend to a key."""
+        value = key if value is None else value
+        q = self.q_proj(query).unsqueeze(-2)                  # [B, T_q, 1, A]
+        k = self.k_proj(key).unsqueeze(-3)                    # [B, 1, T_k, A]
+        scores = self.score(torch.tanh(q + k)).squeeze(-1)    # [B, T_q, T_k]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))  # padding: exp(-inf) = 0
+        weights = torch.softmax(scores, dim=-1)               # over the source positions
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)         # a row with no allowed key: nan -> 0
+        return weights @ value, weights                       # [B, T_q, d_v], [B, T_q, T_k]
+
+
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     '''softmax(q k^T / sqrt(d_k)) v for q [..., T_q, d_k], k [..., T_k, d_k], v [..., T_k, d_v].

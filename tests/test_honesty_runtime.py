@@ -175,7 +175,7 @@ def test_the_builtin_reached_another_way_gets_no_points_and_is_flagged(course, a
 @pytest.mark.slow
 def test_the_honest_solution_still_scores_full_marks_unflagged(course):
     result = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
-    assert result.status == "ok" and result.score == result.max_score == 11, (result.status_text, failed_cells(result))
+    assert result.status == "ok" and result.score == result.max_score == 14, (result.status_text, failed_cells(result))
     assert not result.review, result.review
 
 

@@ -72,6 +72,36 @@ class SelfAttentionAlt(nn.Module):
         return sdpa_einsum(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
 
 
+class AdditiveAttentionAlt(nn.Module):
+    """Another correct additive attention: einsum for v, a large negative fill and a multiplicative mask,
+    the projections created in another order, the keys expanded instead of broadcast."""
+
+    def __init__(self, query_dim, key_dim, attn_dim):
+        super().__init__()
+        self.score = nn.Linear(attn_dim, 1, bias=False)
+        self.k_proj = nn.Linear(key_dim, attn_dim, bias=False)
+        self.q_proj = nn.Linear(query_dim, attn_dim, bias=False)
+
+    def forward(self, query, key, value=None, mask=None):
+        if value is None:
+            value = key
+        B, T_q, T_k = query.shape[0], query.shape[1], key.shape[1]
+        q = self.q_proj(query)[:, :, None, :].expand(B, T_q, T_k, -1)
+        k = self.k_proj(key)[:, None, :, :].expand(B, T_q, T_k, -1)
+        scores = torch.einsum("bqka,a->bqk", torch.tanh(q + k), self.score.weight[0])
+        if mask is not None:
+            scores = scores.masked_fill(mask.logical_not(), -1e9)
+        weights = scores.softmax(dim=-1)
+        if mask is not None:
+            weights = weights * mask
+        return torch.bmm(weights, value), weights
+
+
+def test_other_correct_additive_attention_passes():
+    for exercise in (e for e in nb02.EXERCISES if e.graded == "AdditiveAttention"):
+        check_exercise(exercise, AdditiveAttentionAlt)
+
+
 @pytest.mark.parametrize("impl", [sdpa_einsum, sdpa_where_nan_to_num], ids=lambda f: f.__name__)
 def test_other_correct_attention_passes(impl):
     for exercise in (e for e in nb02.EXERCISES if e.graded == "scaled_dot_product_attention"):
@@ -136,6 +166,40 @@ def test_stub_is_reported_as_not_attempted():
         nb02.check("SelfAttention", SelfAttention)
 
 
+def test_additive_stub_is_reported_as_not_attempted():
+    class AdditiveAttention(nn.Module):
+        def __init__(self, query_dim, key_dim, attn_dim):
+            super().__init__()
+            raise NotImplementedError()
+
+    for name in ("AdditiveAttention", "AdditiveAttention_mask"):
+        with pytest.raises(CheckFailed, match="not attempted"):
+            nb02.check(name, AdditiveAttention)
+
+
+def test_calling_the_reference_additive_attention_is_not_accepted():
+    class AdditiveAttention(ref.AdditiveAttention):
+        pass
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb02.check("AdditiveAttention", AdditiveAttention)
+
+
+def test_tanh_forgotten_is_caught_by_the_weights_not_depending_on_the_query():
+    """Without tanh, v^T W_q s is the same for every key: the weights ignore the query. The check's
+    message names it, and the reference's weights really do change with the query."""
+    layer = ref.AdditiveAttention(3, 4, 5)
+    key = torch.randn(1, 6, 4)
+    _, w1 = layer(torch.randn(1, 1, 3), key)
+    _, w2 = layer(torch.randn(1, 1, 3), key)
+    assert not torch.allclose(w1, w2)
+    no_tanh = next(m for m in nb02.ADDITIVE_MISTAKES if m.name.startswith("tanh forgotten")).build("AdditiveAttention")
+    wrong = no_tanh(3, 4, 5)
+    _, w1 = wrong(torch.randn(1, 1, 3), key)
+    _, w2 = wrong(torch.randn(1, 1, 3), key)
+    torch.testing.assert_close(w1, w2)
+
+
 # --------------------------------------------------------------------------- the reference itself
 def test_reference_fully_masked_row_is_zero_with_finite_gradients():
     q, k, v = (torch.randn(2, 4, 8, requires_grad=True) for _ in range(3))
@@ -165,7 +229,7 @@ def _code(graded, name):
     raise KeyError(name)
 
 
-ALL_CELLS = {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask",
+ALL_CELLS = {"test_AdditiveAttention", "test_AdditiveAttention_mask", "test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask",
              "test_scaled_dot_product_attention_matches_torch", "test_SelfAttention",
              "test_SelfAttention_mask", "test_SelfAttention_gradients"}
 
@@ -173,7 +237,7 @@ ALL_CELLS = {"test_scaled_dot_product_attention", "test_scaled_dot_product_atten
 @pytest.mark.slow
 def test_nbgrader_solution_full_marks_and_blank_zero(course):
     full = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
-    assert full.status == "ok" and full.score == full.max_score == 11, (full.status, failed_cells(full))
+    assert full.status == "ok" and full.score == full.max_score == 14, (full.status, failed_cells(full))
     assert {c.grade_id for c in full.cells} == ALL_CELLS
     blank = autograde(course, ASSIGNMENT, course.release(ASSIGNMENT))
     assert blank.status == "ok" and blank.score == 0 and failed_cells(blank) == ALL_CELLS
@@ -194,6 +258,28 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
         "test_scaled_dot_product_attention_mask", "test_scaled_dot_product_attention_matches_torch",
         "test_SelfAttention", "test_SelfAttention_mask", "test_SelfAttention_gradients",
     }
-    assert result.score == 3  # the unmasked attention is still right
+    assert result.score == 6  # the unmasked attention (3) and AdditiveAttention (2 + 1) are still right
     messages = " ".join(c.message for c in result.cells)
     assert "no 1/sqrt(d_k) scaling" in messages
+
+
+ADDITIVE_WRONG = {  # a mistake -> the test cells it must fail (a mask mistake passes the unmasked cases)
+    "tanh applied after the sum with v (tanh(v^T (W_q s + W_k h)))": {"test_AdditiveAttention",
+                                                                       "test_AdditiveAttention_mask"},
+    "mask applied after the softmax (the allowed weights no longer sum to 1)": {"test_AdditiveAttention_mask"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake", list(ADDITIVE_WRONG))
+def test_nbgrader_takes_points_for_wrong_additive_attention(course, mistake):
+    """Graded for real: a wrong AdditiveAttention loses exactly its own cells' points, with the mistake
+    named, and costs no other exercise anything."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {"AdditiveAttention": _code("AdditiveAttention", mistake)})
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok"
+    assert failed_cells(result) == ADDITIVE_WRONG[mistake], [(c.grade_id, c.message[:300]) for c in result.cells]
+    points = {"test_AdditiveAttention": 2, "test_AdditiveAttention_mask": 1}
+    assert result.score == 14 - sum(points[c] for c in ADDITIVE_WRONG[mistake])
+    messages = " ".join(c.message for c in result.cells)
+    assert f"This matches a known mistake: {mistake}." in messages, messages

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from attention_course import attention as ref
 
-from .core import Case, Exercise, Mistake, make_checker, reference_guard
-from .tensors import Builtin, backpropagate, causal, random_mask, shape_text, tensor
+from .core import Case, Exercise, Mistake, make_checker, reference_guard, variant
+from .tensors import RANDOM_COLUMN, Builtin, backpropagate, causal, random_mask, shape_text, tensor
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -181,6 +181,160 @@ SDPA_MISTAKES = (
 )
 
 
+# --------------------------------------------------------------------------- AdditiveAttention
+def _additive_state(rng, query_dim, key_dim, attn_dim):
+    """Hidden weights for q_proj, k_proj and score (no biases: Bahdanau's v^T tanh(W_q s + W_k h)). The
+    projections are drawn wide enough that tanh bends (a layer without it, or with it in the wrong
+    place, gives other weights), the score vector of size about 1."""
+    return {"q_proj.weight": tensor(rng, attn_dim, query_dim, scale=1.2 / np.sqrt(query_dim)),
+            "k_proj.weight": tensor(rng, attn_dim, key_dim, scale=1.2 / np.sqrt(key_dim)),
+            "score.weight": tensor(rng, 1, attn_dim, scale=1.5 / np.sqrt(attn_dim))}
+
+
+def _additive_case(rng, description, query_shape, key_shape, attn_dim, value_dim=None, mask=None, grads=False):
+    """AdditiveAttention(query_dim, key_dim, attn_dim) with the hidden weights, on query [B, T_q, query_dim]
+    and key [B, T_k, key_dim] (value [B, T_k, value_dim] when given, else the keys are the values)."""
+    *_, query_dim = query_shape
+    *lead, T_k, key_dim = key_shape
+    state = _additive_state(rng, query_dim, key_dim, attn_dim)
+    query, key = tensor(rng, *query_shape), tensor(rng, *key_shape)
+    value = None if value_dim is None else tensor(rng, *lead, T_k, value_dim)
+    args = dict(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+
+    def run(cls):
+        layer = _build(cls, args, state)
+        extra = {} if mask is None else {"mask": mask.clone()}
+        if value is not None:
+            extra["value"] = value.clone()
+        if not grads:
+            with torch.no_grad():
+                return layer(query.clone(), key.clone(), **extra)
+        q, k = query.clone().requires_grad_(), key.clone().requires_grad_()
+        if value is not None:
+            extra["value"] = extra["value"].requires_grad_()
+        context, weights = layer(q, k, **extra)
+        backpropagate(context, weights)
+        params = dict(layer.named_parameters())
+        return ((context, weights, q.grad, k.grad, None if value is None else extra["value"].grad)
+                + tuple(params[name].grad if name in params else None for name in state))
+
+    inputs = f"query {list(query_shape)}, key {list(key_shape)}" + (
+        "" if value is None else f", value {list(value.shape)}")
+    return Case(f"AdditiveAttention(query_dim={query_dim}, key_dim={key_dim}, attn_dim={attn_dim}) on "
+                f"{inputs}{description}", run)
+
+
+def _additive_cases(rng):
+    return [
+        _additive_case(rng, " (the keys are the values)", (2, 3, 6), (2, 5, 4), attn_dim=8),
+        # query_dim == key_dim: W_q applied to the keys runs (and gives other weights) only here
+        _additive_case(rng, " (one decoder step; values of their own)", (3, 1, 5), (3, 7, 5), attn_dim=6, value_dim=2),
+        _additive_case(rng, " (query_dim = key_dim, the keys are the values)", (2, 4, 8), (2, 6, 8), attn_dim=4),
+        _additive_case(rng, " (returns context, weights, query.grad, key.grad, value.grad and the parameters' grads)",
+                       (2, 3, 6), (2, 4, 5), attn_dim=7, value_dim=3, grads=True),
+    ]
+
+
+def _additive_mask_cases(rng):
+    lengths = torch.ones(2, 1, 5, dtype=torch.bool)   # [B, 1, T_k]: source sentences of 5 and 3 tokens
+    lengths[1, :, 3:] = False
+    full = random_mask(rng, 2, 4, 6)
+    full[0, 1] = False
+    full[1, 3] = False
+    empty = random_mask(rng, 2, 3, 4, keep_column=RANDOM_COLUMN)
+    empty[1, 0] = False
+    return [
+        _additive_case(rng, ", a [2, 1, 5] padding mask (the second source sentence has 3 tokens)",
+                       (2, 3, 6), (2, 5, 6), attn_dim=8, mask=lengths),
+        _additive_case(rng, ", a random [2, 4, 6] mask (every row keeps a key)", (2, 4, 5), (2, 6, 4), attn_dim=6,
+                       value_dim=3, mask=random_mask(rng, 2, 4, 6, keep_column=RANDOM_COLUMN)),
+        _additive_case(rng, ", a mask with fully masked rows (batch 0 query 1, batch 1 query 3): zero weights, "
+                       "zero context, no NaN", (2, 4, 6), (2, 6, 6), attn_dim=5, mask=full),
+        _additive_case(rng, ", gradients through a mask with a fully masked row (returns context, weights and "
+                       "every gradient)", (2, 3, 4), (2, 4, 5), attn_dim=6, value_dim=2, mask=empty, grads=True),
+    ]
+
+
+# Correct additive attention, as source code: the mistakes below are changes to it (core.variant).
+ADDITIVE_SOURCE = (
+    "class AdditiveAttention(nn.Module):\n"
+    "    def __init__(self, query_dim, key_dim, attn_dim):\n"
+    "        super().__init__()\n"
+    "        self.q_proj = nn.Linear(query_dim, attn_dim, bias=False)\n"
+    "        self.k_proj = nn.Linear(key_dim, attn_dim, bias=False)\n"
+    "        self.score = nn.Linear(attn_dim, 1, bias=False)\n"
+    "\n"
+    "    def forward(self, query, key, value=None, mask=None):\n"
+    "        value = key if value is None else value\n"
+    "        q = self.q_proj(query).unsqueeze(-2)\n"
+    "        k = self.k_proj(key).unsqueeze(-3)\n"
+    "        scores = self.score(torch.tanh(q + k)).squeeze(-1)\n"
+    "        if mask is not None:\n"
+    "            scores = scores.masked_fill(~mask, float('-inf'))\n"
+    "        weights = torch.softmax(scores, dim=-1)\n"
+    "        if mask is not None:\n"
+    "            weights = weights.masked_fill(~mask, 0.0)\n"
+    "        return weights @ value, weights\n")
+
+_SCORES = "        scores = self.score(torch.tanh(q + k)).squeeze(-1)\n"
+_MASK_SCORES = ("        if mask is not None:\n"
+                "            scores = scores.masked_fill(~mask, float('-inf'))\n")
+_MASK_WEIGHTS = ("        if mask is not None:\n"
+                 "            weights = weights.masked_fill(~mask, 0.0)\n")
+
+ADDITIVE_MISTAKES = (
+    Mistake("softmax over the query axis (columns sum to 1, not rows)",
+            "each query's weights over the source positions must sum to 1: softmax over the keys, dim=-1",
+            variant(ADDITIVE_SOURCE, ("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)"))),
+    Mistake("tanh forgotten (v^T (W_q s + W_k h): the query no longer changes the weights)",
+            "the score is v^T tanh(W_q s + W_k h): without tanh, v^T W_q s is the same for every key and "
+            "cancels in the softmax",
+            variant(ADDITIVE_SOURCE, ("self.score(torch.tanh(q + k))", "self.score(q + k)"))),
+    Mistake("tanh applied after the sum with v (tanh(v^T (W_q s + W_k h)))",
+            "tanh acts on every feature of W_q s + W_k h, before v sums them: self.score(torch.tanh(q + k))",
+            variant(ADDITIVE_SOURCE, ("self.score(torch.tanh(q + k)).squeeze(-1)",
+                                      "torch.tanh(self.score(q + k)).squeeze(-1)"))),
+    Mistake("W_q applied to the keys and W_k to the query (q_proj and k_proj swapped)",
+            "q_proj (W_q) maps the query (the decoder state), k_proj (W_k) the keys (the encoder states)",
+            variant(ADDITIVE_SOURCE, ("self.q_proj(query)", "self.k_proj(query)"),
+                    ("self.k_proj(key)", "self.q_proj(key)"))),
+    Mistake("W_q applied to the keys too (k_proj unused)",
+            "the keys go through their own map: k = k_proj(key)",
+            variant(ADDITIVE_SOURCE, ("self.k_proj(key)", "self.q_proj(key)"))),
+    Mistake("scores divided by sqrt(attn_dim), as in scaled dot-product attention",
+            "additive scores are v^T tanh(W_q s + W_k h) as they are: no 1/sqrt(d) here",
+            variant(ADDITIVE_SOURCE, (_SCORES, _SCORES + "        scores = scores / math.sqrt(q.shape[-1])\n"))),
+    Mistake("the keys averaged instead of the values",
+            "the weights average the values: weights @ value (value defaults to key only when it is None)",
+            variant(ADDITIVE_SOURCE, ("return weights @ value, weights", "return weights @ key, weights"))),
+    Mistake("returned (weights, context) instead of (context, weights)",
+            "return the context first, then the weights",
+            variant(ADDITIVE_SOURCE, ("return weights @ value, weights", "return weights, weights @ value"))),
+    Mistake("biases in the projections (nn.Linear's default bias=True)",
+            "Bahdanau's score has no biases: nn.Linear(..., bias=False) for q_proj, k_proj and score",
+            variant(ADDITIVE_SOURCE, (", bias=False)", ")"))),
+    Mistake("mask applied after the softmax (the allowed weights no longer sum to 1)",
+            "mask the *scores* (masked_fill(~mask, -inf)) before the softmax, so the allowed weights are renormalized",
+            variant(ADDITIVE_SOURCE, (_MASK_SCORES, ""))),
+    Mistake("inverted mask (True treated as 'blocked')",
+            "True means *may attend*: fill where the mask is False, masked_fill(~mask, ...)",
+            variant(ADDITIVE_SOURCE, ("masked_fill(~mask, float('-inf'))", "masked_fill(mask, float('-inf'))"),
+                    ("masked_fill(~mask, 0.0)", "masked_fill(mask, 0.0)"))),
+    Mistake("mask ignored",
+            "use the mask: scores.masked_fill(~mask, float('-inf')) before the softmax",
+            variant(ADDITIVE_SOURCE, (_MASK_SCORES, ""), (_MASK_WEIGHTS, ""))),
+    Mistake("a fully masked row gives NaN",
+            "softmax of a row that is all -inf is 0/0 = NaN: set the weights of masked positions to 0 after the "
+            "softmax (weights.masked_fill(~mask, 0.0))",
+            variant(ADDITIVE_SOURCE, (_MASK_WEIGHTS, ""))),
+    Mistake("a fully masked row gives uniform weights instead of zeros",
+            "filling with a large negative number makes an all-masked row uniform; such a row must get zero "
+            "weights: weights.masked_fill(~mask, 0.0) after the softmax",
+            variant(ADDITIVE_SOURCE, ("masked_fill(~mask, float('-inf'))", "masked_fill(~mask, -1e9)"),
+                    (_MASK_WEIGHTS, ""))),
+)
+
+
 # --------------------------------------------------------------------------- SelfAttention
 def _self_attention_state(rng, d_model, d_k, d_v, bias):
     sd = {}
@@ -340,6 +494,10 @@ SELF_ATTENTION_MISTAKES = (
 
 
 EXERCISES = [
+    Exercise("AdditiveAttention", ref.AdditiveAttention, _additive_cases,
+             mistakes=ADDITIVE_MISTAKES, forbidden=HONESTY, rtol=RTOL, atol=ATOL),
+    Exercise("AdditiveAttention_mask", ref.AdditiveAttention, _additive_mask_cases,
+             mistakes=ADDITIVE_MISTAKES, forbidden=HONESTY, rtol=RTOL, atol=ATOL, graded="AdditiveAttention"),
     Exercise("scaled_dot_product_attention", ref.scaled_dot_product_attention, _sdpa_cases,
              mistakes=SDPA_MISTAKES, forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL),
     Exercise("scaled_dot_product_attention_mask", ref.scaled_dot_product_attention, _sdpa_mask_cases,

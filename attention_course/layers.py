@@ -42,6 +42,23 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 
+class LayerNorm(nn.Module):
+    '''Layer normalization over the last axis, as nn.LayerNorm(d_model) computes it:
+    weight * (x - mean) / sqrt(var + eps) + bias, with the biased variance (divided by d_model).'''
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))    # [D]: gamma, the learned scale
+        self.bias = nn.Parameter(torch.zeros(d_model))     # [D]: beta, the learned shift
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(dim=-1, keepdim=True)                        # [..., 1]
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)         # [..., 1]: biased, divided by D
+        x_hat = (x - mean) / torch.sqrt(var + self.eps)            # [..., D]: mean 0, variance 1
+        return x_hat * self.weight + self.bias                     # [..., D]
+
+
 class EncoderLayer(nn.Module):
     '''Self-attention and feed-forward, each with a residual connection and LayerNorm
     (post-norm as in the paper; pre-norm with norm_first=True).'''

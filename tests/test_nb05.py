@@ -62,6 +62,20 @@ def padding_mask_alt(tokens, pad_id):
     return tokens.ne(pad_id).unsqueeze(1).unsqueeze(2)
 
 
+class LayerNormAlt(nn.Module):
+    """torch.var with unbiased=False and rsqrt, the parameters created in the other order."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)
+        return torch.addcmul(self.bias, (x - mean) * torch.rsqrt(var + self.eps), self.weight)
+
+
 class FeedForwardAlt(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -127,7 +141,8 @@ class DecoderLayerAlt(nn.Module):
 
 
 @pytest.mark.parametrize("graded,impl", [("causal_mask", causal_mask_alt), ("masked_softmax", masked_softmax_alt),
-                                         ("padding_mask", padding_mask_alt), ("FeedForward", FeedForwardAlt),
+                                         ("padding_mask", padding_mask_alt), ("LayerNorm", LayerNormAlt),
+                                         ("FeedForward", FeedForwardAlt),
                                          ("EncoderLayer", EncoderLayerAlt), ("DecoderLayer", DecoderLayerAlt)],
                          ids=lambda x: getattr(x, "__name__", x))
 def test_other_correct_implementations_pass(graded, impl):
@@ -198,6 +213,34 @@ def test_pytorch_transformer_layer_is_not_accepted():
 
     with pytest.raises(CheckFailed, match="built-in Transformer layers"):
         nb05.check("EncoderLayer", EncoderLayer)
+
+
+@pytest.mark.parametrize("how", ["nn.LayerNorm", "F.layer_norm", "torch.layer_norm"])
+def test_pytorch_layer_norm_is_not_accepted(how):
+    class LayerNorm(LayerNormAlt):
+        """Our parameters, PyTorch's layer norm doing the work."""
+
+        def forward(self, x):
+            if how == "nn.LayerNorm":
+                torch_norm = nn.LayerNorm(x.shape[-1], eps=self.eps)
+                torch_norm.load_state_dict(self.state_dict())
+                return torch_norm(x)
+            call = F.layer_norm if how == "F.layer_norm" else torch.layer_norm
+            return call(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+    with pytest.raises(CheckFailed, match="built-in layer norm"):
+        nb05.check("LayerNorm", LayerNorm)
+
+
+@pytest.mark.parametrize("name", ["the unbiased variance", "eps added outside the square root",
+                                  "normalized over the batch axis", "the learned weight and bias are never applied"])
+def test_layer_norm_mistakes_named_in_feedback(name):
+    """The four slips the issue names are each caught by the forward cases and by the gradient cases."""
+    code = next(m.code for m in nb05.LN_MISTAKES if m.name.startswith(name))
+    wrong = core.Mistake(name, "", code).build("LayerNorm")
+    for exercise in ("LayerNorm", "LayerNorm_gradients"):
+        with pytest.raises(CheckFailed, match="known mistake: " + name):
+            nb05.check(exercise, wrong)
 
 
 def test_calling_the_reference_is_not_accepted():
@@ -284,20 +327,23 @@ def _code(graded, name):
 ENCODER_CELLS = {"test_EncoderLayer", "test_EncoderLayer_norm_first", "test_EncoderLayer_padding"}
 DECODER_CELLS = {"test_DecoderLayer", "test_DecoderLayer_norm_first", "test_DecoderLayer_causal",
                  "test_DecoderLayer_padding", "test_DecoderLayer_weights"}
+LAYER_NORM_CELLS = {"test_LayerNorm", "test_LayerNorm_gradients"}
 ALL_CELLS = {"test_causal_mask", "test_masked_softmax", "test_masked_softmax_fully_masked", "test_padding_mask",
-             "test_FeedForward"} | ENCODER_CELLS | DECODER_CELLS
+             "test_FeedForward"} | LAYER_NORM_CELLS | ENCODER_CELLS | DECODER_CELLS
 OFF_BY_ONE = "off-by-one diagonal: strictly below the diagonal (a token may not attend to itself)"
 KEEPS_FUTURE = "a mask that keeps the future (the upper triangle)"
 PADS_TRUE = "padding mask True on the pads (nn's key_padding_mask convention)"
 NO_RESIDUAL = "missing residual connection around self-attention"
 MEMORY_QUERY = "cross-attention fed the memory as query (and the decoder's states as keys and values)"
 NO_CAUSAL = "a decoder without the causal mask (tgt_mask not given to self-attention)"
+EPS_OUTSIDE = "eps added outside the square root: (x - mean) / (std + eps)"
+UNBIASED = "the unbiased variance (dividing by D - 1, as x.var() and x.std() do by default)"
 
 
 @pytest.mark.slow
 def test_nbgrader_solution_full_marks_and_blank_zero(course):
     full = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
-    assert full.status == "ok" and full.score == full.max_score == 26, (full.status, failed_cells(full))
+    assert full.status == "ok" and full.score == full.max_score == 29, (full.status, failed_cells(full))
     assert {c.grade_id for c in full.cells} == ALL_CELLS
     blank = autograde(course, ASSIGNMENT, course.release(ASSIGNMENT))
     assert blank.status == "ok" and blank.score == 0 and failed_cells(blank) == ALL_CELLS
@@ -305,24 +351,28 @@ def test_nbgrader_solution_full_marks_and_blank_zero(course):
 
 @pytest.mark.slow
 def test_nbgrader_takes_points_for_wrong_implementations(course):
-    """Five exercises wrong at once (the test cells build their masks themselves, so a wrong mask
-    function costs only its own cell; FeedForward stays right, since both layers are built on it)."""
+    """Six exercises wrong at once (the test cells build their masks themselves, so a wrong mask
+    function costs only its own cell; FeedForward stays right, since both layers are built on it;
+    the layers use nn.LayerNorm, so a wrong LayerNorm costs only its own cells)."""
     nb = inject(solved_notebook(course, ASSIGNMENT), {
         "causal_mask": _code("causal_mask", OFF_BY_ONE),
         "masked_softmax": _code("masked_softmax", "fully masked rows give NaN (softmax of a row of -inf)"),
         "padding_mask": _code("padding_mask", PADS_TRUE),
+        "LayerNorm": _code("LayerNorm", EPS_OUTSIDE),
         "EncoderLayer": _code("EncoderLayer", NO_RESIDUAL),
         "DecoderLayer": _code("DecoderLayer", MEMORY_QUERY),
     })
     result = autograde(course, ASSIGNMENT, nb)
     assert result.status == "ok"
     assert failed_cells(result) == ({"test_causal_mask", "test_masked_softmax_fully_masked", "test_padding_mask",
-                                     "test_EncoderLayer", "test_EncoderLayer_norm_first"} | DECODER_CELLS)
+                                     "test_EncoderLayer", "test_EncoderLayer_norm_first"} | LAYER_NORM_CELLS
+                                    | DECODER_CELLS)
     assert result.score == 6  # masked_softmax 3 + FeedForward 2 + encoder padding invariance 1
     by_cell = {c.grade_id: c.message for c in result.cells}
     assert OFF_BY_ONE in by_cell["test_causal_mask"]
     assert "fully masked rows give NaN" in by_cell["test_masked_softmax_fully_masked"]
     assert PADS_TRUE in by_cell["test_padding_mask"]
+    assert all(EPS_OUTSIDE in by_cell[cell] for cell in LAYER_NORM_CELLS)
     assert NO_RESIDUAL in by_cell["test_EncoderLayer"]
     assert all(MEMORY_QUERY in by_cell[cell] for cell in DECODER_CELLS)
 
@@ -335,6 +385,7 @@ def test_nbgrader_future_leaks(course):
         "causal_mask": _code("causal_mask", KEEPS_FUTURE),
         "masked_softmax": _code("masked_softmax", "mask applied after the softmax (masked weights zeroed, the rest not renormalized)"),
         "padding_mask": _code("padding_mask", "shape [B, T]: the head and query axes are missing"),
+        "LayerNorm": _code("LayerNorm", UNBIASED),
         "EncoderLayer": _code("EncoderLayer", "the self-attention mask is ignored"),
         "DecoderLayer": _code("DecoderLayer", NO_CAUSAL),
     })
@@ -347,3 +398,4 @@ def test_nbgrader_future_leaks(course):
     assert "mask applied after the softmax" in by_cell["test_masked_softmax"]
     assert "the self-attention mask is ignored" in by_cell["test_EncoderLayer_padding"]
     assert NO_CAUSAL in by_cell["test_DecoderLayer_causal"]
+    assert UNBIASED in by_cell["test_LayerNorm"]

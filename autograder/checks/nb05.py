@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attention_course import layers as ref
@@ -106,6 +107,123 @@ def _padding_cases(rng):
         Case("tokens [4, 5] with pad_id=2 (0 is a real token here)", lambda f: f(other.clone(), 2)),
         Case("tokens [1, 7] without padding, pad_id=0", lambda f: f(no_pads.clone(), 0)),
     ]
+
+
+# --------------------------------------------------------------------------- cases: LayerNorm
+def _ln_state(rng, d: int) -> dict:
+    """A random scale near 1 and shift near 0 (names as nn.LayerNorm's: weight, bias)."""
+    return {"weight": as_float32(1.0 + 0.3 * rng.normal(size=d)), "bias": as_float32(0.2 * rng.normal(size=d))}
+
+
+def _layer_norm(cls, d, eps, state, x):
+    layer = cls(d) if eps is None else cls(d, eps=eps)
+    if state is not None:
+        layer = _load(layer, state)
+    with torch.no_grad():
+        return layer(x.clone())
+
+
+def _ln_text(d, eps):
+    return f"LayerNorm({d})" if eps is None else f"LayerNorm({d}, eps={eps})"
+
+
+def _layer_norm_cases(rng):
+    cases = [Case("a fresh LayerNorm(6): its weight and bias (ones and zeros, as nn.LayerNorm starts)",
+                  lambda cls: (lambda m: (m.weight.detach().clone(), m.bias.detach().clone()))(cls(6)))]
+    settings = [  # (d, eps, shape of x, scale of x, offset of x, what)
+        (8, None, (2, 5, 8), 1.0, 0.0, ""),
+        (16, None, (3, 16), 2.0, 0.0, ""),
+        (6, None, (2, 3, 4, 6), 1.0, 0.0, " (two leading axes)"),
+        (512, None, (2, 3, 512), 1.0, 0.0, " (a wide vector)"),
+        (12, None, (4, 12), 1.0, 5.0, " shifted by +5 (the mean must come off)"),
+        (8, None, (3, 4, 8), 0.001, 0.0, " of scale 0.001 (variance 1e-6, far below eps)"),
+        (10, 0.1, (2, 4, 10), 0.5, 0.0, ""),
+    ]
+    for d, eps, shape, scale, offset, what in settings:
+        state, x = _ln_state(rng, d), offset + tensor(rng, *shape, scale=scale)
+        cases.append(Case(f"{_ln_text(d, eps)} with a random weight and bias loaded, on x of shape {list(shape)}{what}",
+                          lambda cls, d=d, eps=eps, s=state, x=x: _layer_norm(cls, d, eps, s, x)))
+    # PyTorch's own layer, its state dict loaded into yours as it is (the names are interchangeable)
+    d, shape = 20, (3, 7, 20)
+    torch_norm = nn.LayerNorm(d)
+    with torch.no_grad():
+        for name, value in _ln_state(rng, d).items():
+            getattr(torch_norm, name).copy_(value)
+    x, saved = tensor(rng, *shape), {k: v.clone() for k, v in torch_norm.state_dict().items()}
+    with torch.no_grad():
+        theirs = torch_norm(x.clone())
+    cases.append(Case(f"nn.LayerNorm({d})'s state_dict loaded into your LayerNorm({d}), x of shape {list(shape)}: "
+                      "your output minus PyTorch's (should be 0)",
+                      lambda cls, s=saved, x=x, t=theirs: _layer_norm(cls, d, None, s, x) - t))
+    return cases
+
+
+def _layer_norm_gradients(cls, d, eps, state, x, upstream):
+    layer = _load(cls(d) if eps is None else cls(d, eps=eps), state)
+    xx = x.clone().requires_grad_(True)
+    out = layer(xx)
+    (out * upstream).sum().backward()
+    params = dict(layer.named_parameters())
+    return (out.detach(), xx.grad) + tuple(params[n].grad if n in params else None for n in ("weight", "bias"))
+
+
+def _layer_norm_gradient_cases(rng):
+    cases = []
+    for d, eps, shape in [(8, None, (2, 5, 8)), (5, 0.1, (4, 5)), (16, None, (2, 2, 3, 16))]:
+        state, x, upstream = _ln_state(rng, d), tensor(rng, *shape), tensor(rng, *shape)
+        cases.append(Case(f"{_ln_text(d, eps)} on x of shape {list(shape)}, backpropagating a random linear function "
+                          "of the output (returns output, x.grad, weight.grad, bias.grad)",
+                          lambda cls, d=d, eps=eps, s=state, x=x, u=upstream:
+                          _layer_norm_gradients(cls, d, eps, s, x, u)))
+    return cases
+
+
+LN_SOURCE = """
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        x_hat = (x - mean) / torch.sqrt(var + self.eps)
+        return x_hat * self.weight + self.bias
+"""
+_LN_MEAN = "mean = x.mean(dim=-1, keepdim=True)"
+_LN_VAR = "var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)"
+_LN_HAT = "x_hat = (x - mean) / torch.sqrt(var + self.eps)"
+_LN_OUT = "return x_hat * self.weight + self.bias"
+LN_MISTAKES = (
+    Mistake("the unbiased variance (dividing by D - 1, as x.var() and x.std() do by default)",
+            "LayerNorm divides by D, the number of features: ((x - mean) ** 2).mean(-1), or "
+            "x.var(-1, unbiased=False)",
+            variant(LN_SOURCE, (_LN_VAR, "var = x.var(dim=-1, keepdim=True)"))),
+    Mistake("eps added outside the square root: (x - mean) / (std + eps)",
+            "eps goes inside: (x - mean) / sqrt(var + eps) — it matters when the variance is small, "
+            "or eps large",
+            variant(LN_SOURCE, (_LN_HAT, "x_hat = (x - mean) / (torch.sqrt(var) + self.eps)"))),
+    Mistake("normalized over the batch axis (dim 0, BatchNorm's axis) instead of the features",
+            "LayerNorm normalizes each position's vector on its own: mean and variance over the last "
+            "axis, dim=-1",
+            variant(LN_SOURCE, (_LN_MEAN, "mean = x.mean(dim=0, keepdim=True)"),
+                    (_LN_VAR, "var = ((x - mean) ** 2).mean(dim=0, keepdim=True)"))),
+    Mistake("normalized over the whole tensor (one mean and variance for everything)",
+            "each position gets its own mean and variance, over its D features: dim=-1, keepdim=True",
+            variant(LN_SOURCE, (_LN_MEAN, "mean = x.mean()"), (_LN_VAR, "var = ((x - mean) ** 2).mean()"))),
+    Mistake("the learned weight and bias are never applied (no affine step)",
+            "after normalizing, scale and shift: x_hat * self.weight + self.bias",
+            variant(LN_SOURCE, (_LN_OUT, "return x_hat"))),
+    Mistake("scale and shift in the wrong order: (x_hat + bias) * weight",
+            "scale first, then shift: x_hat * weight + bias",
+            variant(LN_SOURCE, (_LN_OUT, "return (x_hat + self.bias) * self.weight"))),
+)
+_LN_BUILT_IN = ("it calls PyTorch's built-in layer norm (nn.LayerNorm, F.layer_norm), the computation this "
+                "exercise asks you to write yourself")
+LN_FORBIDDEN = HONESTY + ((nn.LayerNorm.forward, _LN_BUILT_IN), (F.layer_norm, _LN_BUILT_IN),
+                          (torch.layer_norm, _LN_BUILT_IN))
 
 
 # --------------------------------------------------------------------------- cases: modules
@@ -632,6 +750,9 @@ def _exercise(name, reference, cases, mistakes, graded=None, forbidden=HONESTY):
 
 
 EXERCISES = [
+    _exercise("LayerNorm", ref.LayerNorm, _layer_norm_cases, LN_MISTAKES, forbidden=LN_FORBIDDEN),
+    _exercise("LayerNorm_gradients", ref.LayerNorm, _layer_norm_gradient_cases, LN_MISTAKES, graded="LayerNorm",
+              forbidden=LN_FORBIDDEN),
     _exercise("causal_mask", ref.causal_mask, _causal_cases, CAUSAL_MISTAKES),
     _exercise("masked_softmax", ref.masked_softmax, _softmax_cases, SOFTMAX_MISTAKES),
     _exercise("masked_softmax_fully_masked", ref.masked_softmax, _fully_masked_cases, FULLY_MASKED_MISTAKES,

@@ -49,6 +49,8 @@ from .outcomes import Status, Verdict, summarize
 from .sandbox import Incident, JobResult
 
 SKIP_TAG = "grader-skip"  # cell tag: the grader does not run this cell (it is long and not graded)
+INSTALL_TAG = "colab-install"  # the course's Colab install cell (course_tools/colab.py), in every notebook
+PROVIDED = "attn_provided_install"  # set by normalize_submission only, on a cell equal to the course's install cell
 CHECK_CALL = re.compile(r"\b(nb\d+)\.check\(\s*[\"'](\w+)[\"']\s*,\s*(\w+)\s*\)")
 CELL_ERRORS = "#cell-errors"  # runner.CELL_ERRORS: the code cells' exceptions, inside a test cell's results
 REFERENCE_MODULE = "attention_reference"  # the module the blind references claim (it exists nowhere)
@@ -150,6 +152,9 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": source_nb.metadata.get("kernelspec", {}),
                                             "language_info": {"name": "python"}})
     seen, output_budget = set(), NOTEBOOK_OUTPUT_LIMIT
+    # the course's own install cell, unedited: neither run (it does nothing off Colab) nor read as the
+    # student's code (it starts pip); edited, it is the student's code like any other cell
+    provided = {c.source for c in source_nb.cells if c.cell_type == "code" and INSTALL_TAG in c.metadata.get("tags", [])}
     for cell in student_nb.get("cells", []):
         ctype = cell.get("cell_type")
         src = cell.get("source", "")
@@ -169,6 +174,8 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
             seen.add(gid)
             new.metadata["nbgrader"] = dict(source_meta[gid])
             new.metadata["nbgrader"].pop("checksum", None)
+        if ctype == "code" and src in provided and "nbgrader" not in new.metadata:
+            new.metadata[PROVIDED] = True
         test_cell = new.metadata.get("nbgrader", {}).get("grade") and not new.metadata["nbgrader"].get("solution")
         if ctype == "code" and not test_cell:  # a test cell shows its verdict only
             outputs, used = student_outputs(cell.get("outputs"), output_budget)
@@ -302,7 +309,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
     for number, cell in enumerate(student_nb.cells, start=1):
         meta = cell.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
-        if cell.cell_type != "code":
+        if cell.cell_type != "code" or cell.metadata.get(PROVIDED):
             continue
         if gid in by_id and gid not in index:
             index[gid] = len(cells)

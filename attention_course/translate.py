@@ -4,6 +4,10 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
+from attention_course.layers import DecoderLayer, EncoderLayer  # notebook 05's layers (the library's copies)
+from attention_course.positional import PositionalEncoding  # notebook 04
 
 
 def make_masks(src: torch.Tensor, tgt_in: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -15,6 +19,74 @@ def make_masks(src: torch.Tensor, tgt_in: torch.Tensor, pad_id: int) -> tuple[to
     causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()   # [T, T]
     tgt_padding = (tgt_in != pad_id)[:, None, None, :]                         # [B, 1, 1, T]: over keys
     return src_mask, causal & tgt_padding                                      # [B, 1, T, T]
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer, batch first, assembled from the course's layers.
+
+    encode(src [B, S], src_mask [B, 1, 1, S]) -> memory [B, S, d_model]
+    decode(tgt [B, T], memory, tgt_mask [B, 1, T, T], memory_mask [B, 1, 1, S]) -> logits [B, T, tgt_vocab_size]
+    forward(src, tgt, src_mask, tgt_mask) = decode(tgt, encode(src, src_mask), tgt_mask, src_mask)
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 256, num_heads: int = 4,
+                 num_encoder_layers: int = 3, num_decoder_layers: int = 3, d_ff: int = 1024, dropout: float = 0.1,
+                 max_len: int = 256, share_embeddings: bool = False, norm_first: bool = False):
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError("share_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
+        self.d_model = d_model
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)          # adds pe[:T], then dropout
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_encoder_layers))
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_decoder_layers))
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()   # the final norm (pre-norm)
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.generator = nn.Linear(d_model, tgt_vocab_size)                         # d_model -> vocabulary logits
+        if share_embeddings:
+            self.generator.weight = self.tgt_embed.weight                           # one parameter, three names
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """Given: the library's initialization, with the same random draws. Xavier for the weight matrices,
+        then N(0, 1/d_model) for the embeddings (a tied matrix is visited under each of its names; the
+        embedding's draw comes last and is what it keeps)."""
+        for name, p in self.named_parameters(remove_duplicate=False):
+            if name.endswith("weight") and p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+        for embedding in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
+            nn.init.normal_(embedding.weight, mean=0.0, std=self.d_model ** -0.5)
+
+    def embed_tokens(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids [B, T] -> embeddings times sqrt(d_model), plus the positions (then dropout): [B, T, d_model]."""
+        return self.positional(embedding(tokens) * math.sqrt(self.d_model))       # [B, T, D]
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Source ids [B, S] -> memory [B, S, d_model]."""
+        x = self.embed_tokens(self.src_embed, src)                                 # [B, S, D]
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)                                                 # [B, S, D]
+        return self.encoder_norm(x)
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
+               memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Target prefix ids [B, T] and memory [B, S, d_model] -> logits [B, T, tgt_vocab_size]."""
+        y = self.embed_tokens(self.tgt_embed, tgt)                                 # [B, T, D]
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_mask, memory_mask)                            # [B, T, D]
+        return self.generator(self.decoder_norm(y))                                # [B, T, V]
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher forcing: logits [B, T, V] for the target prefix `tgt` given `src`."""
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+
+    def cross_attention(self) -> list[torch.Tensor | None]:
+        """Given: each decoder layer's last cross-attention weights [B, H, T, S]."""
+        return [layer.cross_attn_weights for layer in self.decoder_layers]
 
 
 def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, epsilon: float = 0.1,

@@ -4,13 +4,18 @@ catalogued mistake fails and is named, the built-ins and the reference are refus
 nbgrader takes points off in exactly the right cells."""
 from __future__ import annotations
 
+import math
 import textwrap
 
+import nbformat
 import numpy as np
 import pytest
 import torch
 
+from attention_course import model as library_model
 from attention_course import translate as ref
+from attention_course.layers import DecoderLayer, EncoderLayer
+from attention_course.positional import PositionalEncoding
 from autograder import serialize
 from autograder.checks import core, nb06
 from autograder.checks.core import CheckFailed, Mistake, check_exercise
@@ -26,9 +31,27 @@ from .conftest import (
     patched,
     solved_notebook,
 )
+from .layout import REPO
 
 ASSIGNMENT = "06_transformer_translator"
-STUDENT = fresh_copy(ref)
+SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+
+
+def _solution_cell(grade_id: str) -> str:
+    nb = nbformat.read(SOLUTION, as_version=4)
+    return next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _notebook_class(source: str | None = None):
+    """The class the solution notebook's `Seq2SeqTransformer` cell defines, run beside the library's
+    layers as the notebook imports them (not the library's model: the honesty guard refuses that)."""
+    env = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "math": math, "EncoderLayer": EncoderLayer,
+           "DecoderLayer": DecoderLayer, "PositionalEncoding": PositionalEncoding}
+    exec(textwrap.dedent(source or _solution_cell("Seq2SeqTransformer")), env)
+    return env["Seq2SeqTransformer"]
+
+
+STUDENT = fresh_copy(ref)   # the notebook's exported code, Seq2SeqTransformer included
 MISTAKES = catalogued_mistakes(nb06)   # in the catalogue's order, the same every run
 
 
@@ -265,6 +288,131 @@ def test_a_one_sentence_at_a_time_beam_search_passes():
     _passes_everything("beam_search", ONE_SENTENCE_BEAM)
 
 
+# --------------------------------------------------------------------------- Seq2SeqTransformer
+def test_the_notebooks_model_moves_state_dicts_both_ways_with_the_library():
+    """The solution's class and the library's: one state dict, loaded either way (strict), the same logits."""
+    assert "class Seq2SeqTransformer(nn.Module):" in _solution_cell("Seq2SeqTransformer")
+    assert ref.Seq2SeqTransformer is not library_model.Seq2SeqTransformer, "exported beside the trainer's model"
+    kwargs = dict(d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32, dropout=0.0,
+                  max_len=12, share_embeddings=True, norm_first=True)
+    torch.manual_seed(0)
+    ours, library = STUDENT["Seq2SeqTransformer"](19, 19, **kwargs).eval(), library_model.Seq2SeqTransformer(19, 19, **kwargs).eval()
+    ours.load_state_dict(library.state_dict())
+    src, tgt = torch.randint(1, 19, (2, 6)), torch.randint(1, 19, (2, 4))
+    src[1, 4:] = 0
+    src_mask, tgt_mask = ref.make_masks(src, tgt, 0)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(src, tgt, src_mask, tgt_mask), library(src, tgt, src_mask, tgt_mask),
+                                   rtol=1e-5, atol=1e-5)
+        back = library_model.Seq2SeqTransformer(19, 19, **kwargs).eval()
+        back.load_state_dict(ours.state_dict())
+        torch.testing.assert_close(back(src, tgt, src_mask, tgt_mask), library(src, tgt, src_mask, tgt_mask),
+                                   rtol=1e-5, atol=1e-5)
+    torch.manual_seed(3)
+    same_seed = STUDENT["Seq2SeqTransformer"](19, 19, **kwargs)
+    torch.manual_seed(3)
+    for (name, a), b in zip(same_seed.state_dict().items(), library_model.Seq2SeqTransformer(19, 19, **kwargs).state_dict().values(), strict=True):
+        assert torch.equal(a, b), f"{name}: the given initialization draws as the library's does"
+
+
+# Another correct assembly: the scale kept as a number, the tie made from the source side, the stacks
+# unrolled through a helper. (Nothing the checks depend on but the function and the parameter names.)
+OTHER_MODEL = """
+class Seq2SeqTransformer(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=256, num_heads=4, num_encoder_layers=3,
+                 num_decoder_layers=3, d_ff=1024, dropout=0.1, max_len=256, share_embeddings=False, norm_first=False):
+        super().__init__()
+        self.scale = d_model ** 0.5
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder_layers = nn.ModuleList([EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+                                             for _ in range(num_encoder_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+                                             for _ in range(num_decoder_layers)])
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if share_embeddings:
+            self.tgt_embed = self.src_embed
+            self.generator.weight = self.src_embed.weight
+
+    def _stack(self, layers, x, *args):
+        for layer in layers:
+            x = layer(x, *args)
+        return x
+
+    def encode(self, src, src_mask=None):
+        x = self.positional(self.src_embed(src) * self.scale)
+        return self.encoder_norm(self._stack(self.encoder_layers, x, src_mask))
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.positional(self.tgt_embed(tgt) * self.scale)
+        return self.generator(self.decoder_norm(self._stack(self.decoder_layers, y, memory, tgt_mask, memory_mask)))
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, tgt_mask, src_mask)
+"""
+
+
+def test_another_correct_model_passes():
+    _passes_everything("Seq2SeqTransformer", _notebook_class(OTHER_MODEL))
+
+
+def test_a_model_with_a_parameter_the_library_lacks_is_told_its_name():
+    extra = OTHER_MODEL.replace("self.scale = d_model ** 0.5",
+                                "self.scale = nn.Parameter(torch.tensor(float(d_model) ** 0.5))")
+    message = _first_message("Seq2SeqTransformer", _notebook_class(extra))
+    assert "unexpected: scale" in message, message
+
+
+def test_a_model_with_a_buffer_the_library_lacks_fails_the_state_dict_round_trip():
+    """A saved buffer (the scale, registered) changes no logit, but the model's state dict no longer loads
+    into the library's: the last case says so."""
+    extra = OTHER_MODEL.replace("self.scale = d_model ** 0.5",
+                                "self.register_buffer('scale', torch.tensor(float(d_model) ** 0.5))")
+    message = _first_message("Seq2SeqTransformer", _notebook_class(extra))
+    assert "loads into the library's Seq2SeqTransformer with strict=True" in message
+    assert "output[1]" in message and "expected True, got False" in message, message
+
+
+def test_a_subclass_of_the_library_model_is_not_accepted():
+    class Seq2SeqTransformer(library_model.Seq2SeqTransformer):
+        pass
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb06.check("Seq2SeqTransformer", Seq2SeqTransformer)
+
+
+def test_pytorchs_transformer_is_not_accepted():
+    class Seq2SeqTransformer(STUDENT["Seq2SeqTransformer"]):
+        def encode(self, src, src_mask=None):
+            layer = torch.nn.TransformerEncoderLayer(self.d_model, 2, 8, dropout=0.0, batch_first=True)
+            stack = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+            return stack(self.embed_tokens(self.src_embed, src))
+
+    with pytest.raises(CheckFailed, match="built-in Transformer"):
+        nb06.check("Seq2SeqTransformer", Seq2SeqTransformer)
+
+
+def test_the_model_stub_is_reported_as_not_attempted():
+    nb = nbformat.read(REPO / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    stub = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "Seq2SeqTransformer")
+    assert "raise NotImplementedError()" in stub and "### BEGIN SOLUTION" not in stub
+    for name in ("Seq2SeqTransformer", "Seq2SeqTransformer_gradients"):
+        with pytest.raises(CheckFailed, match="not attempted"):
+            nb06.check(name, _notebook_class(stub))
+
+
+def test_an_untied_generator_passes_the_logits_and_fails_the_gradients():
+    untied = _notebook_class(_solution_cell("Seq2SeqTransformer").replace(
+        "self.generator.weight = self.tgt_embed.weight", "pass"))
+    nb06.check("Seq2SeqTransformer", untied)
+    with pytest.raises(CheckFailed, match="known mistake: the generator not tied"):
+        nb06.check("Seq2SeqTransformer_gradients", untied)
+
+
 # --------------------------------------------------------------------------- refused
 def test_builtin_label_smoothing_is_not_accepted():
     def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
@@ -417,6 +565,7 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
         "greedy_decode": _code("greedy_decode", "drops the eos token"),
         "beam_search": _code("beam_search", "ignores the length penalty (ranks finished hypotheses by the raw sum of log p)"),
         "sample_next_token": _code("sample_next_token", "returned the most likely token (argmax) instead of sampling"),
+        "Seq2SeqTransformer": _code("Seq2SeqTransformer", "the generator not tied to the target embedding (share_embeddings=True)"),
     })
     result = autograde(course, ASSIGNMENT, nb)
     assert result.status == "ok"
@@ -424,7 +573,22 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
         "test_make_masks_padding", "test_inverse_sqrt_lr", "test_greedy_decode", "test_greedy_decode_source_padding",
         "test_beam_search", "test_beam_search_length_penalty", "test_sample_next_token", "test_sample_next_token_top_k",
         "test_sample_next_token_generator",   # argmax draws nothing from the generator: two calls agree
+        "test_Seq2SeqTransformer_gradients",  # untied: the logits agree, the gradients do not
     }
-    assert result.score == 2 + 3 + 1 + 1   # test_make_masks, the loss (3 + 1), beam_size=1
+    # test_make_masks, the loss (3 + 1), beam_size=1, the model's logits (3)
+    assert result.score == 2 + 3 + 1 + 1 + 3
     messages = " ".join(c.message for c in result.cells)
     assert "drops the eos token" in messages and "argmax" in messages
+    assert "the generator not tied to the target embedding" in messages
+
+
+@pytest.mark.slow
+def test_nbgrader_takes_the_models_points_for_unscaled_embeddings(course):
+    """The model's two cells, and nothing else, for a model whose embeddings miss sqrt(d_model)."""
+    nb = inject(solved_notebook(course, ASSIGNMENT),
+                {"Seq2SeqTransformer": _code("Seq2SeqTransformer", "embeddings not scaled by sqrt(d_model)")})
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok"
+    assert failed_cells(result) == {"test_Seq2SeqTransformer", "test_Seq2SeqTransformer_gradients"}
+    assert result.score == result.max_score - 5
+    assert "embeddings not scaled by sqrt(d_model)" in " ".join(c.message for c in result.cells)

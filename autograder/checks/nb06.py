@@ -2,6 +2,10 @@
 
 * Masks, the loss and the learning-rate schedule are compared with the reference on random
   inputs (pad ids other than 0, ignore_index both a pad id and -100, large logits).
+* The learner's `Seq2SeqTransformer` is compared with the library's (attention_course.model) with one
+  random state dict loaded into both: the logits of forward and of encode/decode (post- and pre-norm,
+  shared and separate embeddings, padded sources and targets), its state_dict loaded back into the
+  library's model (strict), and every parameter's gradient (a tied matrix has one, summed gradient).
 * Decoding runs on `ToyModel`, a tiny deterministic stand-in for a trained translator with the
   same interface (`encode(src, src_mask)`, `decode(tgt, memory, tgt_mask, memory_mask)`), whose
   output depends on the source padding mask. Greedy decoding has one right answer. Beam search
@@ -29,9 +33,24 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attention_course import model as model_ref
 from attention_course import translate as ref
+from attention_course.layers import DecoderLayer, EncoderLayer
+from attention_course.positional import PositionalEncoding
 
-from .core import Case, Exercise, ForbiddenCall, Mistake, flag, make_checker, raises, reference_guard
+from .core import (
+    Case,
+    Exercise,
+    ForbiddenCall,
+    Mistake,
+    flag,
+    make_checker,
+    raises,
+    random_state,
+    reference_guard,
+    variant,
+)
+from .tensors import load_state
 
 HONESTY = tuple(reference_guard(ref))
 RTOL, ATOL = 1e-4, 1e-5
@@ -1120,6 +1139,224 @@ SAMPLE_MISTAKES = (
             _sample_code(check="pass")),
 )
 
+# --------------------------------------------------------------------------- Seq2SeqTransformer
+# The learner assembles the model from the course's layers. Judged against the library's model
+# (attention_course.model.Seq2SeqTransformer) with one random state dict loaded into both, in evaluation
+# mode: the logits of forward and of encode/decode, the learner's state dict loaded back into the library's
+# model (strict), and the gradients of every parameter name (tied weights share one summed gradient).
+MODEL_FORBIDDEN = tuple(reference_guard(model_ref)) + tuple(
+    (f, "it calls PyTorch's built-in Transformer; assemble the model from the course's EncoderLayer and "
+        "DecoderLayer yourself") for f in (nn.Transformer.forward, nn.TransformerEncoder.forward,
+                                           nn.TransformerDecoder.forward))
+# (src_vocab, tgt_vocab, d_model, heads, encoder layers, decoder layers, d_ff, max_len, share_embeddings, norm_first)
+MODEL_CONFIGS = [
+    (11, 13, 16, 4, 2, 1, 32, 20, False, False),   # post-norm, two vocabularies
+    (12, 12, 16, 2, 1, 2, 24, 16, True, True),     # pre-norm, one shared matrix
+    (10, 10, 8, 2, 2, 2, 16, 12, False, True),     # pre-norm, one vocabulary size but two matrices
+    (9, 9, 12, 3, 1, 1, 16, 10, True, False),      # post-norm, shared
+]
+_TIED = ("src_embed.weight", "tgt_embed.weight", "generator.weight")
+
+
+def _model_kwargs(cfg) -> dict:
+    V_src, V_tgt, d, H, n_enc, n_dec, d_ff, max_len, share, norm_first = cfg
+    return dict(d_model=d, num_heads=H, num_encoder_layers=n_enc, num_decoder_layers=n_dec, d_ff=d_ff,
+                dropout=0.1, max_len=max_len, share_embeddings=share, norm_first=norm_first)
+
+
+def _model_text(cfg) -> str:
+    V_src, V_tgt = cfg[:2]
+    args = ", ".join(f"{k}={v}" for k, v in _model_kwargs(cfg).items())
+    return f"Seq2SeqTransformer({V_src}, {V_tgt}, {args}) in evaluation mode"
+
+
+def _model_state(cfg, rng) -> dict:
+    """Random weights for every parameter of the library's model of `cfg` (LayerNorm scales near 1), the
+    real sinusoidal table, and one matrix under the three tied names when share_embeddings."""
+    template = model_ref.Seq2SeqTransformer(cfg[0], cfg[1], fused=False, **_model_kwargs(cfg))
+    state = random_state(template, rng)
+    state["positional.pe"] = template.positional.pe.clone()
+    if cfg[8]:
+        for name in _TIED[1:]:
+            state[name] = state[_TIED[0]].clone()
+    return state
+
+
+def _model_inputs(rng, cfg, B=3, S=6, T=5):
+    """src [B, S] and tgt [B, T] (padding id 0, one row of each without padding) and their masks."""
+    src = ids(rng, B, S, 1, cfg[0], 0, [S] + list(rng.integers(2, S, size=B - 1)))
+    tgt = ids(rng, B, T, 1, cfg[1], 0, [T] + list(rng.integers(2, T, size=B - 1)))
+    src_mask = (src != 0)[:, None, None, :]                                           # [B, 1, 1, S]
+    tgt_mask = torch.ones(T, T, dtype=torch.bool).tril() & (tgt != 0)[:, None, None, :]   # [B, 1, T, T]
+    return src, tgt, src_mask, tgt_mask
+
+
+def _built(cls, cfg, state):
+    return load_state(cls(cfg[0], cfg[1], **_model_kwargs(cfg)), state, check_shapes=False)
+
+
+def _model_forward(cls, cfg, state, src, tgt, src_mask, tgt_mask, with_state=False):
+    model = _built(cls, cfg, state)
+    with torch.no_grad():
+        logits = model(src.clone(), tgt.clone(), src_mask.clone(), tgt_mask.clone())
+    if not with_state:
+        return logits
+    return logits, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _model_encode_decode(cls, cfg, state, src, tgt, src_mask, tgt_mask):
+    model = _built(cls, cfg, state)
+    with torch.no_grad():
+        memory = model.encode(src.clone(), src_mask.clone())
+        return memory, model.decode(tgt.clone(), memory.clone(), tgt_mask.clone(), src_mask.clone())
+
+
+def _model_gradients(cls, cfg, state, src, tgt, src_mask, tgt_mask, names, weights):
+    """The gradient of a fixed random linear function of the logits, for every parameter name of the
+    library's model (a tied matrix answers under each of its names with the one summed gradient)."""
+    model = _built(cls, cfg, state)
+    model.zero_grad()
+    (model(src.clone(), tgt.clone(), src_mask.clone(), tgt_mask.clone()) * weights).sum().backward()
+    params = dict(model.named_parameters(remove_duplicate=False))
+    return [params[n].grad if n in params and params[n].grad is not None else torch.zeros(0) for n in names]
+
+
+def _loads_into_library(cfg, src, tgt, src_mask, tgt_mask):
+    """derive (trusted side): (the logits, [the state dict loads into the library's model with strict=True],
+    the library model's logits with those weights)."""
+    def derive(out):
+        logits, state = out
+        library = model_ref.Seq2SeqTransformer(cfg[0], cfg[1], fused=False, **_model_kwargs(cfg)).eval()
+        try:
+            library.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()}, strict=True)
+        except (RuntimeError, TypeError, ValueError, AttributeError):
+            return logits, flag(False), torch.zeros(0)
+        with torch.no_grad():
+            return logits, flag(True), library(src, tgt, src_mask, tgt_mask)
+    return derive
+
+
+def _model_cases(rng):
+    cases = []
+    for cfg in MODEL_CONFIGS:
+        state = _model_state(cfg, rng)
+        src, tgt, src_mask, tgt_mask = _model_inputs(rng, cfg)
+        what = f"src {list(src.shape)} and tgt {list(tgt.shape)} with padding, src_mask and tgt_mask from make_masks"
+        cases.append(Case(f"{_model_text(cfg)}, forward(src, tgt, src_mask, tgt_mask): the logits ({what})",
+                          lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
+                          _model_forward(cls, c, s, a, b, m, t)))
+        cases.append(Case(f"{_model_text(cfg)}: memory = encode(src, src_mask), then decode(tgt, memory, tgt_mask, "
+                          f"src_mask) ({what})",
+                          lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
+                          _model_encode_decode(cls, c, s, a, b, m, t)))
+    cfg = MODEL_CONFIGS[1]
+    state = _model_state(cfg, rng)
+    src, tgt, src_mask, tgt_mask = _model_inputs(rng, cfg)
+    cases.append(Case(f"{_model_text(cfg)}: the logits, then whether your model's state_dict() loads into the "
+                      "library's Seq2SeqTransformer with strict=True (the same parameter names, nothing more), "
+                      "then the library model's logits with your weights",
+                      lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
+                      _model_forward(cls, c, s, a, b, m, t, with_state=True),
+                      derive=_loads_into_library(cfg, src, tgt, src_mask, tgt_mask)))
+    return cases
+
+
+def _model_gradient_cases(rng):
+    cases = []
+    for cfg in MODEL_CONFIGS:
+        state = _model_state(cfg, rng)
+        src, tgt, src_mask, tgt_mask = _model_inputs(rng, cfg)
+        names = [n for n, _ in model_ref.Seq2SeqTransformer(cfg[0], cfg[1], fused=False, **_model_kwargs(cfg))
+                 .named_parameters(remove_duplicate=False)]
+        weights = torch.from_numpy(rng.normal(size=(*tgt.shape, cfg[1])).astype(np.float32))
+        tied = "one matrix under src_embed, tgt_embed and generator" if cfg[8] else "three separate matrices"
+        cases.append(Case(f"{_model_text(cfg)}: the gradient of every parameter ({len(names)} names, in the library "
+                          f"model's order; {tied}) for a random linear function of forward's logits",
+                          lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask, n=names, w=weights:
+                          _model_gradients(cls, c, s, a, b, m, t, n, w)))
+    return cases
+
+
+MODEL_SOURCE = """
+class Seq2SeqTransformer(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=256, num_heads=4, num_encoder_layers=3,
+                 num_decoder_layers=3, d_ff=1024, dropout=0.1, max_len=256, share_embeddings=False,
+                 norm_first=False):
+        super().__init__()
+        self.d_model = d_model
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_encoder_layers))
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_decoder_layers))
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if share_embeddings:
+            self.generator.weight = self.tgt_embed.weight
+
+    def embed_tokens(self, embedding, tokens):
+        return self.positional(embedding(tokens) * math.sqrt(self.d_model))
+
+    def encode(self, src, src_mask=None):
+        x = self.embed_tokens(self.src_embed, src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.embed_tokens(self.tgt_embed, tgt)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_mask, memory_mask)
+        return self.generator(self.decoder_norm(y))
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+"""
+_EMBED = "return self.positional(embedding(tokens) * math.sqrt(self.d_model))"
+MODEL_MISTAKES = (
+    Mistake("embeddings not scaled by sqrt(d_model)",
+            "multiply the token embeddings by math.sqrt(self.d_model) before the positions are added: "
+            "positional(embedding(tokens) * sqrt(d_model))",
+            variant(MODEL_SOURCE, (_EMBED, "return self.positional(embedding(tokens))"))),
+    Mistake("the positions scaled too (sqrt(d_model) applied after adding the positional encoding)",
+            "scale the embeddings first, then add the positions: positional(embedding(tokens) * sqrt(d_model)); "
+            "the sinusoids keep their size",
+            variant(MODEL_SOURCE, (_EMBED, "return self.positional(embedding(tokens)) * math.sqrt(self.d_model)"))),
+    Mistake("the positional encoding added twice",
+            "embed_tokens adds the positions once (self.positional); encode and decode use its result as it is",
+            variant(MODEL_SOURCE, (_EMBED, "return self.positional(self.positional(embedding(tokens) * "
+                                           "math.sqrt(self.d_model)))"))),
+    Mistake("the final LayerNorm not applied (encoder_norm / decoder_norm built but unused)",
+            "a pre-norm stack never normalizes its residual stream: encode returns encoder_norm(x), decode "
+            "applies decoder_norm before the generator (both are nn.Identity for post-norm)",
+            variant(MODEL_SOURCE, ("return self.encoder_norm(x)", "return x"),
+                    ("return self.generator(self.decoder_norm(y))", "return self.generator(y)"))),
+    Mistake("the encoder's layers do not get src_mask (the encoder attends to source padding)",
+            "pass the mask to every encoder layer: x = layer(x, src_mask)",
+            variant(MODEL_SOURCE, ("x = layer(x, src_mask)", "x = layer(x)"))),
+    Mistake("the decoder's layers do not get tgt_mask (no causal mask: the decoder sees the future)",
+            "pass the target mask to every decoder layer: layer(y, memory, tgt_mask, memory_mask)",
+            variant(MODEL_SOURCE, ("layer(y, memory, tgt_mask, memory_mask)", "layer(y, memory, None, memory_mask)"))),
+    Mistake("the source padding mask not passed to the decoder (cross-attention attends to source padding)",
+            "forward passes src_mask twice: to encode, and to decode as memory_mask: "
+            "decode(tgt, encode(src, src_mask), tgt_mask, src_mask)",
+            variant(MODEL_SOURCE, ("self.encode(src, src_mask), tgt_mask, src_mask)",
+                                   "self.encode(src, src_mask), tgt_mask)"))),
+    Mistake("the target tokens embedded with the source embedding",
+            "decode embeds the target with self.tgt_embed (the same matrix only when share_embeddings=True)",
+            variant(MODEL_SOURCE, ("self.embed_tokens(self.tgt_embed, tgt)", "self.embed_tokens(self.src_embed, tgt)"))),
+    Mistake("the generator not tied to the target embedding (share_embeddings=True)",
+            "with share_embeddings=True the output layer uses the target embedding's matrix: "
+            "self.generator.weight = self.tgt_embed.weight (one parameter, whose gradient sums both uses)",
+            variant(MODEL_SOURCE, ("            self.generator.weight = self.tgt_embed.weight\n", ""),
+                    ("        if share_embeddings:\n", ""))),
+)
+MODEL_NAMESPACE = {"EncoderLayer": EncoderLayer, "DecoderLayer": DecoderLayer, "PositionalEncoding": PositionalEncoding}
+
+
 EXERCISES = [
     Exercise("make_masks", ref.make_masks, lambda rng: _mask_cases(rng, False), MASK_MISTAKES, forbidden=HONESTY),
     Exercise("make_masks_padding", ref.make_masks, lambda rng: _mask_cases(rng, True), MASK_MISTAKES,
@@ -1144,6 +1381,11 @@ EXERCISES = [
              forbidden=HONESTY, graded="sample_next_token"),
     Exercise("sample_next_token_generator", ref.sample_next_token, _sampling_argument_cases, SAMPLE_MISTAKES,
              forbidden=HONESTY, graded="sample_next_token"),
+    Exercise("Seq2SeqTransformer", model_ref.Seq2SeqTransformer, _model_cases, MODEL_MISTAKES, rtol=RTOL, atol=ATOL,
+             forbidden=HONESTY + MODEL_FORBIDDEN, namespace=MODEL_NAMESPACE),
+    Exercise("Seq2SeqTransformer_gradients", model_ref.Seq2SeqTransformer, _model_gradient_cases, MODEL_MISTAKES,
+             rtol=RTOL, atol=ATOL, forbidden=HONESTY + MODEL_FORBIDDEN, namespace=MODEL_NAMESPACE,
+             graded="Seq2SeqTransformer"),
 ]
 
 check = make_checker(EXERCISES)

@@ -163,7 +163,7 @@ class MultiHeadLatentAttention(nn.Module):
 
 
 class TinyDecoder(nn.Module):
-    """A small decoder-only language model for the decoding demo (random weights: it is about speed, not text):
+    """A small decoder-only language model (random weights in section 6, trained on Shakespeare in section 9):
     token embeddings and learned positions, num_layers pre-norm blocks of self-attention and a feed-forward
     network, a head over the vocabulary. make_attention() builds each block's attention: any module with
     forward(x, mask, cache, layer) -> (output, weights), such as GroupedQueryAttention or MultiHeadLatentAttention."""
@@ -180,11 +180,15 @@ class TinyDecoder(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """tokens [B, T] (only the new ones when `cache` holds the earlier) -> logits [B, T, vocab_size]."""
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, window: int | None = None) -> torch.Tensor:
+        """tokens [B, T] (only the new ones when `cache` holds the earlier) -> logits [B, T, vocab_size].
+        window: sliding-window attention (each position reads itself and the window - 1 before it)."""
         T = tokens.shape[1]
         start = 0 if cache is None else cache.seq_len(0)
-        mask = torch.ones(T, start + T, dtype=torch.bool).tril(start)     # new token i sits at position start + i
+        if window is None:
+            mask = torch.ones(T, start + T, dtype=torch.bool).tril(start)  # new token i sits at position start + i
+        else:
+            mask = sliding_window_mask(start + T, window)[start:]          # [T, start + T]: the rows of the new tokens
         x = self.embed(tokens) + self.pos(torch.arange(start, start + T))  # [B, T, d_model]
         for layer in range(len(self.attn)):
             x = x + self.attn[layer](self.norm1[layer](x), mask=mask, cache=cache, layer=layer)[0]
@@ -240,3 +244,69 @@ def sliding_window_mask(size: int, window: int) -> torch.Tensor:
     i = torch.arange(size)[:, None]                     # query positions, as a column
     j = torch.arange(size)[None, :]                     # key positions, as a row
     return (j <= i) & (j > i - window)
+
+
+@torch.no_grad()
+def decode_tokens(model: TinyDecoder, prompt: torch.Tensor, steps: int, cache=None, window: int | None = None,
+                  temperature: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
+    """prompt [B, T0] -> tokens [B, T0 + steps]. Greedy when temperature is 0, else sampled from
+    softmax(logits / temperature) with `generator`. With an (empty) cache, such as KVCache or
+    PreallocatedKVCache, the prompt runs once and each step feeds only the newest token; without one,
+    every step runs the whole sequence again. window: sliding-window attention."""
+    tokens, new = prompt, prompt
+    for _ in range(steps):
+        if cache is None:
+            logits = model(tokens, window=window)[:, -1]                      # [B, V]: the whole sequence again
+        else:
+            logits = model(new, cache=cache, window=window)[:, -1]            # [B, V]: the new tokens only
+        if temperature == 0:
+            next_token = logits.argmax(dim=-1, keepdim=True)                  # [B, 1]
+        else:
+            next_token = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
+        tokens, new = torch.cat([tokens, next_token], dim=1), next_token
+    return tokens
+
+
+class PreallocatedKVCache:
+    """KVCache's interface on fixed buffers [..., max_len, D] per layer, allocated at the layer's first append
+    and written in place: a step writes its positions after the filled ones and returns views of the filled
+    part, never copying what is already cached (KVCache's torch.cat copies all of it every step)."""
+
+    def __init__(self, num_layers: int = 1, max_len: int = 1024):
+        self.max_len = max_len
+        self.key_buffers: list[torch.Tensor | None] = [None] * num_layers     # [..., max_len, D] once allocated
+        self.value_buffers: list[torch.Tensor | None] = [None] * num_layers
+        self.lengths = [0] * num_layers                                        # positions filled, per layer
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [..., T_new, D] at positions seq_len .. seq_len + T_new - 1 of `layer`'s buffers;
+        return views of everything filled, (keys [..., T_total, D], values [..., T_total, D_v])."""
+        start, T_new = self.lengths[layer], k.shape[-2]
+        if start + T_new > self.max_len:
+            raise ValueError(f"layer {layer} holds {start} positions: {T_new} more exceed max_len={self.max_len}")
+        if self.key_buffers[layer] is None:
+            self.key_buffers[layer] = k.new_empty((*k.shape[:-2], self.max_len, k.shape[-1]))    # [..., T_max, D]
+            self.value_buffers[layer] = v.new_empty((*v.shape[:-2], self.max_len, v.shape[-1]))  # [..., T_max, D_v]
+        stop = start + T_new
+        self.key_buffers[layer][..., start:stop, :] = k                        # in place: no copy of the past
+        self.value_buffers[layer][..., start:stop, :] = v
+        self.lengths[layer] = stop
+        return self.key_buffers[layer][..., :stop, :], self.value_buffers[layer][..., :stop, :]
+
+    def seq_len(self, layer: int = 0) -> int:
+        """How many positions `layer` holds."""
+        return self.lengths[layer]
+
+    @property
+    def keys(self) -> list[torch.Tensor | None]:
+        """The filled keys of every layer, [..., seq_len, D] (None before the layer's first append)."""
+        return [None if b is None else b[..., :n, :] for b, n in zip(self.key_buffers, self.lengths, strict=True)]
+
+    @property
+    def values(self) -> list[torch.Tensor | None]:
+        """The filled values of every layer, [..., seq_len, D_v] (None before the layer's first append)."""
+        return [None if b is None else b[..., :n, :] for b, n in zip(self.value_buffers, self.lengths, strict=True)]
+
+    def nbytes(self) -> int:
+        """Bytes reserved by the buffers, all layers: max_len positions each, filled or not."""
+        return sum(b.numel() * b.element_size() for b in self.key_buffers + self.value_buffers if b is not None)

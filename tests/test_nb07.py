@@ -388,6 +388,66 @@ def test_decoding_with_the_cache_gives_the_same_tokens(kind):
     assert cache.seq_len(0) == cache.seq_len(1) == 16      # the last token is generated, never fed back
 
 
+@pytest.mark.parametrize("kind", ["gqa", "mla"])
+def test_the_preallocated_cache_decodes_the_same_tokens_in_place(kind):
+    """PreallocatedKVCache: the tokens of KVCache and of no cache, greedy and sampled, buffers never reallocated."""
+    d = 64
+    make = {"gqa": lambda: ref.GroupedQueryAttention(d, 4, 2),
+            "mla": lambda: ref.MultiHeadLatentAttention(d, 4, 32, 16, 8, 8, 16)}[kind]
+    torch.manual_seed(0)
+    model = ref.TinyDecoder(100, d, 2, make, max_len=32).eval()
+    prompt = torch.randint(0, 100, (2, 5))
+    fixed = ref.PreallocatedKVCache(2, max_len=32)
+    preallocated = ref.decode_tokens(model, prompt, 12, cache=fixed)
+    assert torch.equal(preallocated, ref.decode_tokens(model, prompt, 12, cache=ref.KVCache(2)))
+    assert torch.equal(preallocated, ref.decode_tokens(model, prompt, 12))
+    assert preallocated.shape == (2, 17) and fixed.seq_len(0) == fixed.seq_len(1) == 16
+    buffers = [b.data_ptr() for b in fixed.key_buffers + fixed.value_buffers]
+    with torch.no_grad():
+        model(preallocated[:, -1:], cache=fixed)
+    assert [b.data_ptr() for b in fixed.key_buffers + fixed.value_buffers] == buffers, "written in place"
+    assert all(b.shape[-2] == 32 for b in fixed.key_buffers), "max_len positions reserved"
+    grown = ref.KVCache(2)
+    with torch.no_grad():
+        model(preallocated, cache=grown)
+    for layer in range(2):
+        torch.testing.assert_close(fixed.keys[layer], grown.keys[layer])      # step by step against one pass
+        torch.testing.assert_close(fixed.values[layer], grown.values[layer])
+    assert fixed.nbytes() * 17 == grown.nbytes() * 32, "nbytes counts the reserved buffers"
+    sample = {name: ref.decode_tokens(model, prompt, 12, cache=cache, temperature=1.0,
+                                      generator=torch.Generator().manual_seed(3))
+              for name, cache in (("fixed", ref.PreallocatedKVCache(2, 32)), ("grown", ref.KVCache(2)))}
+    assert torch.equal(sample["fixed"], sample["grown"])
+
+
+def test_the_preallocated_cache_refuses_to_overflow():
+    cache = ref.PreallocatedKVCache(1, max_len=4)
+    assert cache.keys == [None] and cache.seq_len() == 0 and cache.nbytes() == 0
+    cache.append(0, torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8))
+    with pytest.raises(ValueError, match="max_len=4"):
+        cache.append(0, torch.randn(1, 2, 2, 8), torch.randn(1, 2, 2, 8))
+    assert cache.seq_len() == 3, "a refused append changes nothing"
+
+
+def test_sliding_window_decoding_with_and_without_the_cache():
+    """TinyDecoder's window: the cache changes no token; nothing differs from full attention before position W."""
+    torch.manual_seed(0)
+    W = 6
+    model = ref.TinyDecoder(50, 32, 2, lambda: ref.GroupedQueryAttention(32, 4, 4), max_len=40).eval()
+    prompt = torch.randint(0, 50, (3, 4))
+    windowed = ref.decode_tokens(model, prompt, 30, window=W)
+    assert torch.equal(windowed, ref.decode_tokens(model, prompt, 30, cache=ref.KVCache(2), window=W))
+    assert torch.equal(windowed, ref.decode_tokens(model, prompt, 30, cache=ref.PreallocatedKVCache(2, 40), window=W))
+    full = ref.decode_tokens(model, prompt, 30)
+    assert torch.equal(windowed[:, :W + 1], full[:, :W + 1])
+    with torch.no_grad():
+        x = torch.randint(0, 50, (1, 20))
+        logits_full, logits_window = model(x), model(x, window=W)
+    assert torch.equal(logits_window[:, :W], logits_full[:, :W]), "positions before W lose nothing"
+    assert not torch.allclose(logits_window[:, W:], logits_full[:, W:]), "later positions read fewer keys"
+    assert torch.equal(model(x, window=20), logits_full), "a window as long as the sequence is full attention"
+
+
 def test_rotary_matches_notebook_04s_rotation_up_to_the_layout():
     """Half-split RoPE is notebook 04's block rotation R_m = pe_shift_matrix(m)^T with the features reordered."""
     from attention_course.positional import pe_shift_matrix

@@ -82,8 +82,31 @@ def plain_scores(work: Path) -> dict[tuple[str, str], float]:
         return {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
 
 
+def grade_on_local_cluster(folder: Path, out: Path, workers: int, settings: GradingSettings) -> tuple[list, float]:
+    """The class graded through Dask distributed: a LocalCluster of `workers` one-thread worker
+    processes on 127.0.0.1 (what `grade --scheduler` does, with the cluster on this machine).
+    (results, seconds), the cluster's start-up left out of the time."""
+    from distributed import LocalCluster
+
+    from autograder.cluster import on_cluster
+    from autograder.settings import ClusterSettings
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        remote = on_cluster(ClusterSettings(scheduler=cluster.scheduler_address))
+        started = time.perf_counter()
+        results = grade(folder, out, progress=False, limits=settings.limits, remote=remote)
+        return results, time.perf_counter() - started
+
+
+def _table(results) -> dict[tuple[str, str], float]:
+    return {(r.student_id, r.notebook): r.score for r in results}
+
+
 def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments: list[str] | None = None,
-              settings: GradingSettings | None = None) -> dict:
+              settings: GradingSettings | None = None, cluster: bool = False) -> dict:
+    """Plain serial nbgrader against `attn-course grade` on one generated class; with `cluster`, the
+    same class graded a third time through a Dask LocalCluster of as many workers as the pool has."""
     settings = settings or GradingSettings()
     workers = settings.worker_count
     work = Path(work).resolve()
@@ -116,5 +139,10 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
         "same_scores_as_plain_nbgrader": not disagree,
         **({"score_disagreements": disagree} if disagree else {}),
     }
+    if cluster:
+        on_cluster, seconds = grade_on_local_cluster(folder, work / "cluster", workers, settings)
+        report.update({"attn_course_grade_cluster_seconds": round(seconds, 1),
+                       "cluster_over_pool": round(seconds / ours, 2),
+                       "same_scores_on_cluster": _table(on_cluster) == _table(results)})
     (work / "benchmark.json").write_text(json.dumps(report, indent=1))
     return report

@@ -396,7 +396,8 @@ def _bench(args) -> int:
 
     from .bench import benchmark
 
-    print(json.dumps(benchmark(args.students, Path(args.out), args.assignment or None, _settings()), indent=1))
+    print(json.dumps(benchmark(args.students, Path(args.out), args.assignment or None, _settings(),
+                               cluster=args.cluster), indent=1))
     return 0
 
 
@@ -796,6 +797,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--students", type=int, default=20)
     p.add_argument("--out", default=None, help="default: build/bench in the course folder")
     p.add_argument("--assignment", action="append", help="only these notebooks (repeatable; default: all)")
+    p.add_argument("--cluster", action="store_true",
+                   help="also grade the class through Dask distributed (a LocalCluster of as many one-thread worker "
+                        "processes as the pool has, on 127.0.0.1) and print its time over the pool's")
     p.set_defaults(func=_bench)
     p = sub.add_parser("ship", help="copy a finished run into models/ in half precision, with SHA-256 sums "
                        "(what notebook 06 reads)")

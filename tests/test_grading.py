@@ -162,10 +162,14 @@ def test_grading_is_resumable_and_idempotent(course, tmp_path):
 
 
 def test_benchmark_grades_the_same_class_both_ways(tmp_path):
-    """`attn-course bench` on a small class: both graders finish and give every notebook the same score."""
+    """`attn-course bench --cluster` on a small class: the three graders (plain nbgrader, the pool, a Dask
+    LocalCluster) finish and give every notebook the same score; the ratios are computed, not asserted."""
     from course_tools.bench import benchmark
 
-    report = benchmark(3, tmp_path / "bench", ["01_similarity_attention"])
+    report = benchmark(3, tmp_path / "bench", ["01_similarity_attention"], cluster=True)
+    assert report["same_scores_on_cluster"], json.dumps(report)
+    assert report["cluster_over_pool"] == pytest.approx(
+        report["attn_course_grade_cluster_seconds"] / report["attn_course_grade_seconds"], rel=0.02, abs=0.01)
     assert report["graded_notebooks"] == 3 and report["all_as_designed"], report
     assert report["same_scores_as_plain_nbgrader"], report.get("score_disagreements")
     assert list(report["plain_nbgrader_seconds_per_notebook"]) == ["01_similarity_attention"]

@@ -207,10 +207,14 @@ def build(library: Path | None = None, notebooks: Path | None = None, solutions:
 
     The student notebooks are generated and checked for student work before anything is written:
     a refused build (StudentWorkError) changes nothing (but the solutions it executed, with `execute`)."""
+    from .colab import sync_install_cells
+
     solutions = solutions_dir(solutions)
     names = select(solutions, only)
+    synced = sync_install_cells(solutions, names, root=solutions.resolve().parent)  # Colab's install cell
     executed = [execute_solution(a, solutions) for a in names] if execute else []
     releases = release_notebooks(notebooks, solutions, only)
     if not overwrite_student_work:
         check_student_work(releases)
-    return executed + extract_library(solutions, library, only) + write_notebooks(releases, overwrite_student_work=True)
+    written = executed + extract_library(solutions, library, only) + write_notebooks(releases, overwrite_student_work=True)
+    return [p for p in synced if p not in executed] + written

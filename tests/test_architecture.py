@@ -89,7 +89,8 @@ def test_draws_a_new_figure_when_no_axes_is_given():
 @pytest.mark.parametrize("notebook,part", [("02_queries_keys_values", "attention"),
                                            ("03_multi_head_attention", "multihead"),
                                            ("04_positional_encoding", "positions"),
-                                           ("05_masked_cross_attention", "layers")])
+                                           ("05_masked_cross_attention", "layers"),
+                                           ("06_transformer_translator", "model")])
 def test_the_notebooks_show_their_part_near_the_top(notebook, part):
     """The figure sits among a chapter's first cells, highlighting that chapter's part, with a caption above."""
     import json

@@ -196,7 +196,9 @@ def test_build_refuses_to_overwrite_a_students_answers(tmp_path, monkeypatch):
     with pytest.raises(StudentWorkError):
         generate_notebooks(notebooks, solutions)
     build(library, notebooks, solutions, overwrite_student_work=True)
+    [regenerated] = generate_notebooks(other, solutions)  # the release as build made it (Colab's install cell added)
     assert first.read_bytes() == regenerated.read_bytes()
+    assert "google.colab" in nbformat.read(first, as_version=4).cells[1].source
 
 
 @pytest.mark.slow

@@ -167,7 +167,7 @@ def test_benchmark_grades_the_same_class_both_ways(tmp_path):
     from course_tools.bench import benchmark
 
     report = benchmark(3, tmp_path / "bench", ["01_similarity_attention"], cluster=True)
-    assert report["same_scores_on_cluster"], json.dumps(report)
+    assert report["same_scores_on_cluster"], report
     assert report["cluster_over_pool"] == pytest.approx(
         report["attn_course_grade_cluster_seconds"] / report["attn_course_grade_seconds"], rel=0.02, abs=0.01)
     assert report["graded_notebooks"] == 3 and report["all_as_designed"], report

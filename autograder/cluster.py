@@ -236,7 +236,9 @@ def on_cluster(cluster: ClusterSettings) -> RemoteGrader:
 
         def record(sub: StudentSubmission, judged) -> NotebookResult:
             stamp = getattr(sub, "timestamps", {}).get(judged.result.notebook)
-            return record_judged(course, judged.result, judged.verdicts, sub.notebooks[judged.result.notebook], stamp)
+            secret = getattr(sub, "secrets", {}).get(judged.result.notebook, "")
+            return record_judged(course, judged.result, judged.verdicts, sub.notebooks[judged.result.notebook], stamp,
+                                 secret)
 
         expected = course_identity(course.assignments, solutions)
         hidden = [str(course.root.parent), *course.extra_hidden]

@@ -381,7 +381,7 @@ def _load_submission(data: bytes) -> tuple[dict | None, str | None]:
 
 
 def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
-                   limits: Limits | None = None, timestamp: datetime | None = None) -> NotebookResult:
+                   limits: Limits | None = None, timestamp: datetime | None = None, secret: str = "") -> NotebookResult:
     """Run one notebook in the sandbox, judge it outside, record it in nbgrader's gradebook."""
     limits = limits or Limits()
     student_nb, problem = _load_submission(data)
@@ -399,7 +399,7 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     status, detail, others = trusted.incidents_status(run, job)
     judged = NotebookResult(student, assignment, 0.0, 0.0, status, detail=detail, other_kinds=others,
                             review=trusted.review_notes(job), sandbox=run.isolation)
-    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder)
+    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder, secret)
 
 
 def _job_folder(course: Course, student: str, assignment: str) -> Path:
@@ -410,7 +410,7 @@ def _job_folder(course: Course, student: str, assignment: str) -> Path:
 
 
 def record_judged(course: Course, judged: NotebookResult, verdicts: dict[str, Verdict], data: bytes,
-                  timestamp: datetime | None = None) -> NotebookResult:
+                  timestamp: datetime | None = None, secret: str = "") -> NotebookResult:
     """A notebook judged elsewhere (a Dask worker: autograder/cluster.py) into this course's gradebook:
     the worker's status, review and verdicts, nbgrader's scores. A notebook nothing was judged of (an
     unreadable file, a grader incident, a worker that died) comes back as it is."""
@@ -422,11 +422,11 @@ def record_judged(course: Course, judged: NotebookResult, verdicts: dict[str, Ve
     normalized = trusted.normalize_submission(student_nb, source)
     folder = _job_folder(course, judged.student_id, judged.notebook)
     folder.mkdir(parents=True)
-    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder)
+    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder, secret)
 
 
 def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verdict], judged: NotebookResult,
-                    timestamp: datetime | None, folder: Path) -> NotebookResult:
+                    timestamp: datetime | None, folder: Path, secret: str = "") -> NotebookResult:
     """nbgrader's side of one judged notebook: the submission and its verdicts into the gradebook
     (autograde, feedback), then the result read back, with `judged`'s status, review and sandbox
     and the trusted messages on its cells."""
@@ -439,6 +439,8 @@ def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verd
     nbformat.write(trusted.with_answer_cells(normalized, source), target / f"{assignment}.ipynb")
     if timestamp is not None:  # nbgrader's own file: autograde records it, AssignLatePenalties uses it
         (target / "timestamp.txt").write_text(timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+    if secret:  # nbgrader's exchange: autograde and generate_feedback carry it to feedback/, release_feedback reads it
+        (target / "submission_secret.txt").write_text(secret)
     status, detail, others = judged.status, judged.detail, judged.other_kinds
     failure = course.autograde_with_verdicts(assignment, student, verdict_file)
     if failure:
@@ -472,7 +474,9 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
             continue
         try:
             stamp = getattr(sub, "timestamps", {}).get(assignment)
-            results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp))
+            secret = getattr(sub, "secrets", {}).get(assignment, "")
+            results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp,
+                                          secret))
         except SandboxUnavailable as err:  # nothing of the student's ran: the grader's incident, never a grade
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           Status.INCIDENT, detail=f"{err}; {INCIDENT_ADVICE}"))

@@ -91,6 +91,8 @@ AFTER_DUE = timedelta(seconds=1)  # a late upload whose own time is not after it
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's record of the submission time, beside the notebooks
+SECRET_FILE = "submission_secret.txt"  # nbgrader's submit writes it: release_feedback names the feedback with it
+_SECRET = re.compile(r"[0-9a-f]{16,256}")  # nbgrader's is 128 hex digits (secrets.token_hex(64))
 _NBGRADER_FOLDERS = ("source", "release", "autograded", "feedback")  # beside submitted/: not students
 _SKIPPED_NAMES = ("__MACOSX", ".ipynb_checkpoints")
 _MACOSX = "macOS metadata (made by the Finder's Compress), not a submission"
@@ -105,6 +107,7 @@ class StudentSubmission:
     timestamps: dict[str, datetime] = field(default_factory=dict)  # assignment -> submitted (aware, UTC)
     origins: dict[str, str] = field(default_factory=dict)  # assignment -> "path in class folder (time source)"
     late: dict[str, str] = field(default_factory=dict)  # assignment -> why the platform says it is late
+    secrets: dict[str, str] = field(default_factory=dict)  # assignment -> nbgrader's submission secret, when it had one
 
 
 @dataclass
@@ -516,6 +519,7 @@ class _Version:
     late: str = ""  # why the platform says the upload is late ("" when it does not)
     archive: str = ""  # the zip it came from, relative to the class folder ("" when none)
     inner: datetime | None = None  # its entry's date inside that zip: orders that zip's own files only
+    secret: str = ""  # nbgrader's submission_secret.txt of its assignment folder (nbgrader's submitted/ only)
 
 
 def _newest(versions: list[_Version]) -> _Version:
@@ -688,7 +692,7 @@ class _Intake:
                 self.problem(sub, path.name, self.rel(path), why)
 
     def read_file(self, sub: StudentSubmission, path: Path, match_name: str, budget: list[int],
-                  time: tuple[datetime, str] | None = None, late: str = "") -> bool:
+                  time: tuple[datetime, str] | None = None, late: str = "", secret: str = "") -> bool:
         """Offer one notebook file, read with a bounded read; False once the student's budget is spent."""
         rel = self.rel(path)
         budget[1] += 1
@@ -706,7 +710,7 @@ class _Intake:
             return False
         budget[0] -= len(data)
         when, source = time or (_file_time(path), "file time")
-        self.offer(sub, path.name, match_name, rel, _Version(rel, when, source, data, late))
+        self.offer(sub, path.name, match_name, rel, _Version(rel, when, source, data, late, secret=secret))
         return True
 
     def read_folder(self, sub: StudentSubmission, folder: Path, exchange: bool = False, late: str = "") -> None:
@@ -740,6 +744,8 @@ class _Intake:
                     notebooks.append(path)
                 elif entry.name == TIMESTAMP_FILE:
                     stamps.append(path)
+                elif entry.name == SECRET_FILE and exchange and here.parent == folder:
+                    pass  # nbgrader's, beside the assignment's notebooks: read with them (folder_secret)
                 else:
                     listed.add(self.rel(path), "not a notebook")
             pending.extend(reversed(folders))
@@ -768,11 +774,22 @@ class _Intake:
         budget = [MAX_STUDENT_BYTES, 0]
         for k, path in enumerate(notebooks[:MAX_STUDENT_FILES]):
             top = _top(folder, path) if exchange else None
-            if not self.read_file(sub, path, path.name, budget, self.folder_time(path, top), late):
+            if not self.read_file(sub, path, path.name, budget, self.folder_time(path, top), late,
+                                  self.folder_secret(top)):
                 for rest in notebooks[k + 1:MAX_STUDENT_FILES]:
                     listed.add(self.rel(rest), f"not read: past the student's {_mib(MAX_STUDENT_BYTES)} of notebooks")
                 break
         listed.close()
+
+    def folder_secret(self, top: Path | None) -> str:
+        """nbgrader's submission secret in the assignment folder `top` of its submitted/ tree ("" when
+        there is none or it is not one nbgrader wrote): `nbgrader release_feedback` needs it."""
+        path = top / SECRET_FILE if top is not None else None
+        if path is None or not path.is_file() or path.is_symlink():
+            return ""
+        with path.open("rb") as fh:
+            raw = fh.read(257).decode("ascii", errors="replace").strip()
+        return raw if _SECRET.fullmatch(raw) else ""
 
     def folder_time(self, path: Path, top: Path | None) -> tuple[datetime, str]:
         """A notebook's submission time: the timestamp.txt nbgrader's exchange wrote in its
@@ -907,6 +924,8 @@ class _Intake:
             best = _newest(versions)
             sub.notebooks[a] = best.data
             sub.timestamps[a] = best.when
+            if best.secret:
+                sub.secrets[a] = best.secret
             sub.origins[a] = f"{best.path} ({best.source})"
             if best.late:
                 self.mark_late(sub, a, best)

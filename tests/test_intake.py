@@ -225,6 +225,24 @@ def test_the_class_folder_can_itself_be_nbgrader_submitted_tree(tmp_path):
     assert found.ignored == [(f"zed/{A01}/timestamp.txt", "nbgrader's timestamp.txt, with no notebook beside it")]
 
 
+def test_nbgrader_submission_secret_is_kept_only_where_the_exchange_writes_it(tmp_path):
+    """`nbgrader release_feedback` names a student's feedback with the submission secret `submit`
+    wrote beside the notebooks; only that one is kept (128 hex digits), never one of the student's
+    own files or one that is not a secret (test_exchange.py runs the whole exchange)."""
+    secret = "ab" * 64
+    root = mixed_class(tmp_path / "class") / "submitted"
+    write(root / "carol" / A01 / "submission_secret.txt", secret + "\n")
+    write(root / "alice" / A02 / "submission_secret.txt", "../../etc/passwd")              # not a secret
+    write(root / "dan" / A01 / f"{A01}.ipynb", notebook(A01, "dan"))
+    write(root / "dan" / A01 / "mine" / "submission_secret.txt", secret)                  # the student's own file
+    found = collect_all(root, ASSIGNMENTS)
+    by_id = {s.student_id: s for s in found.students}
+    assert by_id["carol"].secrets == {A01: secret}
+    assert by_id["alice"].secrets == {} and by_id["dan"].secrets == {}
+    assert (f"dan/{A01}/mine/submission_secret.txt", "not a notebook") in found.ignored
+    assert not any(path.endswith(f"carol/{A01}/submission_secret.txt") for path, _ in found.ignored)
+
+
 def test_two_zips_of_one_student_and_timestamp_txt_inside_a_zip(tmp_path):
     """The zips' own file times decide (issue 23: a timestamp.txt inside a student's zip once did;
     it is the student's, a note): the second zip is newer, though its timestamp.txt says otherwise."""

@@ -41,8 +41,11 @@ DEMO_MISTAKES = {
                                   {"test_causal_mask"}),
     "06_transformer_translator": ("nb06", "inverse_sqrt_lr", "decays like 1/step instead of 1/sqrt(step)",
                                   {"test_inverse_sqrt_lr"}),
-    "07_attention_at_scale": ("nb07", "sliding_window_mask", "off-by-one window: window + 1 keys (i - j <= window)",
-                              {"test_sliding_window_mask"}),
+    "07_attention_at_scale": ("nb07", "KVCache",
+                              "keys and values share one list (self.keys = self.values = [None] * num_layers)",
+                              {"test_KVCache"}),
+    "08_long_context": ("nb08", "sliding_window_mask", "off-by-one window: window + 1 keys (i - j <= window)",
+                        {"test_sliding_window_mask"}),
 }
 
 

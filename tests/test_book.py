@@ -262,7 +262,7 @@ def test_the_book_has_a_page_per_chapter_in_order_and_a_landing_page(site):
         assert _chapter(site, name).is_file(), name
     index = (site / "index.html").read_text()
     positions = [index.index(f'href="{name}/{name}.html"') for name in ASSIGNMENTS]
-    assert positions == sorted(positions), "the chapters are not listed 01..07"
+    assert positions == sorted(positions), "the chapters are not listed in order"
     assert "Curriculum" in index and "Attention from similarity" in index
     img = re.search(r'<img[^>]*architecture\.svg[^>]*>', index)
     assert img and "encoder" in img.group(0) and "decoder" in img.group(0), "the architecture figure and its alt text"

@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attention_course import efficient as ref
 from attention_course.attention import scaled_dot_product_attention
-from attention_course.measure import TensorMemory, peak_tensor_bytes
+from attention_course.measure import peak_tensor_bytes
 from attention_course.multihead import merge_heads, split_heads
 from autograder.checks import nb07
 from autograder.checks.core import CheckFailed, check_exercise
@@ -54,8 +54,6 @@ def test_the_issue_s_mistakes_are_catalogued():
         ("apply_rotary", "interleaved pairs"),
         ("GroupedQueryAttention", "key/value heads repeated in the wrong order"),
         ("MultiHeadLatentAttention", "the up-projected keys and values cached"),
-        ("online_softmax_attention", "the running sum not rescaled when the max changes"),
-        ("sliding_window_mask", "off-by-one window"),
     }
     for graded, start in wanted:
         assert any(g == graded and n.startswith(start) for g, n in names), (graded, start)
@@ -200,57 +198,10 @@ class MultiHeadLatentAttentionAlt(nn.Module):
         return self.out_proj(merge_heads(out)), w
 
 
-def online_softmax_attention_alt(q, k, v, block_size, mask=None):
-    """Blocks of queries too (FlashAttention's two loops), in log-space: the running log-sum-exp."""
-    T_q, T_k = q.shape[-2], k.shape[-2]
-    outs = []
-    for qs in range(0, T_q, 5):
-        qb = q[..., qs:qs + 5, :]
-        lse = torch.full((*qb.shape[:-1], 1), float("-inf"))
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1])
-        for ks in range(0, T_k, block_size):
-            s = qb @ k[..., ks:ks + block_size, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
-            if mask is not None:
-                s = s.masked_fill(~mask[..., qs:qs + 5, ks:ks + block_size] if mask.shape[-2] > 1
-                                  else ~mask[..., ks:ks + block_size], float("-inf"))
-            block_lse = torch.logsumexp(s, dim=-1, keepdim=True)
-            new_lse = torch.logaddexp(lse, block_lse)
-            safe = torch.where(torch.isinf(new_lse), torch.zeros_like(new_lse), new_lse)
-            acc = acc * torch.exp(lse - safe) + torch.exp(s - safe) @ v[..., ks:ks + block_size, :]
-            lse = new_lse
-        outs.append(acc)
-    return torch.cat(outs, dim=-2)
-
-
-def online_softmax_attention_additive_mask(q, k, v, block_size, mask=None):
-    """The caller's mask turned into an additive float mask once ([T_q, T_k], no batch or head axes: allowed)."""
-    bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
-    m = torch.full((*q.shape[:-1], 1), float("-inf"))
-    l, acc = torch.zeros_like(m), torch.zeros(*q.shape[:-1], v.shape[-1])
-    for start in range(0, k.shape[-2], block_size):
-        s = q @ k[..., start:start + block_size, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
-        if bias is not None:
-            s = s + bias[..., start:start + block_size]
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-        p, c = torch.exp(s - shift), torch.exp(m - shift)
-        l, acc, m = l * c + p.sum(-1, keepdim=True), acc * c + p @ v[..., start:start + block_size, :], m_new
-    return acc / torch.where(l > 0, l, torch.ones_like(l))
-
-
-def sliding_window_mask_alt(size, window):
-    if window < 1:
-        raise ValueError("window")
-    ones = torch.ones(size, size, dtype=torch.bool)
-    return ones.tril() & ~ones.tril(-window)
-
-
 @pytest.mark.parametrize("graded,impl", [
     ("attention_flops_and_memory", attention_flops_and_memory_alt), ("KVCache", KVCacheAlt),
     ("cached_attention", cached_attention_alt), ("apply_rotary", apply_rotary_alt),
     ("GroupedQueryAttention", GroupedQueryAttentionAlt), ("MultiHeadLatentAttention", MultiHeadLatentAttentionAlt),
-    ("online_softmax_attention", online_softmax_attention_alt),
-    ("online_softmax_attention", online_softmax_attention_additive_mask), ("sliding_window_mask", sliding_window_mask_alt),
 ], ids=lambda x: getattr(x, "__name__", x))
 def test_other_correct_implementations_pass(graded, impl):
     for exercise in (e for e in nb07.EXERCISES if e.graded == graded):
@@ -268,19 +219,13 @@ def test_pytorch_fused_attention_is_not_accepted():
     with pytest.raises(CheckFailed, match="fused attention"):
         nb07.check("cached_attention", cached_attention)
 
-    def online_softmax_attention(q, k, v, block_size, mask=None):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-    with pytest.raises(CheckFailed, match="fused attention"):
-        nb07.check("online_softmax_attention", online_softmax_attention)
-
 
 def test_calling_the_reference_is_not_accepted():
-    def sliding_window_mask(size, window):
-        return ref.sliding_window_mask(size, window)
+    def apply_rotary(x, positions, base=10000.0):
+        return ref.apply_rotary(x, positions, base)
 
     with pytest.raises(CheckFailed, match="reference implementation"):
-        nb07.check("sliding_window_mask", sliding_window_mask)
+        nb07.check("apply_rotary", apply_rotary)
 
     class GroupedQueryAttention(ref.GroupedQueryAttention):
         pass
@@ -334,7 +279,7 @@ def test_cost_model_matches_counted_flops_and_cache_bytes(H, H_kv):
     x = torch.randn(B, T, d)
     cache = ref.KVCache()
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        layer(x, mask=ref.sliding_window_mask(T, T), cache=cache)
+        layer(x, mask=torch.ones(T, T, dtype=torch.bool).tril(), cache=cache)
     cost = ref.attention_flops_and_memory(T, d, H, 1, num_kv_heads=H_kv, batch_size=B, bytes_per_value=4)
     assert counter.get_total_flops() == cost["projection_flops"] + cost["score_flops"]
     assert cache.nbytes() == cost["kv_cache_bytes"] == B * T * cost["kv_cache_bytes_per_token"]
@@ -368,7 +313,7 @@ def test_deepseek_v3_cache_per_token():
                                           qk_rope_head_dim=64, v_head_dim=128)
     cache = ref.KVCache()
     with torch.no_grad():
-        module(torch.randn(2, 5, 256), mask=ref.sliding_window_mask(5, 5), cache=cache)
+        module(torch.randn(2, 5, 256), mask=torch.ones(5, 5, dtype=torch.bool).tril(), cache=cache)
     assert cache.nbytes() == 2 * 5 * (512 + 64) * 4
 
 
@@ -429,25 +374,6 @@ def test_the_preallocated_cache_refuses_to_overflow():
     assert cache.seq_len() == 3, "a refused append changes nothing"
 
 
-def test_sliding_window_decoding_with_and_without_the_cache():
-    """TinyDecoder's window: the cache changes no token; nothing differs from full attention before position W."""
-    torch.manual_seed(0)
-    W = 6
-    model = ref.TinyDecoder(50, 32, 2, lambda: ref.GroupedQueryAttention(32, 4, 4), max_len=40).eval()
-    prompt = torch.randint(0, 50, (3, 4))
-    windowed = ref.decode_tokens(model, prompt, 30, window=W)
-    assert torch.equal(windowed, ref.decode_tokens(model, prompt, 30, cache=ref.KVCache(2), window=W))
-    assert torch.equal(windowed, ref.decode_tokens(model, prompt, 30, cache=ref.PreallocatedKVCache(2, 40), window=W))
-    full = ref.decode_tokens(model, prompt, 30)
-    assert torch.equal(windowed[:, :W + 1], full[:, :W + 1])
-    with torch.no_grad():
-        x = torch.randint(0, 50, (1, 20))
-        logits_full, logits_window = model(x), model(x, window=W)
-    assert torch.equal(logits_window[:, :W], logits_full[:, :W]), "positions before W lose nothing"
-    assert not torch.allclose(logits_window[:, W:], logits_full[:, W:]), "later positions read fewer keys"
-    assert torch.equal(model(x, window=20), logits_full), "a window as long as the sequence is full attention"
-
-
 def test_rotary_matches_notebook_04s_rotation_up_to_the_layout():
     """Half-split RoPE is notebook 04's block rotation R_m = pe_shift_matrix(m)^T with the features reordered."""
     from attention_course.positional import pe_shift_matrix
@@ -456,18 +382,6 @@ def test_rotary_matches_notebook_04s_rotation_up_to_the_layout():
     interleave = torch.stack([torch.arange(D // 2), torch.arange(D // 2) + D // 2], dim=1).flatten()  # 0, 4, 1, 5, ...
     rotated = ref.apply_rotary(x[None], torch.tensor([m]))[0]
     torch.testing.assert_close(rotated[interleave], pe_shift_matrix(m, D).T @ x[interleave], atol=1e-5, rtol=1e-5)
-
-
-def test_online_softmax_never_holds_the_score_matrix():
-    B, H, T, D = 1, 2, 256, 8
-    q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
-    with torch.no_grad(), TensorMemory() as mem:
-        out = ref.online_softmax_attention(q, k, v, 32, mask=ref.sliding_window_mask(T, 64))
-    assert mem.largest <= B * H * T * 32 * 4, "the largest tensor is one block of scores"
-    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, ref.sliding_window_mask(T, 64))[0])
-    with torch.no_grad(), TensorMemory() as mem:
-        scaled_dot_product_attention(q, k, v)
-    assert mem.largest == B * H * T * T * 4
 
 
 # --------------------------------------------------------------------------- real nbgrader
@@ -481,10 +395,8 @@ def _code(graded, start):
 ALL_CELLS = {"test_attention_flops_and_memory", "test_KVCache", "test_cached_attention", "test_cached_attention_decoding",
              "test_apply_rotary", "test_apply_rotary_relative", "test_GroupedQueryAttention",
              "test_GroupedQueryAttention_matches_mha", "test_GroupedQueryAttention_cache", "test_MultiHeadLatentAttention",
-             "test_MultiHeadLatentAttention_cache", "test_MultiHeadLatentAttention_decoding",
-             "test_online_softmax_attention", "test_online_softmax_attention_mask", "test_online_softmax_attention_memory",
-             "test_sliding_window_mask"}
-TOTAL = 39
+             "test_MultiHeadLatentAttention_cache", "test_MultiHeadLatentAttention_decoding"}
+TOTAL = 31
 
 
 @pytest.mark.slow
@@ -498,7 +410,7 @@ def test_nbgrader_solution_full_marks_and_blank_zero(course):
 
 @pytest.mark.slow
 def test_nbgrader_takes_points_for_the_issue_s_mistakes(course):
-    """Seven exercises wrong at once, each a mistake the issue names; each costs its own cells only
+    """Five exercises wrong at once, each a mistake the issue names; each costs its own cells only
     (the wrong KVCache and apply_rotary do not spill into the exercises that use a cache or rotary)."""
     mistakes = {
         "KVCache": ("KVCache", "keys and values share one list"),
@@ -506,16 +418,12 @@ def test_nbgrader_takes_points_for_the_issue_s_mistakes(course):
         "apply_rotary": ("apply_rotary", "interleaved pairs"),
         "GroupedQueryAttention": ("GroupedQueryAttention", "key/value heads repeated in the wrong order"),
         "MultiHeadLatentAttention": ("MultiHeadLatentAttention", "the up-projected keys and values cached"),
-        "online_softmax_attention": ("online_softmax_attention", "the running sum not rescaled"),
-        "sliding_window_mask": ("sliding_window_mask", "off-by-one window: window + 1"),
     }
     nb = inject(solved_notebook(course, ASSIGNMENT), {g: _code(*m) for g, m in mistakes.items()})
     result = autograde(course, ASSIGNMENT, nb)
     assert result.status == "ok"
     expected_failed = {"test_KVCache", "test_cached_attention", "test_cached_attention_decoding", "test_apply_rotary",
-                       "test_GroupedQueryAttention", "test_MultiHeadLatentAttention_cache",
-                       "test_online_softmax_attention", "test_online_softmax_attention_mask",
-                       "test_online_softmax_attention_memory", "test_sliding_window_mask"}
+                       "test_GroupedQueryAttention", "test_MultiHeadLatentAttention_cache"}
     assert failed_cells(result) == expected_failed
     # what still scores: the cost model 3, rotary's relative property 2 (interleaved pairs are rotary too), GQA against
     # MHA 2 (one head per group) and its cache 2 (wrong consistently), MLA 4 + decoding 2
@@ -525,9 +433,7 @@ def test_nbgrader_takes_points_for_the_issue_s_mistakes(course):
                                   ("test_cached_attention", mistakes["cached_attention"]),
                                   ("test_apply_rotary", mistakes["apply_rotary"]),
                                   ("test_GroupedQueryAttention", mistakes["GroupedQueryAttention"]),
-                                  ("test_MultiHeadLatentAttention_cache", mistakes["MultiHeadLatentAttention"]),
-                                  ("test_online_softmax_attention", mistakes["online_softmax_attention"]),
-                                  ("test_sliding_window_mask", mistakes["sliding_window_mask"])]:
+                                  ("test_MultiHeadLatentAttention_cache", mistakes["MultiHeadLatentAttention"])]:
         assert f"This matches a known mistake: {start}" in by_cell[cell], (cell, by_cell[cell])
 
 

@@ -502,7 +502,7 @@ def test_whatever_dumps_writes_loads_reads(value):
     serialize.loads(serialize.dumps({"odd": value, "fine": 1}))
 
 
-@pytest.mark.parametrize("module", ["nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07"])
+@pytest.mark.parametrize("module", ["nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08"])
 def test_every_reference_output_survives_the_trip_unchanged(module):
     """What the course's own implementations return on every hidden case comes back through
     serialize and still compares equal to itself: nothing a correct answer returns is Unsupported."""

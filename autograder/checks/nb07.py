@@ -1,6 +1,6 @@
 """Checks for notebook 07, "Attention at today's scale" (PyTorch): the cost model, the KV cache,
-rotary embeddings, grouped-query and multi-head latent attention, FlashAttention's online softmax
-and the sliding-window mask.
+rotary embeddings, grouped-query and multi-head latent attention. (FlashAttention's online softmax and
+the sliding-window mask are notebook 08's: checks/nb08.py.)
 
 Modules are compared with the reference by loading one random state dict (the reference's
 parameter names) into both, in evaluation mode, so that nothing depends on the order of random
@@ -472,130 +472,6 @@ def _mla_decoding_cases(rng):
     return cases
 
 
-# --------------------------------------------------------------------------- cases: online softmax
-def _online_cases(rng):
-    def x(*shape, scale=1.0):
-        return tensor(rng, *shape, scale=scale)
-
-    cases = []
-    for (lead, T_q, T_k, D, Dv), block in [(((2, 3), 9, 20, 8, 5), 4), (((1,), 6, 13, 4, 4), 5),
-                                           (((), 7, 7, 16, 3), 1), (((2,), 5, 8, 8, 8), 32), (((2, 2), 16, 33, 8, 4), 8)]:
-        q, k, v = x(*lead, T_q, D, scale=1.5), x(*lead, T_k, D, scale=1.5), x(*lead, T_k, Dv)
-        cases.append(Case(f"q {shape_text(q)}, k {shape_text(k)}, v {shape_text(v)}, block_size={block}, no mask",
-                          lambda f, q=q, k=k, v=v, b=block: f(q.clone(), k.clone(), v.clone(), b)))
-    # scores of a few hundred: exp() overflows unless the running max is subtracted
-    q, k, v = x(2, 6, 8, scale=8.0), x(2, 12, 8, scale=8.0), x(2, 12, 4)
-    cases.append(Case("large scores (|q . k| / sqrt(d) in the hundreds), q [2, 6, 8], k [2, 12, 8], block_size=5",
-                      lambda f: f(q.clone(), k.clone(), v.clone(), 5)))
-    # every score far below 0: exp(score) underflows to 0 unless the running max starts at -inf
-    base = as_float32(10.0 * np.ones((1, 16)))
-    k2 = base + x(10, 16, scale=0.3)
-    q2 = -base + x(4, 16, scale=0.3)
-    v2 = x(10, 3)
-    cases.append(Case("every score about -400 (q . k / sqrt(d) far below 0), q [4, 16], k [10, 16], block_size=4",
-                      lambda f: f(q2.clone(), k2.clone(), v2.clone(), 4)))
-    return cases
-
-
-def _online_mask_cases(rng):
-    def x(*shape, scale=1.5):
-        return tensor(rng, *shape, scale=scale)
-
-    cases = []
-    B, H, T = 2, 2, 11
-    q, k, v = x(B, H, T, 8), x(B, H, T, 8), x(B, H, T, 5, scale=1.0)
-    cases.append(Case(f"q, k [{B}, {H}, {T}, 8], v [{B}, {H}, {T}, 5], a causal mask [{T}, {T}], block_size=4",
-                      lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=causal(T))))
-    keep = (torch.arange(T)[None, :] < torch.tensor([T, 6])[:, None])[:, None, None, :]
-    cases.append(Case(f"the same q, k, v with a padding mask [{B}, 1, 1, {T}] (the second sentence has 6 real "
-                      "tokens), block_size=3",
-                      lambda f: f(q.clone(), k.clone(), v.clone(), 3, mask=keep.clone())))
-    rand = random_mask(rng, B, H, T, T, p_keep=0.4, keep_column=None)
-    rand[0, 1, 2] = False                      # a row with no allowed key at all
-    rand[1, 0, 5] = False
-    rand[1, 0, 5, 9] = True                    # a row whose only key sits in the last, partial block
-    cases.append(Case(f"a random mask [{B}, {H}, {T}, {T}] with a fully masked row (it must give zeros, not NaN), "
-                      "block_size=4", lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=rand.clone())))
-    left = torch.ones(T, T, dtype=torch.bool).tril() & (torch.arange(T) >= 5)[None, :]   # rows 0..4 see nothing
-    cases.append(Case("causal AND left padding: the first 5 rows may attend to nothing (zeros), the first block is "
-                      "masked for every row, block_size=4",
-                      lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=left.clone())))
-    return cases
-
-
-class _Largest:
-    """The largest storage a call allocates (views and in-place changes of its inputs not counted),
-    via a PyTorch dispatch mode; used inside the case, its number is judged in the trusted process."""
-
-    def __init__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
-
-        owner = self
-
-        class Mode(TorchDispatchMode):
-            @classmethod
-            def _should_skip_dynamo(cls) -> bool:
-                return False
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-                          if isinstance(t, torch.Tensor)}
-                for t in tree_flatten(out)[0]:
-                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                        owner.largest = max(owner.largest, int(t.untyped_storage().nbytes()))
-                return out
-
-        self.largest = 0
-        self.mode = Mode()
-
-
-def _measured(f, q, k, v, block, mask):
-    probe = _Largest()
-    with torch.no_grad(), probe.mode:
-        out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
-    return out, np.array([probe.largest])
-
-
-def _fits(limit: int):
-    """derive: (output, largest allocation) -> (output, [largest allocation < limit]), decided here."""
-    def verdict(result):
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise TypeError(f"unexpected result {type(result).__name__}")
-        out, largest = result
-        return out, np.array([float(np.asarray(largest).reshape(-1)[0]) < limit])
-    return verdict
-
-
-def _online_memory_cases(rng):
-    cases = []
-    # The limit is per batch and head: a [T_q, T_k] copy of the caller's mask (an additive float mask, say)
-    # stays below it; a [B, H, T_q, T_k] score matrix does not.
-    for (B, H, T, D), block, masked in [((1, 2, 96, 8), 16, False), ((2, 2, 80, 4), 8, True)]:
-        q, k, v = (tensor(rng, B, H, T, D) for _ in range(3))
-        full = B * H * T * T * 4
-        mask = causal(T) if masked else None
-        cases.append(Case(f"q, k, v [{B}, {H}, {T}, {D}], block_size={block}"
-                          + (", a causal mask" if masked else "")
-                          + f": (output, whether the largest tensor created inside stays below half of the "
-                          f"[{B}, {H}, {T}, {T}] float32 score matrix, {full // 2} bytes)",
-                          lambda f, q=q, k=k, v=v, b=block, m=mask: _measured(f, q, k, v, b, m),
-                          derive=_fits(full // 2)))
-    return cases
-
-
-# --------------------------------------------------------------------------- cases: sliding window
-def _window_cases(rng):
-    cases = [Case(f"sliding_window_mask({n}, {w})", lambda f, n=n, w=w: f(n, w))
-             for n, w in [(6, 3), (5, 1), (4, 4), (4, 10), (8, 2), (1, 1), (7, 5)]]
-    cases += [Case("sliding_window_mask(4, 0): a window without even the token itself must raise ValueError "
-                   "(True = it did)", lambda f: raises_value_error(lambda: f(4, 0))),
-              Case("sliding_window_mask(4, 1) must NOT raise ValueError (True = it did)",
-                   lambda f: raises_value_error(lambda: f(4, 1)))]
-    return cases
-
-
 # --------------------------------------------------------------------------- mistakes
 COST_SOURCE = """
 def attention_flops_and_memory(seq_len, d_model, num_heads, num_layers, num_kv_heads=None, head_dim=None,
@@ -961,98 +837,6 @@ MLA_MISTAKES = (
                                  "k_rope, latent = self.kv_down(x).split([self.rope_dim, self.kv_lora_rank], dim=-1)"))),
 )
 
-ONLINE_SOURCE = """
-def online_softmax_attention(q, k, v, block_size, mask=None):
-    T_k = k.shape[-2]
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    m = q.new_full((*q.shape[:-1], 1), float('-inf'))
-    l = q.new_zeros((*q.shape[:-1], 1))
-    acc = q.new_zeros((*q.shape[:-1], v.shape[-1]))
-    for start in range(0, T_k, block_size):
-        stop = start + block_size
-        s = (q @ k[..., start:stop, :].transpose(-2, -1)) * scale
-        if mask is not None:
-            s = s.masked_fill(~mask[..., start:stop], float('-inf'))
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        m_safe = m_new.masked_fill(m_new == float('-inf'), 0.0)
-        p = torch.exp(s - m_safe)
-        correction = torch.exp(m - m_safe)
-        l = l * correction + p.sum(dim=-1, keepdim=True)
-        acc = acc * correction + p @ v[..., start:stop, :]
-        m = m_new
-    return acc / torch.where(l > 0, l, torch.ones_like(l))
-"""
-ONLINE_MISTAKES = (
-    Mistake("the running sum not rescaled when the max changes",
-            "when a block raises the running max from m to m_new, everything summed so far was exp(s - m): multiply "
-            "it by exp(m - m_new) before adding the new block, l = l * exp(m - m_new) + sum(exp(s - m_new))",
-            variant(ONLINE_SOURCE, ("l = l * correction + p.sum", "l = l + p.sum"))),
-    Mistake("the running output not rescaled when the max changes",
-            "the output accumulator holds sums of exp(s - m) * v: rescale it by exp(m - m_new) too, like the running sum",
-            variant(ONLINE_SOURCE, ("acc = acc * correction + p @", "acc = acc + p @"))),
-    Mistake("the running max started at 0 instead of -inf",
-            "start m at -inf: with scores far below 0, exp(score - 0) underflows to 0 and the row is lost",
-            variant(ONLINE_SOURCE, ("m = q.new_full((*q.shape[:-1], 1), float('-inf'))", "m = q.new_zeros((*q.shape[:-1], 1))"))),
-    Mistake("fully masked rows give NaN (0 / 0 at the end, or exp(-inf - (-inf)))",
-            "a row whose keys are all masked keeps m = -inf and l = 0: subtract 0 instead of -inf inside exp(), and "
-            "divide by 1 where l == 0, so that the row comes out as zeros",
-            variant(ONLINE_SOURCE, ("m_safe = m_new.masked_fill(m_new == float('-inf'), 0.0)", "m_safe = m_new"),
-                    ("return acc / torch.where(l > 0, l, torch.ones_like(l))", "return acc / l"))),
-    Mistake("the last, partial block dropped (T_k not a multiple of block_size)",
-            "loop over range(0, T_k, block_size): the last block may be shorter, and its keys count too",
-            variant(ONLINE_SOURCE, ("for start in range(0, T_k, block_size):",
-                                    "for start in range(0, T_k - block_size + 1, block_size):"))),
-    Mistake("the mask ignored",
-            "fill the masked scores of each block with -inf: s.masked_fill(~mask[..., start:stop], float('-inf'))",
-            variant(ONLINE_SOURCE, ("        if mask is not None:\n            s = s.masked_fill", "        if False:\n            s = s.masked_fill"))),
-    Mistake("the whole [T_q, T_k] score matrix built (plain attention, not tiled)",
-            "the point of the exercise is never to hold all T_q x T_k scores at once: compute q @ k^T one block of "
-            "keys at a time inside the loop",
-            """
-def online_softmax_attention(q, k, v, block_size, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float('-inf'))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v
-"""),
-    Mistake("no 1/sqrt(d) scaling",
-            "scores are q . k / sqrt(d), as in notebook 02: multiply each block's scores by 1 / sqrt(q.shape[-1])",
-            variant(ONLINE_SOURCE, ("scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"))),
-)
-
-WINDOW_SOURCE = """
-def sliding_window_mask(size, window):
-    if window < 1:
-        raise ValueError("window")
-    i = torch.arange(size)[:, None]
-    j = torch.arange(size)[None, :]
-    return (j <= i) & (j > i - window)
-"""
-WINDOW_MISTAKES = (
-    Mistake("off-by-one window: window + 1 keys (i - j <= window)",
-            "query i sees itself and the window - 1 positions before it: keys i - window + 1 .. i, so j > i - window",
-            variant(WINDOW_SOURCE, ("(j > i - window)", "(j >= i - window)"))),
-    Mistake("off-by-one window: window - 1 keys (i - j < window - 1)",
-            "query i sees `window` keys, itself included: i - window < j <= i",
-            variant(WINDOW_SOURCE, ("(j > i - window)", "(j > i - window + 1)"))),
-    Mistake("a symmetric band: the window also looks ahead (|i - j| < window)",
-            "a decoder's window is causal: keys after the query stay masked, (j <= i) & (j > i - window)",
-            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return (i - j).abs() < window"))),
-    Mistake("the window ignored (the plain causal mask)",
-            "use window: keys more than window - 1 positions back are masked",
-            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return j <= i"))),
-    Mistake("PyTorch's nn.Transformer convention: True = blocked",
-            "in this course True means 'may attend': True inside the window",
-            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return ~((j <= i) & (j > i - window))"))),
-    Mistake("a float 0/1 mask instead of booleans",
-            "return a boolean tensor: the comparisons give one already, don't convert it",
-            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return ((j <= i) & (j > i - window)).float()"))),
-    Mistake("no ValueError for a window smaller than 1",
-            "a window must hold at least the token itself: raise ValueError when window < 1",
-            variant(WINDOW_SOURCE, ('raise ValueError("window")', "pass"))),
-)
-
 # The mistakes run beside correct helpers: the course's attention (02) and heads (03), and copies (not the
 # reference objects, which the checks refuse) of this notebook's apply_rotary and KVCache.
 NAMESPACE = {"scaled_dot_product_attention": scaled_dot_product_attention, "split_heads": split_heads,
@@ -1085,12 +869,6 @@ EXERCISES = [
               graded="MultiHeadLatentAttention"),
     _exercise("MultiHeadLatentAttention_decoding", ref.MultiHeadLatentAttention, _mla_decoding_cases, MLA_MISTAKES,
               graded="MultiHeadLatentAttention"),
-    _exercise("online_softmax_attention", ref.online_softmax_attention, _online_cases, ONLINE_MISTAKES),
-    _exercise("online_softmax_attention_mask", ref.online_softmax_attention, _online_mask_cases, ONLINE_MISTAKES,
-              graded="online_softmax_attention"),
-    _exercise("online_softmax_attention_memory", ref.online_softmax_attention, _online_memory_cases, ONLINE_MISTAKES,
-              graded="online_softmax_attention"),
-    _exercise("sliding_window_mask", ref.sliding_window_mask, _window_cases, WINDOW_MISTAKES),
 ]
 
 check = make_checker(EXERCISES)

@@ -1,0 +1,249 @@
+"""Notebook 08 (long context): the checks of online_softmax_attention and sliding_window_mask against the
+reference, other correct answers, the known mistakes, real nbgrader runs, and the shipped GPT that the
+notebook reads through a window."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_course import efficient, shakespeare_gpt
+from attention_course import long_context as ref
+from attention_course.attention import scaled_dot_product_attention
+from attention_course.measure import TensorMemory
+from autograder.checks import nb08
+from autograder.checks.core import CheckFailed, check_exercise
+
+from .conftest import (
+    assert_mistake_fails_and_is_named,
+    autograde,
+    catalogued_mistakes,
+    failed_cells,
+    fresh_copy,
+    inject,
+    solved_notebook,
+)
+
+ASSIGNMENT = "08_long_context"
+STUDENT = fresh_copy(ref)
+MISTAKES = catalogued_mistakes(nb08)
+
+
+@pytest.mark.parametrize("exercise", nb08.EXERCISES, ids=lambda e: e.name)
+def test_reference_copy_passes(exercise):
+    check_exercise(exercise, STUDENT[exercise.graded])
+
+
+@pytest.mark.parametrize("mistake,graded", MISTAKES, ids=lambda x: getattr(x, "name", x))
+def test_every_catalogued_mistake_fails_and_is_named(mistake, graded):
+    assert_mistake_fails_and_is_named(nb08, mistake, graded)
+
+
+def test_the_issue_s_mistakes_are_catalogued():
+    names = {(g, m.name) for m, g in MISTAKES}
+    for graded, start in [("online_softmax_attention", "the running sum not rescaled when the max changes"),
+                          ("online_softmax_attention", "the whole [T_q, T_k] score matrix built"),
+                          ("sliding_window_mask", "off-by-one window")]:
+        assert any(g == graded and n.startswith(start) for g, n in names), (graded, start)
+
+
+# --------------------------------------------------------------------------- other correct answers pass
+def online_softmax_attention_alt(q, k, v, block_size, mask=None):
+    """Blocks of queries too (FlashAttention's two loops), in log-space: the running log-sum-exp."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    outs = []
+    for qs in range(0, T_q, 5):
+        qb = q[..., qs:qs + 5, :]
+        lse = torch.full((*qb.shape[:-1], 1), float("-inf"))
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1])
+        for ks in range(0, T_k, block_size):
+            s = qb @ k[..., ks:ks + block_size, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                s = s.masked_fill(~mask[..., qs:qs + 5, ks:ks + block_size] if mask.shape[-2] > 1
+                                  else ~mask[..., ks:ks + block_size], float("-inf"))
+            block_lse = torch.logsumexp(s, dim=-1, keepdim=True)
+            new_lse = torch.logaddexp(lse, block_lse)
+            safe = torch.where(torch.isinf(new_lse), torch.zeros_like(new_lse), new_lse)
+            acc = acc * torch.exp(lse - safe) + torch.exp(s - safe) @ v[..., ks:ks + block_size, :]
+            lse = new_lse
+        outs.append(acc)
+    return torch.cat(outs, dim=-2)
+
+
+def online_softmax_attention_additive_mask(q, k, v, block_size, mask=None):
+    """The caller's mask turned into an additive float mask once ([T_q, T_k], no batch or head axes: allowed)."""
+    bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    m = torch.full((*q.shape[:-1], 1), float("-inf"))
+    l, acc = torch.zeros_like(m), torch.zeros(*q.shape[:-1], v.shape[-1])
+    for start in range(0, k.shape[-2], block_size):
+        s = q @ k[..., start:start + block_size, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if bias is not None:
+            s = s + bias[..., start:start + block_size]
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p, c = torch.exp(s - shift), torch.exp(m - shift)
+        l, acc, m = l * c + p.sum(-1, keepdim=True), acc * c + p @ v[..., start:start + block_size, :], m_new
+    return acc / torch.where(l > 0, l, torch.ones_like(l))
+
+
+def sliding_window_mask_alt(size, window):
+    if window < 1:
+        raise ValueError("window")
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return ones.tril() & ~ones.tril(-window)
+
+
+@pytest.mark.parametrize("graded,impl", [
+    ("online_softmax_attention", online_softmax_attention_alt),
+    ("online_softmax_attention", online_softmax_attention_additive_mask), ("sliding_window_mask", sliding_window_mask_alt),
+], ids=lambda x: getattr(x, "__name__", x))
+def test_other_correct_implementations_pass(graded, impl):
+    for exercise in (e for e in nb08.EXERCISES if e.graded == graded):
+        check_exercise(exercise, impl)
+
+
+# --------------------------------------------------------------------------- honesty
+def test_pytorch_fused_attention_is_not_accepted():
+    def online_softmax_attention(q, k, v, block_size, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    with pytest.raises(CheckFailed, match="fused attention"):
+        nb08.check("online_softmax_attention", online_softmax_attention)
+
+
+def test_calling_the_reference_is_not_accepted():
+    def sliding_window_mask(size, window):
+        return ref.sliding_window_mask(size, window)
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        nb08.check("sliding_window_mask", sliding_window_mask)
+
+
+def test_stub_is_reported_as_not_attempted():
+    def sliding_window_mask(size, window):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="not attempted"):
+        nb08.check("sliding_window_mask", sliding_window_mask)
+
+
+def test_online_softmax_never_holds_the_score_matrix():
+    B, H, T, D = 1, 2, 256, 8
+    q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
+    with torch.no_grad(), TensorMemory() as mem:
+        out = ref.online_softmax_attention(q, k, v, 32, mask=ref.sliding_window_mask(T, 64))
+    assert mem.largest <= B * H * T * 32 * 4, "the largest tensor is one block of scores"
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, ref.sliding_window_mask(T, 64))[0])
+    with torch.no_grad(), TensorMemory() as mem:
+        scaled_dot_product_attention(q, k, v)
+    assert mem.largest == B * H * T * T * 4
+
+
+# --------------------------------------------------------------------------- the windowed decoder
+def _tiny(decoder=None, **options):
+    torch.manual_seed(0)
+    make = lambda: efficient.GroupedQueryAttention(32, 4, 4)
+    return (decoder or efficient.TinyDecoder)(50, 32, 2, make, max_len=40, **options).eval()
+
+
+def test_sliding_window_decoding_with_and_without_the_cache():
+    """The windowed decoder: the cache changes no token; nothing differs from full attention before position W."""
+    W = 6
+    model = _tiny()
+    windowed = _tiny(ref.SlidingWindowDecoder, window=W)
+    windowed.load_state_dict(model.state_dict())
+    prompt = torch.randint(0, 50, (3, 4))
+    tokens = efficient.decode_tokens(windowed, prompt, 30)
+    assert torch.equal(tokens, efficient.decode_tokens(windowed, prompt, 30, cache=efficient.KVCache(2)))
+    assert torch.equal(tokens, efficient.decode_tokens(windowed, prompt, 30, cache=efficient.PreallocatedKVCache(2, 40)))
+    full = efficient.decode_tokens(model, prompt, 30)
+    assert torch.equal(tokens[:, :W + 1], full[:, :W + 1])
+    with torch.no_grad():
+        x = torch.randint(0, 50, (1, 20))
+        logits_full, logits_window = model(x), windowed(x)
+        wide = _tiny(ref.SlidingWindowDecoder, window=20)
+        wide.load_state_dict(model.state_dict())
+        assert torch.equal(wide(x), logits_full), "a window as long as the sequence is full attention"
+    assert torch.equal(logits_window[:, :W], logits_full[:, :W]), "positions before W lose nothing"
+    assert not torch.allclose(logits_window[:, W:], logits_full[:, W:]), "later positions read fewer keys"
+
+
+def test_the_shipped_gpt_has_learned_and_loads_windowed():
+    """models/shakespeare-gpt: notebook 07's recipe, well below uniform guessing on the held-out text, and the
+    same weights in the windowed class."""
+    gpt, vocab = shakespeare_gpt.load_shakespeare_gpt()
+    loss = vocab.held_out_loss(gpt)
+    assert loss < 0.6 * math.log(len(vocab.chars)), f"held-out loss {loss:.2f}: the shipped model has not learned"
+    windowed, _ = shakespeare_gpt.load_shakespeare_gpt(ref.SlidingWindowDecoder, window=32)
+    assert isinstance(windowed, ref.SlidingWindowDecoder) and windowed.window == 32
+    for (name, a), b in zip(gpt.state_dict().items(), windowed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert vocab.decode(vocab.encode("ROMEO:\n")[0]) == "ROMEO:\n"
+    with pytest.raises(ValueError, match="never saw"):
+        vocab.encode("ROMEO: \u00e9")
+
+
+def test_a_damaged_shipped_gpt_is_refused_by_name(tmp_path, monkeypatch):
+    folder = tmp_path / shakespeare_gpt.NAME
+    folder.mkdir()
+    for name in (shakespeare_gpt.WEIGHTS, shakespeare_gpt.SUMMARY):
+        (folder / name).write_bytes((shakespeare_gpt.folder() / name).read_bytes())
+    monkeypatch.setattr(shakespeare_gpt, "folder", lambda: folder)
+    shakespeare_gpt.load_shakespeare_gpt()                                    # an intact copy loads
+    with (folder / shakespeare_gpt.WEIGHTS).open("r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\x00" * 8)
+    with pytest.raises(ValueError, match="does not match the SHA-256.*python -m attention_course.shakespeare_gpt"):
+        shakespeare_gpt.load_shakespeare_gpt()
+    (folder / shakespeare_gpt.WEIGHTS).unlink()
+    with pytest.raises(FileNotFoundError, match="is missing"):
+        shakespeare_gpt.load_shakespeare_gpt()
+
+
+# --------------------------------------------------------------------------- real nbgrader
+ALL_CELLS = {"test_online_softmax_attention", "test_online_softmax_attention_mask", "test_online_softmax_attention_memory",
+             "test_sliding_window_mask"}
+TOTAL = 8
+
+
+@pytest.mark.slow
+def test_nbgrader_solution_full_marks_and_blank_zero(course):
+    full = autograde(course, ASSIGNMENT, solved_notebook(course, ASSIGNMENT))
+    assert full.status == "ok" and full.score == full.max_score == TOTAL, (full.status, failed_cells(full))
+    assert {c.grade_id for c in full.cells} == ALL_CELLS
+    blank = autograde(course, ASSIGNMENT, course.release(ASSIGNMENT))
+    assert blank.status == "ok" and blank.score == 0 and failed_cells(blank) == ALL_CELLS
+
+
+def _code(graded, start):
+    for m, g in MISTAKES:
+        if g == graded and m.name.startswith(start):
+            return m.code
+    raise KeyError(start)
+
+
+@pytest.mark.slow
+def test_nbgrader_takes_points_for_the_issue_s_mistakes(course):
+    """Both exercises wrong at once, each with a mistake the issue names: every cell fails (the memory cell
+    judges the output too), and the feedback names each mistake."""
+    mistakes = {"online_softmax_attention": ("online_softmax_attention", "the running sum not rescaled"),
+                "sliding_window_mask": ("sliding_window_mask", "off-by-one window: window + 1")}
+    nb = inject(solved_notebook(course, ASSIGNMENT), {g: _code(*m) for g, m in mistakes.items()})
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok" and failed_cells(result) == ALL_CELLS and result.score == 0
+    by_cell = {c.grade_id: c.message for c in result.cells}
+    for cell, (_graded, start) in [("test_online_softmax_attention", mistakes["online_softmax_attention"]),
+                                  ("test_sliding_window_mask", mistakes["sliding_window_mask"])]:
+        assert f"This matches a known mistake: {start}" in by_cell[cell], (cell, by_cell[cell])
+
+
+@pytest.mark.slow
+def test_nbgrader_a_tiled_answer_that_holds_the_matrix_loses_the_memory_point(course):
+    """The plain-attention answer gives the right numbers: the output cells pass, the memory cell does not."""
+    nb = inject(solved_notebook(course, ASSIGNMENT),
+                {"online_softmax_attention": _code("online_softmax_attention", "the whole [T_q, T_k] score matrix")})
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok" and failed_cells(result) == {"test_online_softmax_attention_memory"}
+    assert result.score == TOTAL - 1

@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lint build lab labextension check clean venv train gpu-check bench-translator sandbox book
+.PHONY: grade test lint build lab labextension check clean venv train gpu-check bench-translator sandbox book hub-e2e
 
 ## make grade: set up, regenerate the student notebooks, grade the demo class, print the table.
 ## The instructor's demo: to grade your own notebook, run `attn-course check <notebook>`. The build
@@ -20,6 +20,11 @@ grade: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) lint
 	python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+## make hub-e2e: the course on a real JupyterHub (deploy/jupyterhub/jupyterhub_config.py) on 127.0.0.1, as root:
+## three local users; release, fetch, Validate, submit, collect, attn-course grade, formgrader, feedback
+hub-e2e: $(STAMP)
+	python -m course_tools.hub_e2e
 
 ## make lint: ruff (pyflakes, bugbear, isort, blind excepts; settings in pyproject.toml)
 lint: $(STAMP)

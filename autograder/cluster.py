@@ -132,7 +132,12 @@ def _incident(student: str, assignment: str, what: str) -> NotebookResult:
 @contextmanager
 def connected(settings: ClusterSettings):
     """A Dask client of the cluster `settings` names (TLS files from the settings, else Dask's own
-    configuration), closed afterwards; the cluster itself is left running."""
+    configuration), closed afterwards; the cluster itself is left running (a Gateway cluster made for
+    this run is shut down)."""
+    if settings.gateway:
+        with _gateway_client(settings) as client:
+            yield client
+        return
     from distributed import Client
     from distributed.security import Security
 
@@ -145,6 +150,34 @@ def connected(settings: ClusterSettings):
         yield client
     finally:
         client.close()
+
+
+@contextmanager
+def _gateway_client(settings: ClusterSettings):
+    """A client of a Dask Gateway cluster: the one named `gateway_cluster`, or a new one with
+    `gateway_workers` workers, waited for, and shut down afterwards. The gateway's authentication and
+    TLS are Dask's configuration's (`gateway.auth`, e.g. JupyterHub's token inside a hub)."""
+    from dask_gateway import Gateway
+
+    gateway = Gateway(settings.gateway)
+    cluster = None
+    try:
+        if settings.gateway_cluster:
+            cluster = gateway.connect(settings.gateway_cluster)
+        else:
+            cluster = gateway.new_cluster()
+            cluster.scale(settings.gateway_workers)
+        client = cluster.get_client(set_as_default=False)
+        try:
+            if not settings.gateway_cluster:
+                client.wait_for_workers(settings.gateway_workers, timeout=max(settings.connect_seconds, 300))
+            yield client
+        finally:
+            client.close()
+    finally:
+        if cluster is not None and not settings.gateway_cluster:
+            cluster.shutdown()
+        gateway.close()
 
 
 def _allow_failures(n: int, dask_scheduler=None) -> None:

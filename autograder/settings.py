@@ -85,13 +85,16 @@ class ClusterSettings:
     tls_ca_file: str = ""  # tls://: the CA that signed the scheduler's certificate ("": Dask's own configuration)
     tls_cert: str = ""  # tls://: this client's certificate ...
     tls_key: str = ""  # ... and its key
+    gateway: str = ""  # a Dask Gateway's address, http(s)://HOST[:PORT]: the class is graded on a cluster of it
+    gateway_cluster: str = ""  # a running Gateway cluster's name to join ("": a new one for this run, shut down after)
+    gateway_workers: int = 2  # how many workers a new Gateway cluster gets
     tries: int = 3  # a notebook whose worker died this often (out of memory, killed) is the student's incident
     weak_sandbox: bool = False  # workers may grade without bubblewrap: the head's own ATTN_SANDBOX=namespaces|none
     connect_seconds: float = 30.0
 
     @property
     def remote(self) -> bool:
-        return bool(self.scheduler or self.scheduler_file)
+        return bool(self.scheduler or self.scheduler_file or self.gateway)
 
 
 @dataclass(frozen=True)

@@ -283,7 +283,7 @@ def _grade_arguments(args) -> dict:
 
 
 def _remote_grader(cluster):
-    """On a Dask cluster when --scheduler / --scheduler-file name one, else None (this machine)."""
+    """On a Dask cluster when --scheduler / --scheduler-file / --gateway name one, else None (this machine)."""
     if not cluster.remote:
         return None
     from autograder.cluster import on_cluster
@@ -292,12 +292,23 @@ def _remote_grader(cluster):
 
 
 def _cluster_arguments(args, cluster):
-    """--scheduler / --scheduler-file and the TLS files, checked, onto the settings' cluster part."""
+    """--scheduler / --scheduler-file and the TLS files, or --gateway and its options, checked, onto the
+    settings' cluster part."""
     from dataclasses import replace
 
     scheduler, scheduler_file = getattr(args, "scheduler", None), getattr(args, "scheduler_file", None)
-    if scheduler and scheduler_file:
-        raise UsageError("give --scheduler or --scheduler-file, not both")
+    gateway, gateway_cluster = getattr(args, "gateway", None), getattr(args, "gateway_cluster", None)
+    if sum(bool(x) for x in (scheduler, scheduler_file, gateway)) > 1:
+        raise UsageError("give one of --scheduler, --scheduler-file and --gateway")
+    if gateway_cluster and not gateway:
+        raise UsageError("--gateway-cluster names a cluster of a Dask Gateway: give the gateway with --gateway URL")
+    if gateway:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", gateway):
+            raise UsageError(f"--gateway {gateway!r}: give the Dask Gateway's address, http(s)://HOST[:PORT]")
+        workers = getattr(args, "gateway_workers", None) or cluster.gateway_workers
+        if workers < 1:
+            raise UsageError(f"--gateway-workers {workers}: give at least 1")
+        return replace(cluster, gateway=gateway, gateway_cluster=gateway_cluster or "", gateway_workers=workers)
     if scheduler and not re.fullmatch(r"(tcp|tls)://[^\s/]+:\d+", scheduler):
         raise UsageError(f"--scheduler {scheduler!r}: give the scheduler's address, tcp://HOST:PORT or tls://HOST:PORT")
     files = {"scheduler_file": scheduler_file, "tls_ca_file": getattr(args, "tls_ca_file", None),
@@ -716,6 +727,10 @@ def parser() -> argparse.ArgumentParser:
                    help="grade on this Dask cluster: tcp://HOST:PORT or tls://HOST:PORT (see 'Grading on several "
                         "machines' in the README); without it, on this machine")
     p.add_argument("--scheduler-file", metavar="JSON", help="the cluster's scheduler file (`dask scheduler --scheduler-file`)")
+    p.add_argument("--gateway", metavar="URL", help="grade on a cluster of this Dask Gateway, http(s)://HOST[:PORT] "
+                   "(a new one, shut down afterwards, unless --gateway-cluster names a running one)")
+    p.add_argument("--gateway-cluster", metavar="NAME", help="--gateway: the running cluster to grade on")
+    p.add_argument("--gateway-workers", metavar="N", type=int, help="--gateway: a new cluster's workers (default 2)")
     p.add_argument("--tls-ca-file", metavar="PEM", help="tls://: the CA of the scheduler's certificate")
     p.add_argument("--tls-cert", metavar="PEM", help="tls://: this machine's certificate (with --tls-key)")
     p.add_argument("--tls-key", metavar="PEM", help="tls://: its private key")

@@ -145,6 +145,29 @@ def test_cli_checks_the_scheduler_arguments(tmp_path):
         _cluster_arguments(Args, ClusterSettings())
 
 
+def test_cli_checks_the_gateway_arguments():
+    from course_tools.cli import UsageError, _cluster_arguments
+
+    class Args:
+        scheduler = scheduler_file = tls_ca_file = tls_cert = tls_key = gateway_cluster = gateway_workers = None
+        gateway = "http://127.0.0.1:8000"
+
+    settings = _cluster_arguments(Args, ClusterSettings())
+    assert settings.remote and settings.gateway == "http://127.0.0.1:8000" and settings.gateway_workers == 2
+    Args.gateway_cluster, Args.gateway_workers = "abc123", 4
+    assert (_cluster_arguments(Args, ClusterSettings()).gateway_cluster, _cluster_arguments(Args, ClusterSettings())
+            .gateway_workers) == ("abc123", 4)
+    Args.gateway = "gateway://127.0.0.1:8000"
+    with pytest.raises(UsageError, match="http"):
+        _cluster_arguments(Args, ClusterSettings())
+    Args.gateway, Args.scheduler = "http://127.0.0.1:8000", "tcp://127.0.0.1:8786"
+    with pytest.raises(UsageError, match="one of"):
+        _cluster_arguments(Args, ClusterSettings())
+    Args.gateway, Args.scheduler = None, None
+    with pytest.raises(UsageError, match="--gateway URL"):
+        _cluster_arguments(Args, ClusterSettings())
+
+
 # --------------------------------------------------------------------------- on a LocalCluster
 @pytest.mark.slow
 def test_cluster_gives_the_same_grades_as_this_machine(course, local_cluster, tmp_path):
@@ -276,3 +299,83 @@ def _address_in(scheduler_file, timeout: float = 60) -> str:
 def _wait_for_workers(settings: ClusterSettings, n: int, timeout: float = 120) -> None:
     with grading_cluster.connected(settings) as client:
         client.wait_for_workers(n, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- on a Dask Gateway
+GATEWAY_CONFIG = """
+import os
+c = get_config()
+c.DaskGateway.address = os.environ["ATTN_GATEWAY_API"]
+c.Proxy.address = os.environ["ATTN_GATEWAY_PROXY"]
+c.DaskGateway.backend_class = "dask_gateway_server.backends.local.UnsafeLocalBackend"  # clusters: local processes
+c.ClusterConfig.scheduler_cmd = [os.environ["ATTN_GATEWAY_BIN"] + "/dask", "scheduler"]
+c.ClusterConfig.worker_cmd = [os.environ["ATTN_GATEWAY_BIN"] + "/dask", "worker"]
+c.ClusterConfig.worker_threads = 1
+c.ClusterConfig.worker_memory = "4 G"
+c.ClusterConfig.environment = {"ATTN_COURSE_ROOT": os.environ["ATTN_COURSE_ROOT"],
+                               "PATH": os.environ["ATTN_GATEWAY_BIN"] + ":/usr/bin:/bin"}
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    """A Dask Gateway server on 127.0.0.1 (its proxy's address yielded) whose clusters are local processes
+    of this course's environment."""
+    import requests
+
+    folder = tmp_path_factory.mktemp("gateway")
+    (folder / "config.py").write_text(GATEWAY_CONFIG)
+    proxy = f"127.0.0.1:{_free_port()}"
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "ATTN_GATEWAY_API": f"127.0.0.1:{_free_port()}", "ATTN_GATEWAY_PROXY": proxy,
+           "ATTN_GATEWAY_BIN": bin_dir, "ATTN_COURSE_ROOT": str(REPO)}
+    log = folder / "gateway.log"
+    proc = subprocess.Popen([os.path.join(bin_dir, "dask-gateway-server"), "-f", "config.py"], cwd=folder, env=env,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                if requests.get(f"http://{proxy}/api/health", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        yield f"http://{proxy}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+# dask_gateway's Gateway.__del__ (also of the Gateway a GatewayCluster makes for itself) closes the client a
+# second time, after its event loop has stopped, and distributed refuses that: a RuntimeError ignored in
+# __del__ after a clean close, the library's, not the grade's
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_dask_gateway_cluster_gives_the_same_grades_and_is_shut_down(course, gateway, tmp_path):
+    """`--gateway URL`: a cluster of two workers made for the run through the gateway (its scheduler
+    reached over the gateway's TLS proxy), the same grades as this machine, and no cluster left after."""
+    from dask_gateway import Gateway
+
+    root = tmp_path / "class"
+    _class(root, {"ann": solved_notebook(course, A01), "ben": _mistake(course)})
+    here = grading.grade(root, _out(tmp_path / "here"), progress=False, workers=2)
+    settings = ClusterSettings(gateway=gateway, gateway_workers=2)
+    there = grading.grade(root, _out(tmp_path / "there"), progress=False, remote=grading_cluster.on_cluster(settings))
+    assert _table(there) == _table(here)
+    by = {r.student_id: r for r in there}
+    assert by["ann"].score == 17 and by["ben"].score == 16 and by["ben"].sandbox
+    with Gateway(gateway) as client:
+        assert client.list_clusters() == [], "the cluster made for the run is shut down afterwards"

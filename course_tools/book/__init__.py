@@ -123,7 +123,7 @@ def _assignments(solutions: Path) -> list[str]:
 
 
 def chapters(solutions: Path) -> list[tuple[Chapter, nbformat.NotebookNode]]:
-    """Every chapter in order (01..07), with its scrubbed notebook. ScrubError if any grader is left."""
+    """Every chapter in order (01, 02, ...), with its scrubbed notebook. ScrubError if any grader is left."""
     out = []
     for name in _assignments(solutions):
         nb = scrub_notebook(nbformat.read(solutions / name / f"{name}.ipynb", as_version=4))

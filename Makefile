@@ -16,10 +16,11 @@ grade: $(STAMP)
 	attn-course demo --out build/demo
 
 ## make test: the linter, then the whole test suite (CI runs this) on TEST_WORKERS processes (pytest-xdist;
-## each test file stays in one process: module fixtures and a notebook's cells are not split)
+## each test file stays in one process: module fixtures and a notebook's cells are not split); it ends
+## with the 30 slowest tests and their times, where CI's minutes go
 TEST_WORKERS ?= 2
 test: $(STAMP) lint
-	python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 ## make hub-e2e: the course on a real JupyterHub (deploy/jupyterhub/jupyterhub_config.py) on 127.0.0.1, as root:
 ## three local users; release, fetch, Validate, submit, collect, attn-course grade, formgrader, feedback

@@ -12,6 +12,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -36,7 +37,8 @@ class CharVocabulary:
         unknown = sorted(set(text) - set(self.chars))
         if unknown:
             raise ValueError(f"characters the model never saw: {unknown!r}; it knows only {self.chars!r}")
-        return torch.tensor([[self.chars.index(c) for c in text]])
+        index = {c: i for i, c in enumerate(self.chars)}
+        return torch.tensor([[index[c] for c in text]])
 
     def decode(self, tokens: torch.Tensor) -> str:
         """Token ids [T] -> the string they spell."""
@@ -50,11 +52,13 @@ class CharVocabulary:
         return f"a vocabulary of {len(self.chars)} characters, {len(self.held_out):,} held out"
 
 
+@lru_cache(maxsize=1)
 def _data() -> tuple[CharVocabulary, torch.Tensor]:
-    """The vocabulary and the training ids, split 90/10 as notebook 07 does."""
+    """The vocabulary and the training ids, split 90/10 as notebook 07 does (read once per process)."""
     text = shakespeare()
     chars = "".join(sorted(set(text)))
-    ids = torch.tensor([chars.index(c) for c in text])
+    index = {c: i for i, c in enumerate(chars)}
+    ids = torch.tensor([index[c] for c in text])
     split = int(0.9 * len(ids))
     return CharVocabulary(chars, ids[split:]), ids[:split]
 

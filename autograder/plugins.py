@@ -15,8 +15,10 @@ import re
 import threading
 import time
 
-from jinja2 import pass_context
-from nbconvert.exporters import HTMLExporter
+from jinja2 import BytecodeCache, pass_context
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 from traitlets import Unicode
 
@@ -103,7 +105,47 @@ class FeedbackExporter(HTMLExporter):
     markdown2html filter are configured under FeedbackExporter, so they reach feedback alone.
     Configured under HTMLExporter they reached every HTML exporter, formgrader's too, and
     formgrader could no longer show a submission (TemplateNotFound).
+
+    It also skips HTMLExporter's last pass, which parses the finished page with BeautifulSoup's
+    pure-Python parser to give images an alt text and Lab cells a tabindex: about 1.7 s a
+    notebook, most of nbgrader's time per graded notebook. This template has no Lab cells, and
+    the alt text is added by a pattern instead (tests/test_feedback_privacy.py).
     """
+
+    def _create_environment(self):
+        environment = super()._create_environment()
+        environment.bytecode_cache = _COMPILED_TEMPLATES  # nbgrader makes an exporter per notebook
+        return environment
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        langinfo = nb.metadata.get("language_info", {})
+        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+        self.register_filter("highlight_code", self.filters.get("highlight_code",
+                                                                Highlight2HTML(pygments_lexer=lexer, parent=self)))
+        resources = self._init_resources(resources)
+        self.register_filter("filter_data_type", WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata,
+                                                                       parent=self, resources=resources))
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        return _IMAGE_WITHOUT_ALT.sub(f'<img alt="{NO_ALT_TEXT}"', html), resources
+
+
+class _TemplatesInMemory(BytecodeCache):
+    """Jinja's compiled templates kept for the process (Jinja checks each against its source)."""
+
+    def __init__(self):
+        self._compiled: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket) -> None:
+        if bucket.key in self._compiled:
+            bucket.bytecode_from_string(self._compiled[bucket.key])
+
+    def dump_bytecode(self, bucket) -> None:
+        self._compiled[bucket.key] = bucket.bytecode_to_string()
+
+
+_COMPILED_TEMPLATES = _TemplatesInMemory()
+NO_ALT_TEXT = "No description has been provided for this image"  # HTMLExporter's own words
+_IMAGE_WITHOUT_ALT = re.compile(r"<img(?![^>]*\salt=)", re.IGNORECASE)
 
 
 NOT_GRADED = {"passed": False, "message": "not graded"}  # a test cell the verdicts do not name

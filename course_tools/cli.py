@@ -506,12 +506,10 @@ def _same_place(course: Path, recorded: Path) -> None:
 
 def _free_port(ip: str) -> int:
     """A port nothing listens on at `ip` now (the server is told not to try others: the URL printed holds)."""
-    import socket
+    from .net import free_port
 
     try:
-        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as sock:
-            sock.bind((ip, 0))
-            return sock.getsockname()[1]
+        return free_port(ip)
     except OSError as err:
         raise UsageError(f"--ip {ip}: cannot listen there ({err}); give an address of this machine") from None
 

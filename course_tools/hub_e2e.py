@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import nbformat
 from autograder.course import notebook_path
 
 from . import demo
+from .net import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "deploy" / "jupyterhub" / "jupyterhub_config.py"
@@ -51,12 +51,6 @@ class HubE2EError(RuntimeError):
 
 def say(message: str) -> None:
     print(f"hub-e2e: {message}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run(*command: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:

@@ -21,7 +21,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import nbformat
 import pytest
 
 from autograder.course import notebook_path
+from course_tools.net import free_port
 
 from .layout import NOTEBOOKS, REPO, SOLUTIONS
 
@@ -113,12 +113,6 @@ def lab_command(root_dir: Path, port: int, token: str) -> list[str]:
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _lab_env(home: Path) -> dict:
     """Lab's per-user state (settings, workspaces, runtime files) in the test's own folder, with the
     news / update notifications off: a toast must not cover the notebook."""
@@ -139,7 +133,7 @@ def lab(tmp_path):
     _need_browser()  # no browser: do not even start Lab
     root = tmp_path / "student" / A01
     shutil.copytree(NOTEBOOKS / A01, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = (tmp_path / "lab.log").open("wb")
     proc = subprocess.Popen(lab_command(root, port, token), cwd=root, env=_lab_env(tmp_path / "jupyter"),
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

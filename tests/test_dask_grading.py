@@ -20,6 +20,7 @@ from autograder import cluster as grading_cluster
 from autograder import grade as grading
 from autograder.outcomes import Status
 from autograder.settings import ClusterSettings
+from course_tools.net import free_port
 
 from .conftest import inject, solved_notebook
 from .layout import REPO
@@ -317,14 +318,6 @@ c.ClusterConfig.environment = {"ATTN_COURSE_ROOT": os.environ["ATTN_COURSE_ROOT"
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     """A Dask Gateway server on 127.0.0.1 (its proxy's address yielded) whose clusters are local processes
@@ -333,9 +326,9 @@ def gateway(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("gateway")
     (folder / "config.py").write_text(GATEWAY_CONFIG)
-    proxy = f"127.0.0.1:{_free_port()}"
+    proxy = f"127.0.0.1:{free_port()}"
     bin_dir = os.path.dirname(sys.executable)
-    env = {**os.environ, "ATTN_GATEWAY_API": f"127.0.0.1:{_free_port()}", "ATTN_GATEWAY_PROXY": proxy,
+    env = {**os.environ, "ATTN_GATEWAY_API": f"127.0.0.1:{free_port()}", "ATTN_GATEWAY_PROXY": proxy,
            "ATTN_GATEWAY_BIN": bin_dir, "ATTN_COURSE_ROOT": str(REPO)}
     log = folder / "gateway.log"
     proc = subprocess.Popen([os.path.join(bin_dir, "dask-gateway-server"), "-f", "config.py"], cwd=folder, env=env,

@@ -12,6 +12,7 @@ from nbformat.v4 import new_markdown_cell, new_output
 from autograder.plugins import (
     CELL_OUTPUT_LIMIT,
     FEEDBACK_OUTPUTS,
+    NO_ALT_TEXT,
     TOO_LARGE,
     markdown2html,
     render_math,
@@ -25,6 +26,7 @@ from .conftest import autograde, inject, solved_notebook
 A01 = "01_similarity_attention"
 WRONG_SOFTMAX = "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)"
 LONG = "wrap" * 1000  # one 4000-character line
+ONE_PIXEL_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
 
 
 # --------------------------------------------------------------------------- outputs, unit
@@ -120,6 +122,7 @@ def page(course):
                                          "text/html": "<b>bold</b><script>alert('XSS-HTML')</script>"
                                                       "<img src=x onerror=\"alert('XSS-IMG')\">"}),
         new_output("display_data", data={"application/javascript": "alert('XSS-JS')"}),
+        new_output("display_data", data={"text/plain": "<Figure>", "image/png": ONE_PIXEL_PNG}),
         new_output("error", ename="ValueError", evalue="STUDENT-ERROR <script>alert('XSS-ERR')</script>",
                    traceback=["Traceback (most recent call last)", "----> 1 nb01.check('x', y)"]),
     ]
@@ -137,8 +140,19 @@ def page(course):
 @pytest.mark.slow
 def test_feedback_shows_the_students_outputs(page):
     assert "STUDENT-OUTPUT-42" in page and "STUDENT-ERROR" in page
-    assert re.search(r"In\W*\[7\]", page), "the execution count is kept"
+    assert re.search(r"In(\W|&nbsp;)*\[7\]", page), "the execution count is kept"
     assert "STUDENT-TEST-CELL-OUTPUT" not in page, "a test cell shows its verdict only"
+
+
+@pytest.mark.slow
+def test_feedback_images_have_alt_text(page):
+    """HTMLExporter's BeautifulSoup pass is skipped (plugins.FeedbackExporter): the alt text it
+    added to every image still is, without one twice."""
+    images = re.findall(r"<img\b[^>]*>", page)
+    assert any(ONE_PIXEL_PNG in image for image in images), "the student's figure is shown"
+    for image in images:
+        assert image.count(" alt=") == 1, image
+    assert f'alt="{NO_ALT_TEXT}"' in next(image for image in images if ONE_PIXEL_PNG in image)
 
 
 @pytest.mark.slow

@@ -28,11 +28,12 @@ import pytest
 from autograder.course import write_course_config
 from autograder.grade import grade
 from course_tools import cli
+from course_tools.net import free_port
 
 from . import test_browser
 from .layout import REPO
 from .setups import A01, class_of_three
-from .test_browser import _free_port, _lab_env, _need_browser, _stop_lab, screenshot, visible_text
+from .test_browser import _lab_env, _need_browser, _stop_lab, screenshot, visible_text
 
 browser, page = test_browser.browser, test_browser.page  # the same fixtures: headless chromium, one page per test
 
@@ -162,7 +163,7 @@ def formgrader(graded, tmp_path):
     """`attn-course formgrader OUT` on a free port, as an instructor starts it: the URL it printed."""
     _, out, _ = graded
     command = [str(Path(sys.executable).parent / "attn-course"), "--course", str(REPO), "formgrader", str(out),
-               "--no-browser", "--port", str(_free_port()), *(["--allow-root"] if os.geteuid() == 0 else [])]
+               "--no-browser", "--port", str(free_port()), *(["--allow-root"] if os.geteuid() == 0 else [])]
     log_path = tmp_path / "formgrader.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(command, cwd=tmp_path, env=_lab_env(tmp_path / "jupyter"), stdin=subprocess.DEVNULL,

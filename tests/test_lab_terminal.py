@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from course_tools.net import free_port
+
 from .layout import REPO
-from .test_browser import LAB_START_S, _free_port, _lab_env, _stop_lab
+from .test_browser import LAB_START_S, _lab_env, _stop_lab
 
 pytestmark = pytest.mark.slow
 A01 = "01_similarity_attention"
@@ -30,7 +32,7 @@ A01 = "01_similarity_attention"
 def lab_server(tmp_path_factory):
     """`attn-course lab` started from the repository root: (base url, token)."""
     home = tmp_path_factory.mktemp("lab-terminal")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = _lab_env(home)
     env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # the venv's tools only through `attn-course lab` itself
     env.pop("ATTN_COURSE_ROOT", None)

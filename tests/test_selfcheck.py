@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import pytest
 from autograder import selfcheck
 from autograder.course import assignments, notebook_path
 from course_tools import cli, labcheck
+from course_tools.net import free_port
 
 from .conftest import autograde, inject, solved_notebook
 from .layout import REPO, SOLUTIONS
@@ -271,12 +271,6 @@ def test_validate_handler_runs_the_check(course, tmp_path, cache):
     assert "Traceback" not in answer and SOFTMAX_HINT in answer
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _request(url: str, token: str, method: str = "GET", data: bytes | None = None) -> tuple[int, str]:
     if data is None and method == "POST":
         data = b""
@@ -293,7 +287,7 @@ class _LabServer:
 
     def __init__(self, root: Path, tmp_path: Path, cache: Path, env: dict | None = None):
         self.root, self.tmp_path, self.cache, self.env = root, tmp_path, cache, env or {}
-        self.port, self.token = _free_port(), "attn-test-token"
+        self.port, self.token = free_port(), "attn-test-token"
         self.base = f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> _LabServer:

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from attention_course import efficient as ref
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
 from .core import Case, Exercise, Mistake, make_checker, raises_value_error, random_state, reference_guard, variant
-from .tensors import as_float32, causal, load_state, random_mask, shape_text, tensor
+from .tensors import FUSED_ATTENTION, as_float32, causal, load_state, random_mask, shape_text, tensor
 
 HONESTY = tuple(reference_guard(ref))
-NO_BUILTIN = ((F.scaled_dot_product_attention,
-               "it calls torch.nn.functional.scaled_dot_product_attention, PyTorch's fused attention; this "
-               "exercise asks you to write the attention step yourself"),)
+NO_BUILTIN = FUSED_ATTENTION
 FORBIDDEN = HONESTY + NO_BUILTIN
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 RANDOM_COLUMN = "random"  # random_mask's keep_column: a column drawn from the generator after the mask
+# the honesty rule of every exercise that writes attention's step itself (notebooks 07 and 08)
+FUSED_ATTENTION = ((F.scaled_dot_product_attention,
+                    "it calls torch.nn.functional.scaled_dot_product_attention, PyTorch's fused attention; this "
+                    "exercise asks you to write the attention step yourself"),)
 
 
 def tensor(rng: np.random.Generator, *shape, scale: float = 1.0) -> torch.Tensor:

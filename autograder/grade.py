@@ -30,7 +30,7 @@ from typing import Any
 
 import nbformat
 
-from . import trusted
+from . import timings, trusted
 from .course import (
     CourseFolder,
     CourseNotFound,
@@ -48,6 +48,7 @@ from .exports import safe_row
 from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
 from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import (
+    JobResult,
     SandboxUnavailable,
     World,
     _contains_needed,
@@ -206,7 +207,7 @@ class Course:
 
     def autograde_with_verdicts(self, assignment: str, student: str, verdicts: Path) -> str | None:
         """nbgrader autograde + generate_feedback for one notebook; None or the reason it failed."""
-        with self.lock:
+        with self.lock, timings.phase(timings.NBGRADER):
             settings = self.api.config.TrustedVerdicts  # nbgrader's config, read by the preprocessor it makes
             settings.verdicts_file = str(verdicts)
             try:
@@ -394,8 +395,13 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     job.wrong = trusted.wrong_notebook(student_nb, normalized, source, assignment)  # none of its answer cells
     folder = _job_folder(course, student, assignment)
     world = sandbox_world(course, assignment, folder)
-    verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
-                                      lambda inputs: run_notebook_job(folder, inputs, world, limits))
+
+    def in_sandbox(inputs: dict) -> JobResult:
+        with timings.phase(timings.SANDBOX):
+            return run_notebook_job(folder, inputs, world, limits)
+
+    with timings.phase(timings.TRUSTED):
+        verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds, in_sandbox)
     status, detail, others = trusted.incidents_status(run, job)
     judged = NotebookResult(student, assignment, 0.0, 0.0, status, detail=detail, other_kinds=others,
                             review=trusted.review_notes(job), sandbox=run.isolation)
@@ -859,7 +865,8 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         with checks_salted(salt), ThreadPoolExecutor(max_workers=workers) as pool:
             list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
     playing = in_play(course, chosen)
-    results = write_outputs(course, out, playing)
+    with timings.phase(timings.OUTPUTS):
+        results = write_outputs(course, out, playing)
     if progress:
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
                            course.late_policy()))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import timings
 from autograder.course import notebook_path, prepare_source_course, tool_env
 from autograder.grade import Course, grade
 from autograder.outcomes import Status
@@ -99,6 +100,20 @@ def grade_on_local_cluster(folder: Path, out: Path, workers: int, settings: Grad
         return results, time.perf_counter() - started
 
 
+def where_the_time_goes(taken: dict[str, dict], notebooks: int) -> dict[str, float]:
+    """Seconds per graded notebook in each phase of `attn-course grade` (summed over its worker
+    threads, so with 2 workers they add up to about twice the wall-clock time): the sandbox runs,
+    the judging around them, nbgrader's autograde and feedback page, and the class's outputs."""
+    def seconds(name: str) -> float:
+        return taken.get(name, {}).get("seconds", 0.0)
+
+    per = max(notebooks, 1)
+    return {"sandbox": round(seconds(timings.SANDBOX) / per, 2),
+            "judging": round((seconds(timings.TRUSTED) - seconds(timings.SANDBOX)) / per, 2),
+            "nbgrader_autograde_and_feedback": round(seconds(timings.NBGRADER) / per, 2),
+            "report_csvs_feedback_folder": round(seconds(timings.OUTPUTS) / per, 2)}
+
+
 def _table(results) -> dict[tuple[str, str], float]:
     return {(r.student_id, r.notebook): r.score for r in results}
 
@@ -117,9 +132,11 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
     ids = make_class(staging, folder, students, assignments)
     per_assignment = plain_nbgrader(folder, ids, work, assignments)
     baseline = sum(per_assignment.values())
+    timings.reset()
     started = time.perf_counter()
     results = grade(folder, work / "ours", progress=False, workers=workers, limits=settings.limits)
     ours = time.perf_counter() - started
+    phases = where_the_time_goes(timings.taken(), len(results))
     plain = plain_scores(work)
     disagree = sorted(f"{r.student_id}/{r.notebook}: plain {plain.get((r.student_id, r.notebook))}, ours {r.score}"
                       for r in results
@@ -131,6 +148,8 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
         "plain_nbgrader_seconds_per_notebook": per_assignment,
         "attn_course_grade_seconds": round(ours, 1),
         "speedup": round(baseline / ours, 2),
+        "plain_nbgrader_seconds_per_graded_notebook": round(baseline / max(len(results), 1), 2),
+        "attn_course_grade_seconds_per_notebook_by_phase": phases,
         "workers": workers,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "sandbox": isolation_mode(),

@@ -87,14 +87,16 @@ def grade_on_local_cluster(folder: Path, out: Path, workers: int, settings: Grad
     """The class graded through Dask distributed: a LocalCluster of `workers` one-thread worker
     processes on 127.0.0.1 (what `grade --scheduler` does, with the cluster on this machine).
     (results, seconds), the cluster's start-up left out of the time."""
+    from dataclasses import replace
+
     from distributed import LocalCluster
 
     from autograder.cluster import on_cluster
-    from autograder.settings import ClusterSettings
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster:
-        remote = on_cluster(ClusterSettings(scheduler=cluster.scheduler_address))
+        # the settings' own cluster options (tries, ATTN_SANDBOX's allowance of a weaker sandbox), on this cluster
+        remote = on_cluster(replace(settings.cluster, scheduler=cluster.scheduler_address))
         started = time.perf_counter()
         results = grade(folder, out, progress=False, limits=settings.limits, remote=remote)
         return results, time.perf_counter() - started
@@ -122,7 +124,7 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
               settings: GradingSettings | None = None, cluster: bool = False) -> dict:
     """Plain serial nbgrader against `attn-course grade` on one generated class; with `cluster`, the
     same class graded a third time through a Dask LocalCluster of as many workers as the pool has."""
-    settings = settings or GradingSettings()
+    settings = settings or GradingSettings.from_env()  # ATTN_* as `attn-course grade` reads them
     workers = settings.worker_count
     work = Path(work).resolve()
     shutil.rmtree(work, ignore_errors=True)

@@ -109,7 +109,7 @@ class FeedbackExporter(HTMLExporter):
     It also skips HTMLExporter's last pass, which parses the finished page with BeautifulSoup's
     pure-Python parser to give images an alt text and Lab cells a tabindex: about 1.7 s a
     notebook, most of nbgrader's time per graded notebook. This template has no Lab cells, and
-    the alt text is added by a pattern instead (tests/test_feedback_privacy.py).
+    the alt text is added by a pattern instead (tests/test_feedback.py).
     """
 
     def _create_environment(self):

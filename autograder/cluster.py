@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import notebook_path
-from .grade import INCIDENT_ADVICE, NOT_SUBMITTED, Course, NotebookResult, RemoteGrader, checks_salted, record_judged
+from .grade import (
+    GRADER_TRIES,
+    INCIDENT_ADVICE,
+    NOT_SUBMITTED,
+    Course,
+    NotebookResult,
+    RemoteGrader,
+    checks_salted,
+    record_judged,
+)
 from .outcomes import Status, Verdict
 from .settings import ClusterSettings, Limits
 from .submissions import StudentSubmission
@@ -111,17 +120,21 @@ def judge_task(task: Task) -> Judged:
     from .sandbox import SandboxUnavailable
     from .selfcheck import judge_notebook, prepare
 
-    try:
-        prepared = prepare(task.assignment)
-        with checks_salted(task.salt):
-            result, verdicts = judge_notebook(prepared, task.data, task.limits, task.student, hidden=task.hidden)
-    except SandboxUnavailable as err:  # nothing of the student's ran
-        return Judged(_incident(task.student, task.assignment, f"on {here}: {err}"), {}, here)
-    except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
-        detail = f"the grader failed on this notebook on {here} ({type(err).__name__}: {err})"
-        return Judged(NotebookResult(task.student, task.assignment, 0.0, 0.0, Status.ERROR,
-                                     detail=detail[:400 - len("error: ")]), {}, here)
-    return Judged(result, verdicts, here)
+    for attempt in range(1, GRADER_TRIES + 1):
+        try:
+            prepared = prepare(task.assignment)
+            with checks_salted(task.salt):
+                result, verdicts = judge_notebook(prepared, task.data, task.limits, task.student, hidden=task.hidden)
+            return Judged(result, verdicts, here)
+        except SandboxUnavailable as err:  # nothing of the student's ran
+            return Judged(_incident(task.student, task.assignment, f"on {here}: {err}"), {}, here)
+        except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
+            if attempt < GRADER_TRIES:  # the grader's own failure: tried once more, as grade_one does
+                continue
+            detail = f"the grader failed on this notebook on {here}, {attempt} times ({type(err).__name__}: {err})"
+            return Judged(NotebookResult(task.student, task.assignment, 0.0, 0.0, Status.ERROR,
+                                         detail=detail[:400 - len("error: ")]), {}, here)
+    raise AssertionError("unreachable")
 
 
 def _incident(student: str, assignment: str, what: str) -> NotebookResult:

@@ -478,19 +478,30 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           Status.MISSING, detail=NOT_SUBMITTED))
             continue
-        try:
-            stamp = getattr(sub, "timestamps", {}).get(assignment)
-            secret = getattr(sub, "secrets", {}).get(assignment, "")
-            results.append(grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp,
-                                          secret))
-        except SandboxUnavailable as err:  # nothing of the student's ran: the grader's incident, never a grade
-            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                          Status.INCIDENT, detail=f"{err}; {INCIDENT_ADVICE}"))
-        except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
-            detail = f"the grader failed on this notebook ({type(err).__name__}: {err})"
-            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                          Status.ERROR, detail=detail[:400 - len("error: ")]))
+        results.append(_grade_or_report(course, sub, assignment, limits))
     return results
+
+
+GRADER_TRIES = 2  # a grader failure (an exception of ours, not the student's) is tried once more before it is reported
+
+
+def _grade_or_report(course: Course, sub: StudentSubmission, assignment: str, limits: Limits | None) -> NotebookResult:
+    """`grade_notebook`, with the grader's own failures tried again and then reported, never raised."""
+    stamp = getattr(sub, "timestamps", {}).get(assignment)
+    secret = getattr(sub, "secrets", {}).get(assignment, "")
+    for attempt in range(1, GRADER_TRIES + 1):
+        try:
+            return grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp, secret)
+        except SandboxUnavailable as err:  # nothing of the student's ran: the grader's incident, never a grade
+            return NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                                  Status.INCIDENT, detail=f"{err}; {INCIDENT_ADVICE}")
+        except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
+            if attempt < GRADER_TRIES:
+                continue
+            detail = f"the grader failed on this notebook, {attempt} times ({type(err).__name__}: {err})"
+            return NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                                  Status.ERROR, detail=detail[:400 - len("error: ")])
+    raise AssertionError("unreachable")
 
 
 def _nbgrader_reason(log: str) -> str:

@@ -16,11 +16,12 @@ import importlib
 import itertools
 import re
 import sys
-import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable, Iterator
+
+from .syntax_trees import in_turn
 
 FORBIDDEN, REVIEW = "forbidden", "review"
 
@@ -162,14 +163,14 @@ def _neutralise(source: str) -> tuple[str | None, list[str]]:
 def _parse(source: str) -> tuple[ast.Module | None, list[str]]:
     """The cell's syntax tree (IPython syntax neutralised), or None when it does not parse."""
     try:
-        return ast.parse(source), []
+        return in_turn(ast.parse, source), []
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         pass
     text, notes = _neutralise(source)
     if text is None:
         return None, notes
     try:
-        return ast.parse(text), notes
+        return in_turn(ast.parse, text), notes
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None, notes
 
@@ -1037,19 +1038,9 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
         yield REVIEW, None, fact.text + _REVIEW_NOTE
 
 
-# CPython 3.11's ast module is not safe to use from several threads at once ("AST constructor
-# recursion depth mismatch"); the grader judges students on parallel threads, so scans take turns.
-_AST_LOCK = threading.Lock()
-
-
 def scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
     """Every finding in a submission: `cells` is every code cell's source in notebook order, `rules`
     the notebook's exercises (rules sharing a graded name are merged)."""
-    with _AST_LOCK:
-        return _scan(cells, rules)
-
-
-def _scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
     rules = _merge(rules)
     nb = _Notebook(cells)
     reach = {r.graded: nb.reach(r.graded) for r in rules}

@@ -70,7 +70,7 @@ DEV_BYTES = 64 * 2**10  # the minimal /dev itself: device nodes and links only
 START_ATTEMPTS = 3  # a sandbox that cannot start (or refuses itself) is tried this often, then reported
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 # The runner's own modules: all the sandbox may import of the grader (never the hidden checks).
-KIT_FILES = ("__init__.py", "channel.py", "runner.py", "serialize.py",
+KIT_FILES = ("__init__.py", "channel.py", "runner.py", "serialize.py", "syntax_trees.py",
              "checks/__init__.py", "checks/core.py", "checks/tensors.py")
 # /proc entries an unprivileged process must not write or read (the list Docker and runc mask).
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/bus", "/proc/irq")

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from .syntax_trees import in_turn
+
 MAX_ARRAYS = 4096  # arrays in one blob (plus the '__json__' member)
 MAX_ELEMENTS = 50_000_000  # elements in one array
 MAX_BLOB_BYTES = 256 * 1024 * 1024  # one blob, and the declared size of all its members together
@@ -157,14 +159,22 @@ def _read_members(zf: zipfile.ZipFile, max_bytes: int) -> dict[str, np.ndarray]:
         _check_members(infos, max_bytes)
         arrays = {}
         for info in infos:
-            with zf.open(info) as fh:
-                count = _check_header(info, fh)
-            with zf.open(info) as fh:
-                array = np.lib.format.read_array(fh, allow_pickle=False)
+            count = in_turn(_declared_count, zf, info)  # numpy parses each header as Python
+            array = in_turn(_read_array, zf, info)
             if array.size != count:
                 raise UnsafeBlob(f"member {info.filename!r} changed while it was read")
             arrays[info.filename.removesuffix(".npy")] = array
     return arrays
+
+
+def _declared_count(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    with zf.open(info) as fh:
+        return _check_header(info, fh)
+
+
+def _read_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    with zf.open(info) as fh:  # opened here, so that reading again starts again
+        return np.lib.format.read_array(fh, allow_pickle=False)
 
 
 def _check_members(infos: list[zipfile.ZipInfo], max_bytes: int) -> None:

@@ -16,6 +16,7 @@ import pytest
 from attention_course import similarity
 from autograder import serialize, trusted
 from autograder.checks import core, nb01
+from autograder.grade import NotebookResult
 from autograder.honesty import Finding
 from autograder.outcomes import Status, Verdict
 from autograder.sandbox import Incident, JobResult
@@ -380,3 +381,56 @@ def test_split_dump_separates_the_expected_and_received_values():
     assert trusted.split_dump(message) == ("f gave a wrong result", "\n    expected: [1 2]\n    received: [1 3]",
                                            "\n  Where to look: f")
     assert trusted.split_dump("no values here") == ("no values here", "", "")
+
+
+def test_a_grader_failure_is_tried_again_then_reported_never_raised(monkeypatch):
+    """An exception of the grader's own (not the student's code: that runs in the sandbox) is tried
+    once more; a second one is an "error" result naming how often it failed, and the batch goes on."""
+    from autograder import grade
+    from autograder.submissions import StudentSubmission
+
+    class OneAssignment:
+        assignments = ["02_queries_keys_values"]
+
+        def max_score(self, assignment):
+            return 14.0
+
+    failures = []
+
+    def flaky(course, student, assignment, data, *rest):
+        failures.append(student)
+        if student == "unlucky" or len(failures) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=51, after=46)")
+        return NotebookResult(student, assignment, 14.0, 14.0, Status.OK)
+
+    monkeypatch.setattr(grade, "grade_notebook", flaky)
+    once = grade.grade_one(OneAssignment(), StudentSubmission("lucky", {"02_queries_keys_values": b"{}"}))
+    assert [(r.status, r.score) for r in once] == [(Status.OK, 14.0)] and failures == ["lucky", "lucky"]
+    twice = grade.grade_one(OneAssignment(), StudentSubmission("unlucky", {"02_queries_keys_values": b"{}"}))
+    assert [(r.status, r.score, r.max_score) for r in twice] == [(Status.ERROR, 0.0, 14.0)]
+    assert "failed on this notebook, 2 times (SystemError: AST constructor" in twice[0].detail
+
+
+def test_a_cluster_worker_tries_a_grader_failure_again_too(monkeypatch):
+    """The Dask worker's side (autograder/cluster.py judge_task) treats its own failures as grade_one does."""
+    from autograder import cluster, selfcheck
+    from autograder.settings import Limits
+
+    failures = []
+
+    def flaky(prepared, data, limits, student, hidden=()):
+        failures.append(student)
+        if student == "unlucky" or len(failures) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=51, after=46)")
+        return NotebookResult(student, "02_queries_keys_values", 14.0, 14.0, Status.OK), {}
+
+    monkeypatch.setattr(cluster, "refusal", lambda expected, weak: "")
+    monkeypatch.setattr(selfcheck, "prepare", lambda assignment: assignment)
+    monkeypatch.setattr(selfcheck, "judge_notebook", flaky)
+
+    def task(student):
+        return cluster.Task(student, "02_queries_keys_values", b"{}", "salt", Limits(), None, False)
+
+    assert cluster.judge_task(task("lucky")).result.status is Status.OK and failures == ["lucky", "lucky"]
+    judged = cluster.judge_task(task("unlucky")).result
+    assert judged.status is Status.ERROR and ", 2 times (SystemError: AST constructor" in judged.detail

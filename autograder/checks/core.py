@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import textwrap
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -671,10 +672,24 @@ def _guarded_run(guard: _CallGuard, case: Case, impl):
 
 
 # --------------------------------------------------------------------------- the check
-def _run_mistake(exercise: Exercise, case: Case, mistake: Mistake):
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
+# PyTorch keeps one random generator per process (torch.manual_seed, dropout, nn.Linear's
+# initialisation) and Python one set of warning filters. The trusted grader judges notebooks in
+# worker threads: a case drawn, or a reference or catalogued mistake run, while another thread
+# reseeds would see that thread's random numbers (a dropout case's reference, or the sampler's
+# "global random state untouched", came out different). They take turns, holding this lock.
+TRUSTED_TURN = threading.RLock()
+
+
+def trusted_run(case: Case, impl):
+    """`case.run(impl)` for the reference or a catalogued mistake, in the trusted process: one
+    thread at a time, warnings silenced."""
+    with TRUSTED_TURN, warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        return case.run(mistake.build(exercise.graded, exercise.namespace))
+        return case.run(impl)
+
+
+def _run_mistake(exercise: Exercise, case: Case, mistake: Mistake):
+    return trusted_run(case, mistake.build(exercise.graded, exercise.namespace))
 
 
 def diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
@@ -716,8 +731,10 @@ def _explain(mistake: Mistake | None) -> str:
 
 
 def cases_of(exercise: Exercise) -> Sequence[Case]:
-    """The exercise's cases, drawn from its own stable seed (the same list every call)."""
-    return exercise.cases(np.random.default_rng(seed_for(exercise.name)))
+    """The exercise's cases, drawn from its own stable seed (the same list every call; some seed
+    torch to build their modules, so they take the trusted turn)."""
+    with TRUSTED_TURN:
+        return exercise.cases(np.random.default_rng(seed_for(exercise.name)))
 
 
 def run_case(exercise: Exercise, case: Case, impl) -> tuple:
@@ -871,7 +888,7 @@ def _value_failure(exercise: Exercise, case: Case, outcome: tuple, expected) -> 
     it: trusted.expected caches exactly that); both sides go through the case's `derive` here."""
     name = exercise.graded
     if expected is None:
-        expected = case.run(exercise.reference)
+        expected = trusted_run(case, exercise.reference)
     want, got = derived(case, expected), derived(case, outcome[1])
     if isinstance(want, Unreadable):
         return Failure(f"{name}: the grader could not read the reference's result on: {case.description} "

@@ -1,0 +1,134 @@
+"""What the grader's worker threads share in one process, and must take turns at.
+
+Syntax trees (autograder/syntax_trees.py): CPython 3.11 counts tree depth in one counter per
+process: two threads parsing at once can fail with "SystemError: AST constructor recursion depth
+mismatch". In CI a notebook's honesty scan met the arrays of another notebook being read (numpy
+parses every .npy header with ast.literal_eval): the notebook came back "error", unflagged. Here
+every parse is slowed so that threads would overlap, and none may; and a parse spoilt by a thread
+the grader cannot make wait is done again.
+
+PyTorch's random generator (core.TRUSTED_TURN): the references and catalogued mistakes that the
+trusted grader runs seed it; run beside another thread doing the same, a dropout case's reference
+and the sampler's "global random state untouched" came out different."""
+from __future__ import annotations
+
+import ast
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from autograder import serialize, trusted
+from autograder.checks import core, nb02
+from autograder.honesty import REVIEW, rules_for_exercises, scan
+from course_tools.adversarial import HONESTY_BYPASSES
+
+COLLISION = "AST constructor recursion depth mismatch (before=51, after=46)"
+CELLS = ["import math\nimport torch\n", next(b for b in HONESTY_BYPASSES if b.name == "worker-thread").code]
+RULES = rules_for_exercises(nb02.check.exercises.values())
+BLOB = serialize.dumps({"weights": np.arange(12.0).reshape(3, 4), "steps": [np.ones(2), np.zeros((2, 2))]})
+
+
+def scanned():
+    return scan(CELLS, RULES)
+
+
+def loaded():
+    got = serialize.loads(BLOB)
+    return got["weights"].tolist(), [a.tolist() for a in got["steps"]]
+
+
+def test_the_scan_and_reading_arrays_take_turns_across_threads(monkeypatch):
+    real, inside, most, count = ast.parse, 0, 0, threading.Lock()
+
+    def slow_parse(*args, **kwargs):
+        nonlocal inside, most
+        with count:
+            inside += 1
+            most = max(most, inside)
+        try:
+            time.sleep(0.002)  # the window another thread would parse in
+            return real(*args, **kwargs)
+        finally:
+            with count:
+                inside -= 1
+
+    want = {"scan": scanned(), "load": loaded()}
+    assert [f for f in want["scan"] if f.severity == REVIEW], want["scan"]
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    got: list[tuple[str, object]] = []
+    work = [("scan", scanned), ("load", loaded)] * 2
+    threads = [threading.Thread(target=lambda k=k, f=f: got.append((k, f()))) for k, f in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1, f"{most} threads were parsing at once"
+    assert sorted(got, key=lambda kv: kv[0]) == sorted([(k, want[k]) for k, _ in work], key=lambda kv: kv[0])
+
+
+@pytest.mark.parametrize("work", [scanned, loaded], ids=["scan", "load"])
+def test_work_spoilt_by_another_threads_parse_is_done_again(monkeypatch, work):
+    """The counter's error is about the process, never the input: the same work is done again (an
+    array is read again from its start). Any other SystemError is raised."""
+    want, real, calls = work(), ast.parse, []
+
+    def spoilt_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemError(COLLISION)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", spoilt_once)
+    assert work() == want and len(calls) > 1
+
+    def broken(*args, **kwargs):
+        raise SystemError("something else")
+
+    monkeypatch.setattr(ast, "parse", broken)
+    with pytest.raises(SystemError, match="something else"):
+        work()
+
+
+RANDOM = [trusted.CheckRef("nb03", "MultiHeadAttention", "MultiHeadAttention"),
+          trusted.CheckRef("nb05", "FeedForward", "FeedForward"),
+          trusted.CheckRef("nb06", "sample_next_token_generator", "sample_next_token")]
+
+
+def _outputs(ref: trusted.CheckRef) -> list:
+    """The reference's outputs on the exercise's cases, computed afresh (not trusted's cache)."""
+    with core.TRUSTED_TURN:
+        cases = trusted._cases.__wrapped__(ref, core.check_salt())
+    return [core.trusted_run(case, trusted.exercise(ref).reference) for case in cases]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and bool(torch.equal(a.nan_to_num(), b.nan_to_num()))
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b, equal_nan=True)
+    return a == b or (a != a and b != b)
+
+
+def test_references_are_the_same_beside_another_grader_thread():
+    """Two threads compute the references of the exercises that seed torch, five times each; every
+    result equals the one computed alone (without the turn, all three differ, every time tried)."""
+    alone = {r.name: _outputs(r) for r in RANDOM}
+    different: list[str] = []
+
+    def judge_many():
+        for _ in range(5):
+            for r in RANDOM:
+                if not _same(_outputs(r), alone[r.name]):
+                    different.append(r.name)
+
+    threads = [threading.Thread(target=judge_many) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not different, f"references that changed beside another thread: {sorted(set(different))}"

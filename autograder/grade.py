@@ -31,6 +31,7 @@ from typing import Any
 import nbformat
 
 from . import timings, trusted
+from .checks.core import THREAD_SALT
 from .course import (
     CourseFolder,
     CourseNotFound,
@@ -620,12 +621,15 @@ def class_salt(out: Path) -> str:
 
 @contextmanager
 def checks_salted(salt: str):
-    """ATTN_CHECK_SEED = `salt` while the block grades (the trusted side draws the cases with it)."""
+    """ATTN_CHECK_SEED = `salt` while the block grades (the trusted side draws the cases with it),
+    for this process's threads, and `salt` for this thread whatever another thread sets meanwhile."""
     before = os.environ.get("ATTN_CHECK_SEED")
     os.environ["ATTN_CHECK_SEED"] = salt
+    token = THREAD_SALT.set(salt)
     try:
         yield
     finally:
+        THREAD_SALT.reset(token)
         if before is None:
             os.environ.pop("ATTN_CHECK_SEED", None)
         else:

@@ -132,3 +132,34 @@ def test_references_are_the_same_beside_another_grader_thread():
     for t in threads:
         t.join()
     assert not different, f"references that changed beside another thread: {sorted(set(different))}"
+
+
+def test_each_thread_keeps_its_own_classes_salt():
+    """Salt (grade.checks_salted): a Dask worker with several threads grades two classes at once.
+    Class A's task ends while class B's is still drawing its cases: B keeps B's salt."""
+    from autograder.grade import checks_salted
+
+    b_inside, a_done, seen = threading.Event(), threading.Event(), {}
+
+    def class_a():
+        with checks_salted("salt-of-class-a"):
+            b_inside.wait(10)
+        a_done.set()
+
+    def class_b():
+        with checks_salted("salt-of-class-b"):
+            b_inside.set()
+            a_done.wait(10)
+            seen["b"] = core.check_salt()
+            seen["seed"] = core.seed_for("softmax")
+        seen["after"] = core.check_salt()
+
+    threads = [threading.Thread(target=class_a), threading.Thread(target=class_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen["b"] == "salt-of-class-b"
+    with checks_salted("salt-of-class-b"):
+        assert seen["seed"] == core.seed_for("softmax")
+    assert seen["after"] == core.check_salt() != "salt-of-class-b"

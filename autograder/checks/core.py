@@ -10,6 +10,7 @@ tensors and numbers.
 """
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import math
 import os
@@ -194,9 +195,17 @@ def _default_namespace() -> dict:
 PUBLIC_SALT = "attention-step-by-step"  # the students' own checks; `attn-course grade` draws a secret one per class
 
 
+# The salt this thread grades with, when grade.checks_salted set one. ATTN_CHECK_SEED is one per
+# process, and a Dask worker started with several threads grades notebooks of different classes
+# (different salts) at once: when one task ended and put the variable back, another thread would
+# draw its remaining cases with the public salt, not its class's.
+THREAD_SALT: contextvars.ContextVar[str | None] = contextvars.ContextVar("attn_check_salt", default=None)
+
+
 def check_salt() -> str:
-    """The salt of the hidden inputs' seeds now: ATTN_CHECK_SEED, else the public one."""
-    return os.environ.get("ATTN_CHECK_SEED", PUBLIC_SALT)
+    """The salt of the hidden inputs' seeds now: this thread's (checks_salted), else
+    ATTN_CHECK_SEED, else the public one."""
+    return THREAD_SALT.get() or os.environ.get("ATTN_CHECK_SEED", PUBLIC_SALT)
 
 
 def seed_for(name: str) -> int:

@@ -483,6 +483,7 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
     return results
 
 
+GRADERS_OWN = (Status.INCIDENT, Status.ERROR)  # failures of the grader, not grades: never saved as done
 GRADER_TRIES = 2  # a grader failure (an exception of ours, not the student's) is tried once more before it is reported
 
 
@@ -863,9 +864,10 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
 
     def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
         note_submission(r, sub, assignment)
-        # a grader incident is shown, but kept under no fingerprint: the next run grades it again
+        # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
+        # the next run grades it again
         _save_result(_record_path(out, sub.student_id, assignment),
-                     "" if r.status is Status.INCIDENT else _fingerprint(sub, assignment, solutions, salt), r)
+                     "" if r.status in GRADERS_OWN else _fingerprint(sub, assignment, solutions, salt), r)
         done.append(r)
 
     def one(sub: StudentSubmission) -> None:

@@ -67,6 +67,29 @@ def test_a_library_that_does_not_import_is_the_graders_incident_and_the_next_run
     assert all(r.status is Status.OK for r in again.values())
 
 
+def test_a_grader_exception_is_an_error_not_saved_and_the_next_run_grades(class_folder, monkeypatch, tmp_path):
+    """The grader's own exception (here on every try) is shown as "error", held back from LMS
+    exports, and not saved as graded: the next run of the same command grades the notebook."""
+    from autograder import grade as grading
+
+    folder, _ = class_folder
+    out = tmp_path / "out"
+    tries = []
+
+    def broken(course, student, *args):
+        tries.append(student)
+        raise SystemError("AST constructor recursion depth mismatch (before=51, after=46)")
+
+    monkeypatch.setattr(grading, "grade_notebook", broken)
+    first = grading.grade(folder / "submissions", out, progress=False, workers=1, assignments=["01_similarity_attention"])
+    assert first and all(r.status is Status.ERROR and "2 times" in r.detail for r in first), first
+    assert sorted(tries) == sorted(2 * [r.student_id for r in first])
+    monkeypatch.undo()
+    again = {r.student_id: r for r in grading.grade(folder / "submissions", out, progress=False, workers=1,
+                                                    assignments=["01_similarity_attention"])}
+    assert again["solved"].score == 17 and all(r.status is Status.OK for r in again.values()), again
+
+
 def test_the_runner_refuses_a_library_other_than_the_one_bound(tmp_path):
     """The self-check, for real: the runner is told to expect one copy of the library and finds
     another; it refuses before any student code, and says which it found."""

@@ -45,6 +45,8 @@ def test_the_scan_and_reading_arrays_take_turns_across_threads(monkeypatch):
 
     def slow_parse(*args, **kwargs):
         nonlocal inside, most
+        if not threading.current_thread().name.startswith("grader-"):  # a thread of some other test's
+            return real(*args, **kwargs)
         with count:
             inside += 1
             most = max(most, inside)
@@ -60,7 +62,8 @@ def test_the_scan_and_reading_arrays_take_turns_across_threads(monkeypatch):
     monkeypatch.setattr(ast, "parse", slow_parse)
     got: list[tuple[str, object]] = []
     work = [("scan", scanned), ("load", loaded)] * 2
-    threads = [threading.Thread(target=lambda k=k, f=f: got.append((k, f()))) for k, f in work]
+    threads = [threading.Thread(target=lambda k=k, f=f: got.append((k, f())), name=f"grader-{i}")
+               for i, (k, f) in enumerate(work)]
     for t in threads:
         t.start()
     for t in threads:

@@ -119,9 +119,11 @@ def judge_task(task: Task) -> Judged:
         return Judged(_incident(task.student, task.assignment, f"the worker on {here} refused to grade: {why}"), {}, here)
     from .sandbox import SandboxUnavailable
     from .selfcheck import judge_notebook, prepare
+    from .trusted import warm_up
 
     for attempt in range(1, GRADER_TRIES + 1):
         try:
+            warm_up()
             prepared = prepare(task.assignment)
             with checks_salted(task.salt):
                 result, verdicts = judge_notebook(prepared, task.data, task.limits, task.student, hidden=task.hidden)

@@ -622,19 +622,14 @@ def class_salt(out: Path) -> str:
 
 @contextmanager
 def checks_salted(salt: str):
-    """ATTN_CHECK_SEED = `salt` while the block grades (the trusted side draws the cases with it),
-    for this process's threads, and `salt` for this thread whatever another thread sets meanwhile."""
-    before = os.environ.get("ATTN_CHECK_SEED")
-    os.environ["ATTN_CHECK_SEED"] = salt
+    """The hidden inputs are drawn with `salt` in this thread while the block grades, whatever other
+    threads (another class's tasks on a Dask worker) use meanwhile; ATTN_CHECK_SEED is not touched.
+    A thread the block starts does not inherit it: each grading thread enters its own."""
     token = THREAD_SALT.set(salt)
     try:
         yield
     finally:
         THREAD_SALT.reset(token)
-        if before is None:
-            os.environ.pop("ATTN_CHECK_SEED", None)
-        else:
-            os.environ["ATTN_CHECK_SEED"] = before
 
 
 def set_due_dates(course: Course, due: dict[str, datetime]) -> None:
@@ -872,14 +867,17 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
 
     def one(sub: StudentSubmission) -> None:
         left = todo(sub)
-        for assignment, r in zip(left, grade_one(course, sub, limits, left) if left else [], strict=True):
+        with checks_salted(salt):  # this worker thread's
+            graded = grade_one(course, sub, limits, left) if left else []
+        for assignment, r in zip(left, graded, strict=True):
             finish(sub, assignment, r)
 
     if remote is not None:
         with checks_salted(salt):
             workers = remote(course, subs, todo, finish, limits, salt, solutions, progress)
     else:
-        with checks_salted(salt), ThreadPoolExecutor(max_workers=workers) as pool:
+        trusted.warm_up()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
     playing = in_play(course, chosen)
     with timings.phase(timings.OUTPUTS):

@@ -906,6 +906,8 @@ def _course_origin(path: str) -> str | None:
     for i in range(len(parts), 0, -1):
         try:
             obj: Any = importlib.import_module(".".join(parts[:i]))
+        except SystemError:  # the interpreter's (another thread's parse), never "not a module": not cached
+            raise
         except Exception:  # noqa: BLE001 - not a module (or not importable): try the parent
             continue
         for attr in parts[i:]:
@@ -923,6 +925,8 @@ def _reference_names(module: str) -> set[str]:
     """Names of the objects the reference module defines itself."""
     try:
         mod = importlib.import_module(module)
+    except SystemError:
+        raise
     except Exception:  # noqa: BLE001
         return set()
     return {n for n, v in vars(mod).items() if getattr(v, "__module__", None) == module}

@@ -49,6 +49,7 @@ from .checks.core import (
 )
 from .outcomes import Status, Verdict, summarize
 from .sandbox import Incident, JobResult
+from .syntax_trees import in_turn
 
 SKIP_TAG = "grader-skip"  # cell tag: the grader does not run this cell (it is long and not graded)
 INSTALL_TAG = "colab-install"  # the course's Colab install cell (course_tools/colab.py), in every notebook
@@ -361,6 +362,34 @@ def job_inputs(job: Job, tests: list[TestCell], cell_timeout: float) -> dict:
 
 
 # --------------------------------------------------------------------------- grading, start to end
+_WARM: list[bool] = []
+
+
+def warm_up() -> None:
+    """Import, once and before the grading threads need them, what judging would otherwise first
+    import inside one of them: every notebook's checks, the course library (the honesty scan
+    resolves names in it) and matplotlib's mathtext (the feedback pages' formulas). A first import
+    of torch's or matplotlib's modules parses Python, so it takes syntax_trees' turn."""
+    if not _WARM:
+        in_turn(_import_everything_judging_uses)
+        _WARM.append(True)
+
+
+def _import_everything_judging_uses() -> None:
+    import pkgutil
+
+    import attention_course
+
+    from . import checks
+
+    for module in pkgutil.iter_modules(checks.__path__):
+        if module.name.startswith("nb"):
+            importlib.import_module(f"{checks.__name__}.{module.name}")
+    for module in pkgutil.iter_modules(attention_course.__path__):
+        importlib.import_module(f"attention_course.{module.name}")
+    importlib.import_module("matplotlib.mathtext")
+
+
 def grade_job(job: Job, tests: list[TestCell], cell_timeout: float,
               run: Callable[[dict], JobResult]) -> tuple[dict[str, Verdict], JobResult]:
     """The whole trusted path for one notebook: `run(inputs)` runs the sandbox once; its outcomes

@@ -7,9 +7,11 @@ parses every .npy header with ast.literal_eval): the notebook came back "error",
 every parse is slowed so that threads would overlap, and none may; and a parse spoilt by a thread
 the grader cannot make wait is done again.
 
-PyTorch's random generator (core.TRUSTED_TURN): the references and catalogued mistakes that the
-trusted grader runs seed it; run beside another thread doing the same, a dropout case's reference
-and the sampler's "global random state untouched" came out different."""
+PyTorch's random generator (core.TRUSTED_TURN): the references, catalogued mistakes and derives
+that the trusted grader runs seed it or draw from it; beside another thread doing the same, a
+dropout case's reference and the sampler's "global random state untouched" came out different.
+
+The salt of the hidden inputs (core.THREAD_SALT): each grading thread keeps its class's."""
 from __future__ import annotations
 
 import ast
@@ -62,12 +64,8 @@ def test_the_scan_and_reading_arrays_take_turns_across_threads(monkeypatch):
     monkeypatch.setattr(ast, "parse", slow_parse)
     got: list[tuple[str, object]] = []
     work = [("scan", scanned), ("load", loaded)] * 2
-    threads = [threading.Thread(target=lambda k=k, f=f: got.append((k, f())), name=f"grader-{i}")
-               for i, (k, f) in enumerate(work)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _all_finish([threading.Thread(target=lambda k=k, f=f: got.append((k, f())), name=f"grader-{i}")
+                 for i, (k, f) in enumerate(work)])
     assert most == 1, f"{most} threads were parsing at once"
     assert sorted(got, key=lambda kv: kv[0]) == sorted([(k, want[k]) for k, _ in work], key=lambda kv: kv[0])
 
@@ -76,9 +74,11 @@ def test_the_scan_and_reading_arrays_take_turns_across_threads(monkeypatch):
 def test_work_spoilt_by_another_threads_parse_is_done_again(monkeypatch, work):
     """The counter's error is about the process, never the input: the same work is done again (an
     array is read again from its start). Any other SystemError is raised."""
-    want, real, calls = work(), ast.parse, []
+    want, real, calls, this = work(), ast.parse, [], threading.current_thread()
 
     def spoilt_once(*args, **kwargs):
+        if threading.current_thread() is not this:  # a thread of some other test's
+            return real(*args, **kwargs)
         calls.append(1)
         if len(calls) == 1:
             raise SystemError(COLLISION)
@@ -98,13 +98,14 @@ def test_work_spoilt_by_another_threads_parse_is_done_again(monkeypatch, work):
 RANDOM = [trusted.CheckRef("nb03", "MultiHeadAttention", "MultiHeadAttention"),
           trusted.CheckRef("nb05", "FeedForward", "FeedForward"),
           trusted.CheckRef("nb06", "sample_next_token_generator", "sample_next_token")]
+MODEL = trusted.CheckRef("nb06", "Seq2SeqTransformer", "Seq2SeqTransformer")  # its derive builds a model
 
 
-def _outputs(ref: trusted.CheckRef) -> list:
-    """The reference's outputs on the exercise's cases, computed afresh (not trusted's cache)."""
-    with core.TRUSTED_TURN:
-        cases = trusted._cases.__wrapped__(ref, core.check_salt())
-    return [core.trusted_run(case, trusted.exercise(ref).reference) for case in cases]
+def _outputs(ref: trusted.CheckRef) -> tuple:
+    """The reference's outputs on freshly drawn cases, as trusted.expected computes them (bypassing
+    only its cache)."""
+    trusted._cases.cache_clear()
+    return trusted._expected.__wrapped__(ref, core.check_salt())
 
 
 def _same(a, b) -> bool:
@@ -117,11 +118,23 @@ def _same(a, b) -> bool:
     return a == b or (a != a and b != b)
 
 
-def test_references_are_the_same_beside_another_grader_thread():
-    """Two threads compute the references of the exercises that seed torch, five times each; every
-    result equals the one computed alone (without the turn, all three differ, every time tried)."""
+def _all_finish(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a grading thread never finished (a lock held forever?)"
+
+
+def test_references_are_the_same_beside_other_grader_threads():
+    """Two threads compute the references of the exercises that seed torch, five times each, while a
+    third judges nb06's model case (its derive builds a Seq2SeqTransformer); every result equals the
+    one computed alone (without the turn, all three differ, every time tried)."""
     alone = {r.name: _outputs(r) for r in RANDOM}
+    model_case = next(c for c in trusted.cases(MODEL) if c.derive is not None)
+    model_output = trusted.expected(MODEL)[trusted.cases(MODEL).index(model_case)]
     different: list[str] = []
+    done = threading.Event()
 
     def judge_many():
         for _ in range(5):
@@ -129,19 +142,28 @@ def test_references_are_the_same_beside_another_grader_thread():
                 if not _same(_outputs(r), alone[r.name]):
                     different.append(r.name)
 
-    threads = [threading.Thread(target=judge_many) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not different, f"references that changed beside another thread: {sorted(set(different))}"
+    def judge_the_model():
+        while not done.is_set():
+            core.derived(model_case, model_output)
+
+    judging = [threading.Thread(target=judge_many) for _ in range(2)]
+    model = threading.Thread(target=judge_the_model)
+    model.start()
+    try:
+        _all_finish(judging)
+    finally:
+        done.set()
+        model.join(timeout=300)
+    assert not different, f"references that changed beside other threads: {sorted(set(different))}"
 
 
-def test_each_thread_keeps_its_own_classes_salt():
+def test_each_thread_keeps_its_own_classes_salt(monkeypatch):
     """Salt (grade.checks_salted): a Dask worker with several threads grades two classes at once.
-    Class A's task ends while class B's is still drawing its cases: B keeps B's salt."""
+    Class A's task ends while class B's is still drawing its cases: B keeps B's salt, and the
+    process's ATTN_CHECK_SEED is never touched."""
     from autograder.grade import checks_salted
 
+    monkeypatch.setenv("ATTN_CHECK_SEED", "the-suites-salt")
     b_inside, a_done, seen = threading.Event(), threading.Event(), {}
 
     def class_a():
@@ -157,12 +179,8 @@ def test_each_thread_keeps_its_own_classes_salt():
             seen["seed"] = core.seed_for("softmax")
         seen["after"] = core.check_salt()
 
-    threads = [threading.Thread(target=class_a), threading.Thread(target=class_b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _all_finish([threading.Thread(target=class_a), threading.Thread(target=class_b)])
     assert seen["b"] == "salt-of-class-b"
     with checks_salted("salt-of-class-b"):
         assert seen["seed"] == core.seed_for("softmax")
-    assert seen["after"] == core.check_salt() != "salt-of-class-b"
+    assert seen["after"] == "the-suites-salt" == core.check_salt()

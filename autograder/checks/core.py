@@ -145,16 +145,25 @@ class Case:
     derive: Callable[[Any], Any] | None = None
 
 
+# PyTorch keeps one random generator per process (torch.manual_seed, dropout, nn.Linear's
+# initialisation) and Python one set of warning filters. The trusted grader judges notebooks in
+# worker threads: a case drawn, or a reference or catalogued mistake run, while another thread
+# reseeds would see that thread's random numbers (a dropout case's reference, or the sampler's
+# "global random state untouched", came out different). They take turns, holding this lock.
+TRUSTED_TURN = threading.RLock()
+
+
 class Unreadable(str):
     """What a case's `derive` made of an output it could not read: never equal to anything expected."""
 
 
 def derived(case: Case, value):
-    """`case.derive(value)` (or `value` itself for a case without one); never raises."""
+    """`case.derive(value)` (or `value` itself for a case without one); never raises. Some derive
+    build a model (torch's random generator): they take the trusted turn."""
     if case.derive is None:
         return value
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
+        with TRUSTED_TURN, warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             return case.derive(value)
     except Exception as err:  # noqa: BLE001 - anything the sandbox sent back may be garbage
@@ -681,12 +690,6 @@ def _guarded_run(guard: _CallGuard, case: Case, impl):
 
 
 # --------------------------------------------------------------------------- the check
-# PyTorch keeps one random generator per process (torch.manual_seed, dropout, nn.Linear's
-# initialisation) and Python one set of warning filters. The trusted grader judges notebooks in
-# worker threads: a case drawn, or a reference or catalogued mistake run, while another thread
-# reseeds would see that thread's random numbers (a dropout case's reference, or the sampler's
-# "global random state untouched", came out different). They take turns, holding this lock.
-TRUSTED_TURN = threading.RLock()
 
 
 def trusted_run(case: Case, impl):
@@ -698,7 +701,8 @@ def trusted_run(case: Case, impl):
 
 
 def _run_mistake(exercise: Exercise, case: Case, mistake: Mistake):
-    return trusted_run(case, mistake.build(exercise.graded, exercise.namespace))
+    with TRUSTED_TURN:
+        return trusted_run(case, mistake.build(exercise.graded, exercise.namespace))
 
 
 def diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:

@@ -283,10 +283,18 @@ def on_cluster(cluster: ClusterSettings) -> RemoteGrader:
                                                            detail=NOT_SUBMITTED))
 
         def record(sub: StudentSubmission, judged) -> NotebookResult:
-            stamp = getattr(sub, "timestamps", {}).get(judged.result.notebook)
-            secret = getattr(sub, "secrets", {}).get(judged.result.notebook, "")
-            return record_judged(course, judged.result, judged.verdicts, sub.notebooks[judged.result.notebook], stamp,
-                                 secret)
+            """Into the head's gradebook; an exception of the grader's own is tried once more, then an
+            "error" (not saved as graded), and the class's run goes on."""
+            notebook = judged.result.notebook
+            stamp = getattr(sub, "timestamps", {}).get(notebook)
+            secret = getattr(sub, "secrets", {}).get(notebook, "")
+            for attempt in range(1, GRADER_TRIES + 1):
+                try:
+                    return record_judged(course, judged.result, judged.verdicts, sub.notebooks[notebook], stamp, secret)
+                except Exception as err:  # noqa: BLE001 - one notebook's failure never stops the class
+                    failure = f"the grader failed to record this notebook, {attempt} times ({type(err).__name__}: {err})"
+            return NotebookResult(sub.student_id, notebook, 0.0, course.max_score(notebook), Status.ERROR,
+                                  detail=failure[:400 - len("error: ")])
 
         expected = course_identity(course.assignments, solutions)
         hidden = [str(course.root.parent), *course.extra_hidden]

@@ -235,6 +235,33 @@ def test_workers_of_another_course_refuse_as_a_grader_incident(course, local_clu
     assert saved["fingerprint"] == ""  # the grader's incident: the next run grades it again
 
 
+@pytest.mark.slow
+def test_a_notebook_the_head_cannot_record_is_an_error_and_the_class_goes_on(course, local_cluster, tmp_path,
+                                                                            monkeypatch):
+    """The head's own exception while recording one notebook (tried twice) is that notebook's
+    "error", not saved as graded; the others are graded, and the next run grades it."""
+    cluster, _ = local_cluster
+    root = tmp_path / "class"
+    _class(root, {"ann": solved_notebook(course, A01), "ben": _mistake(course)})
+    real, tries = grading_cluster.record_judged, []
+
+    def fails_for_ann(course, judged, *args):
+        if judged.student_id == "ann":
+            tries.append("ann")
+            raise OSError("the disk went away")
+        return real(course, judged, *args)
+
+    monkeypatch.setattr(grading_cluster, "record_judged", fails_for_ann)
+    by = {r.student_id: r for r in grading.grade(root, _out(tmp_path / "out"), progress=False,
+                                                 remote=grading_cluster.on_cluster(_on(cluster)))}
+    assert by["ann"].status is Status.ERROR and "2 times (OSError: the disk went away)" in by["ann"].detail, by["ann"]
+    assert tries == ["ann", "ann"] and by["ben"].status is Status.OK and by["ben"].score == 16
+    monkeypatch.undo()
+    again = {r.student_id: r for r in grading.grade(root, tmp_path / "out", progress=False,
+                                                    remote=grading_cluster.on_cluster(_on(cluster)))}
+    assert again["ann"].status is Status.OK and again["ann"].score == 17 and again["ben"].score == 16
+
+
 # --------------------------------------------------------------------------- TLS, `dask scheduler` / `dask worker`
 def _openssl(*args, cwd) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)

@@ -92,7 +92,7 @@ class Task:
     student: str
     assignment: str
     data: bytes
-    salt: str  # the class's hidden inputs' salt (ATTN_CHECK_SEED on the worker while it grades)
+    salt: str  # the class's hidden inputs' salt (the grading thread's, checks_salted, on the worker)
     limits: Limits
     expected: CourseIdentity
     weak_sandbox: bool

@@ -33,6 +33,7 @@ from .grade import (
     RemoteGrader,
     checks_salted,
     record_judged,
+    tried_again,
 )
 from .outcomes import Status, Verdict
 from .settings import ClusterSettings, Limits
@@ -121,22 +122,21 @@ def judge_task(task: Task) -> Judged:
     from .selfcheck import judge_notebook, prepare
     from .trusted import warm_up
 
-    for attempt in range(1, GRADER_TRIES + 1):
-        try:
-            warm_up()
-            prepared = prepare(task.assignment)
-            with checks_salted(task.salt):
-                result, verdicts = judge_notebook(prepared, task.data, task.limits, task.student, hidden=task.hidden)
-            return Judged(result, verdicts, here)
-        except SandboxUnavailable as err:  # nothing of the student's ran
-            return Judged(_incident(task.student, task.assignment, f"on {here}: {err}"), {}, here)
-        except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
-            if attempt < GRADER_TRIES:  # the grader's own failure: tried once more, as grade_one does
-                continue
-            detail = f"the grader failed on this notebook on {here}, {attempt} times ({type(err).__name__}: {err})"
-            return Judged(NotebookResult(task.student, task.assignment, 0.0, 0.0, Status.ERROR,
-                                         detail=detail[:400 - len("error: ")]), {}, here)
-    raise AssertionError("unreachable")
+    def judge() -> tuple[NotebookResult, dict[str, Verdict]]:
+        warm_up()
+        prepared = prepare(task.assignment)
+        with checks_salted(task.salt):
+            return judge_notebook(prepared, task.data, task.limits, task.student, hidden=task.hidden)
+
+    try:
+        result, verdicts = tried_again(judge)  # the grader's own failure: tried once more, as grade_one does
+    except SandboxUnavailable as err:  # nothing of the student's ran
+        return Judged(_incident(task.student, task.assignment, f"on {here}: {err}"), {}, here)
+    except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
+        detail = f"the grader failed on this notebook on {here}, {GRADER_TRIES} times ({type(err).__name__}: {err})"
+        return Judged(NotebookResult(task.student, task.assignment, 0.0, 0.0, Status.ERROR,
+                                     detail=detail[:400 - len("error: ")]), {}, here)
+    return Judged(result, verdicts, here)
 
 
 def _incident(student: str, assignment: str, what: str) -> NotebookResult:
@@ -288,13 +288,13 @@ def on_cluster(cluster: ClusterSettings) -> RemoteGrader:
             notebook = judged.result.notebook
             stamp = getattr(sub, "timestamps", {}).get(notebook)
             secret = getattr(sub, "secrets", {}).get(notebook, "")
-            for attempt in range(1, GRADER_TRIES + 1):
-                try:
-                    return record_judged(course, judged.result, judged.verdicts, sub.notebooks[notebook], stamp, secret)
-                except Exception as err:  # noqa: BLE001 - one notebook's failure never stops the class
-                    failure = f"the grader failed to record this notebook, {attempt} times ({type(err).__name__}: {err})"
-            return NotebookResult(sub.student_id, notebook, 0.0, course.max_score(notebook), Status.ERROR,
-                                  detail=failure[:400 - len("error: ")])
+            try:
+                return tried_again(lambda: record_judged(course, judged.result, judged.verdicts, sub.notebooks[notebook],
+                                                         stamp, secret))
+            except Exception as err:  # noqa: BLE001 - one notebook's failure never stops the class
+                failure = f"the grader failed to record this notebook, {GRADER_TRIES} times ({type(err).__name__}: {err})"
+                return NotebookResult(sub.student_id, notebook, 0.0, course.max_score(notebook), Status.ERROR,
+                                      detail=failure[:400 - len("error: ")])
 
         expected = course_identity(course.assignments, solutions)
         hidden = [str(course.root.parent), *course.extra_hidden]

@@ -487,23 +487,31 @@ GRADERS_OWN = (Status.INCIDENT, Status.ERROR)  # failures of the grader, not gra
 GRADER_TRIES = 2  # a grader failure (an exception of ours, not the student's) is tried once more before it is reported
 
 
+def tried_again(work: Callable[[], Any]) -> Any:
+    """`work()`, done once more when it raises; its second exception is raised. SandboxUnavailable
+    is raised at once: the sandbox has tried its own start already (START_ATTEMPTS)."""
+    try:
+        return work()
+    except SandboxUnavailable:
+        raise
+    except Exception:  # noqa: BLE001 - the grader's own failure: once more (GRADER_TRIES in all)
+        return work()
+
+
 def _grade_or_report(course: Course, sub: StudentSubmission, assignment: str, limits: Limits | None) -> NotebookResult:
     """`grade_notebook`, with the grader's own failures tried again and then reported, never raised."""
     stamp = getattr(sub, "timestamps", {}).get(assignment)
     secret = getattr(sub, "secrets", {}).get(assignment, "")
-    for attempt in range(1, GRADER_TRIES + 1):
-        try:
-            return grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment], limits, stamp, secret)
-        except SandboxUnavailable as err:  # nothing of the student's ran: the grader's incident, never a grade
-            return NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                  Status.INCIDENT, detail=f"{err}; {INCIDENT_ADVICE}")
-        except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
-            if attempt < GRADER_TRIES:
-                continue
-            detail = f"the grader failed on this notebook, {attempt} times ({type(err).__name__}: {err})"
-            return NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                  Status.ERROR, detail=detail[:400 - len("error: ")])
-    raise AssertionError("unreachable")
+    try:
+        return tried_again(lambda: grade_notebook(course, sub.student_id, assignment, sub.notebooks[assignment],
+                                                  limits, stamp, secret))
+    except SandboxUnavailable as err:  # nothing of the student's ran: the grader's incident, never a grade
+        return NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                              Status.INCIDENT, detail=f"{err}; {INCIDENT_ADVICE}")
+    except Exception as err:  # noqa: BLE001 - one student's disaster never stops the batch
+        detail = f"the grader failed on this notebook, {GRADER_TRIES} times ({type(err).__name__}: {err})"
+        return NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                              Status.ERROR, detail=detail[:400 - len("error: ")])
 
 
 def _nbgrader_reason(log: str) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import nbformat
 
-from . import timings, trusted
+from . import timings, trusted, warm_sandbox
 from .checks.core import THREAD_SALT
 from .course import (
     CourseFolder,
@@ -399,7 +399,7 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
 
     def in_sandbox(inputs: dict) -> JobResult:
         with timings.phase(timings.SANDBOX):
-            return run_notebook_job(folder, inputs, world, limits)
+            return run_notebook_job(folder, inputs, world, limits, warm=warm_sandbox.current())
 
     with timings.phase(timings.TRUSTED):
         verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds, in_sandbox)
@@ -801,14 +801,15 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
           workers: int | None = None, limits: Limits | None = None, *, assignments: list[str] | None = None,
           students: list[str] | None = None, force: bool = False, due: dict[str, datetime] | None = None,
           roster: Path | None = None, late_penalty: str | None = None,
-          remote: RemoteGrader | None = None) -> list[NotebookResult]:
+          remote: RemoteGrader | None = None, warm: bool = True) -> list[NotebookResult]:
     """Grade the students in SUBMISSIONS into OUT, in parallel; return the whole class's table.
 
     `remote` (autograder/cluster.py's `on_cluster(settings)`): each notebook is run and judged on a
     worker of a Dask cluster and recorded here; otherwise `workers` threads grade on this machine.
 
     `assignments` / `students` restrict what is graded (the rest of the gradebook is untouched);
-    `force` regrades even what is saved. Resumable: each graded notebook is saved (atomically)
+    `force` regrades even what is saved. `warm`: with bubblewrap, notebooks start from a fork
+    server per assignment with the imports done (warm_sandbox.py); False starts each one fresh. Resumable: each graded notebook is saved (atomically)
     with a fingerprint of its file, its submission time and its solution, so running the same
     command again grades only what is new or changed. grades.csv, grades_wide.csv and
     report.html are rebuilt from the gradebook after every run: earlier runs, other folders,
@@ -885,7 +886,8 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
             workers = remote(course, subs, todo, finish, limits, salt, solutions, progress)
     else:
         trusted.warm_up()
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with warm_sandbox.warm_sandboxes(warm_sandbox.servers_for(workers, len(chosen)), enabled=warm), \
+                ThreadPoolExecutor(max_workers=workers) as pool:
             list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
     playing = in_play(course, chosen)
     with timings.phase(timings.OUTPUTS):

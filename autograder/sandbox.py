@@ -70,7 +70,7 @@ DEV_BYTES = 64 * 2**10  # the minimal /dev itself: device nodes and links only
 START_ATTEMPTS = 3  # a sandbox that cannot start (or refuses itself) is tried this often, then reported
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 # The runner's own modules: all the sandbox may import of the grader (never the hidden checks).
-KIT_FILES = ("__init__.py", "channel.py", "runner.py", "serialize.py", "syntax_trees.py",
+KIT_FILES = ("__init__.py", "channel.py", "forkserver.py", "runner.py", "serialize.py", "syntax_trees.py",
              "checks/__init__.py", "checks/core.py", "checks/tensors.py")
 # /proc entries an unprivileged process must not write or read (the list Docker and runc mask).
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/bus", "/proc/irq")
@@ -302,10 +302,13 @@ def _minimal_dev() -> list[str]:
     return args
 
 
-def bwrap_command(world: World) -> list[str]:
-    """The `bwrap` arguments for one sandbox (the runner command follows them)."""
+def bwrap_command(world: World, as_pid_1: bool = False) -> list[str]:
+    """The `bwrap` arguments for one sandbox (the runner command follows them). `as_pid_1`: the
+    command is the sandbox's PID 1 (a fork server, warm_sandbox.py: no bubblewrap reaper beside it
+    that a run could reach through /proc)."""
     scratch = bwrap_scratch(world)
     args = [bwrap_binary() or "bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            *(["--as-pid-1"] if as_pid_1 else []),
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc", *_minimal_dev(),
             "--size", str(SCRATCH_BYTES), "--tmpfs", scratch, "--dir", f"{scratch}/job", "--dir", f"{scratch}/home"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -350,6 +353,19 @@ def _sandbox_env(mode: str, in_fd: int, out_fd: int, scratch: str = "/tmp", cour
     if course_root:
         keep["ATTN_COURSE_ROOT"] = course_root
     return keep
+
+
+def server_env(world: World) -> dict:
+    """A fork server's environment (warm_sandbox.py): a notebook's own, but its channel's descriptors."""
+    env = _sandbox_env("bubblewrap", 0, 0, bwrap_scratch(world), world.course_root, library_path("bubblewrap", world))
+    for name in ("ATTN_IN_FD", "ATTN_OUT_FD"):
+        env.pop(name)
+    return env
+
+
+def server_preexec(limits: Limits):
+    """A fork server's limits: a notebook sandbox's (its runs go in their own cgroups as they start)."""
+    return _preexec([], limits, "bubblewrap")
 
 
 # --------------------------------------------------------------------------- namespaces fallback
@@ -576,11 +592,16 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
 
 
 def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_fd: int, err_fd: int,
-            groups: list[Path], made: list[Path]) -> subprocess.Popen:
-    """Start the runner in the sandbox. Folders made for it outside any sandbox go in `made`
-    (removed by the caller when the run ends)."""
+            groups: list[Path], made: list[Path], warm=None):
+    """Start the runner in the sandbox: a subprocess.Popen, or a run forked from `warm`'s fork
+    server for this world (warm_sandbox.WarmRun, waited for and killed alike). Folders made for it
+    outside any sandbox go in `made` (removed by the caller when the run ends)."""
     scratch = bwrap_scratch(world) if mode == "bubblewrap" else SCRATCH
     env = _sandbox_env(mode, in_fd, out_fd, scratch, world.course_root, library_path(mode, world))
+    if mode == "bubblewrap" and warm is not None:
+        run = warm.start(world, limits, env, scratch, in_fd, out_fd, err_fd, groups)
+        if run is not None:
+            return run
     runner = [sys.executable, "-m", "autograder.runner"]
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd,
                   pass_fds=(in_fd, out_fd), start_new_session=True, preexec_fn=_preexec(groups, limits, mode))
@@ -631,8 +652,11 @@ def expected_inside(mode: str, world: World, limits: Limits) -> dict:
     return {"python": sys.version, "library": library, "processes": limits.processes}
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+def _kill(proc) -> None:
+    """Kill a sandbox's processes: a fresh sandbox's process group, a warm run's guard (its PID
+    namespace dies with it; never a process group by number, which another process may hold by then)."""
+    kills = (proc.kill,) if getattr(proc, "warm", False) else (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill)
+    for kill in kills:
         try:
             kill()
         except (ProcessLookupError, PermissionError):
@@ -673,7 +697,8 @@ Progress = Callable[[int | None, float], None]  # (the cell running or None, its
 
 
 def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
-              started: float, budget: int, progress: Progress | None = None) -> tuple[Received, int | None, str, str]:
+              started: float, budget: int, progress: Progress | None = None,
+              warm=None) -> tuple[Received, int | None, str, str]:
     """One sandbox run: (what came back, exit code or None when killed, the sandbox's own stderr,
     why the grader stopped it for memory or "")."""
     in_fd = _inputs_file(dict(inputs, sandbox=expected_inside(mode, world, limits)))
@@ -681,7 +706,7 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     err = tempfile.TemporaryFile()
     made: list[Path] = []
     try:
-        proc = _launch(mode, world, limits, job, in_fd, write_fd, err.fileno(), groups, made)
+        proc = _launch(mode, world, limits, job, in_fd, write_fd, err.fileno(), groups, made, warm)
     except BaseException:
         os.close(read_fd)
         err.close()
@@ -719,17 +744,33 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
                 break
     except BaseException:  # interrupted (Ctrl-C, a cancelled check): the sandbox must not outlive us
         _kill(proc)
+        _release(proc)
         reader.close()
         err.close()
         _remove_all(made)
         raise
+    lost = getattr(proc, "lost", False)  # before _kill: a warm run whose fork server died under it
     _kill(proc)  # whatever the runner left behind in its process group
+    _release(proc)
     received = reader.close()
     err.seek(0)
     errors = err.read(4096).decode(errors="replace")
     err.close()
     _remove_all(made)
+    if lost:
+        raise WarmRunLost(f"the fork server's run ended unreported ({errors.strip()[-300:] or 'no message'})")
     return received, code, errors, stopped
+
+
+class WarmRunLost(RuntimeError):
+    """A warm run's fork server died under it: nothing it sent counts, the run is done again fresh."""
+
+
+def _release(proc) -> None:
+    """A warm run's fork server takes its next run (a fresh sandbox has nothing to give back)."""
+    release = getattr(proc, "release", None)
+    if release is not None:
+        release()
 
 
 def _no_second_wait(inputs: dict, received: Received) -> None:
@@ -752,7 +793,8 @@ def _remove_all(folders: list[Path]) -> None:
 
 
 def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
-                 started: float, budget: int, progress: Progress | None = None) -> tuple[Received, int | None, str, str]:
+                 started: float, budget: int, progress: Progress | None = None,
+                 warm=None) -> tuple[Received, int | None, str, str]:
     """`_run_once`, tried again (START_ATTEMPTS in all, a short pause between) while the sandbox
     does not reach student code: it could not start (namespaces, a process ceiling, a missing
     program) or its self-check refused. Raises SandboxUnavailable when every try failed."""
@@ -760,7 +802,13 @@ def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dic
     for attempt in range(START_ATTEMPTS):
         if attempt:
             time.sleep(0.5 * 2 ** attempt)
-        received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget, progress)
+        try:
+            received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget,
+                                                        progress, warm if not attempt else None)  # a retry: fresh
+        except WarmRunLost as lost:
+            print(f"grader: {lost}; the run is done again in a fresh sandbox", file=sys.stderr)
+            received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget,
+                                                        progress)
         if received.ready:
             return received, code, errors, stopped
         last = errors.strip().splitlines()[-1][:300] if errors.strip() else ""
@@ -780,10 +828,11 @@ def _add(result: JobResult, incident: Incident) -> None:
 
 
 def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | None = None,
-                     progress: Progress | None = None) -> JobResult:
+                     progress: Progress | None = None, warm=None) -> JobResult:
     """Run the notebook described by `inputs` (cells, cell_timeout, checks) in the sandbox,
     restarting past bad cells. `job` is a grader-private folder (never visible inside).
-    `progress`, when given, is called five times a second with the cell running and its time."""
+    `progress`, when given, is called five times a second with the cell running and its time.
+    `warm` (warm_sandbox.Pool): bubblewrap runs start from its fork servers, when they can."""
     limits = limits or Limits()
     mode = isolation_mode()
     result = JobResult(isolation=mode)
@@ -796,7 +845,7 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
     try:
         for _attempt in range(limits.restarts + 1):
             received, code, errors, stopped = _started_run(mode, world, limits, job, inputs, groups, started, budget,
-                                                           progress)
+                                                           progress, warm)
             budget -= received.total
             if received.tampered:  # forged frames: nothing this run sent counts
                 result.incidents.append(Incident(-1, "channel", received.problem))

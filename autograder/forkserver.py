@@ -12,10 +12,12 @@ A child never shares anything writable with the notebooks before or after it:
 
 The guard waits until the grader has put it in the run's own control groups (as root), then moves
 into new user, mount, PID, network, IPC, UTS and cgroup namespaces, mounts a fresh scratch folder
-and /dev/shm (the only writable places), and the init drops every capability before the runner
-starts. The runner cannot name the fork server or the guard (another PID namespace), cannot read
-or write their memory (non-dumpable, and no capability in their user namespace), and sees none of
-an earlier run's files, sockets or IPC objects.
+and /dev/shm (the only writable places) and an empty folder over the server's /proc entry, and
+the init starts a session of its own and drops every capability before the runner starts. The
+runner cannot signal the fork server or the guard (another PID namespace, another session and
+process group), cannot read or write their memory or /proc files (non-dumpable, no capability in
+their user namespace, the server's entry covered), and sees none of an earlier run's files,
+sockets, IPC objects or processes.
 
 Messages (a SOCK_SEQPACKET pair, descriptors as SCM_RIGHTS):
     fork server -> grader: b"R" ready (after the imports) | b"N<why>" cannot serve
@@ -28,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -39,7 +42,7 @@ CONTROL_FD_ENV = "ATTN_FORKSERVER_FD"
 MAX_REQUEST_BYTES = 1 << 20
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 1, 2, 4, 1 << 14, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -58,9 +61,12 @@ def main() -> None:
     for name in PRELOAD:
         __import__(name)
     _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
-    threads = _threads()
+    threads, shared = _threads(), _shared_writable_mappings()
     if threads != 1:  # fork copies one thread: a library's own thread would be missing in every child
         control.send(f"Nthe fork server runs {threads} threads after its imports".encode())
+        os._exit(1)
+    if shared:  # every run would write through to the next one
+        control.send(f"Nthe fork server holds writable shared memory after its imports: {shared[0]}".encode())
         os._exit(1)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # guards are reaped by the kernel
     control.send(b"R")
@@ -89,6 +95,11 @@ def _fail(err_fd: int, err: BaseException) -> None:
         os.write(err_fd, f"fork server: {type(err).__name__}: {err}\n".encode(errors="replace"))
     finally:
         os._exit(70)
+
+
+def _shared_writable_mappings() -> list[str]:
+    with open("/proc/self/maps") as fh:
+        return [line.strip() for line in fh if line.split()[1][1] == "w" and line.split()[1][3] == "s"]
 
 
 def _threads() -> int:
@@ -125,10 +136,17 @@ def _guard(control: socket.socket, request: dict, in_fd: int, out_fd: int, err_f
     for sub in ("job", "home"):
         os.mkdir(os.path.join(scratch, sub))
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={request['shm_bytes']},mode=1777")
+    # The server's /proc files (oom_score_adj, autogroup...) belong to root when it is non-dumpable,
+    # which is the run's own uid outside when the grader is root: covered, the run cannot write them.
+    _mount("tmpfs", f"/proc/{server}", "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=555")
+    os.chdir("/")
+    guard_alive, held = os.pipe()  # read end at EOF: this guard has ended
     child = os.fork()
     if child == 0:
         status.close()
-        _init(request, in_fd, out_fd, err_fd)
+        os.close(held)
+        _init(request, in_fd, out_fd, err_fd, guard_alive)
+    os.close(guard_alive)
     for fd in (in_fd, out_fd, err_fd):
         os.close(fd)
     _, wait_status = os.waitpid(child, 0)
@@ -147,11 +165,17 @@ def _exit_code(wait_status: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _init(request: dict, in_fd: int, out_fd: int, err_fd: int) -> None:
+def _init(request: dict, in_fd: int, out_fd: int, err_fd: int, guard_alive: int) -> None:
     """PID 1 of the run's namespace: drop every capability, start the runner, reap orphans, and end
     with the runner's exit status (the kernel then ends whatever the notebook left running)."""
     try:
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        if select.select([guard_alive], [], [], 0)[0]:  # the guard ended before the prctl: nobody would stop this run
+            os._exit(1)
+        os.close(guard_alive)
+        # A session and process group of the run's own, as bubblewrap's --new-session gives a fresh
+        # sandbox: kill(0) or a nice on the session's autogroup reaches no process outside the run.
+        os.setsid()
         _drop_capabilities()
         runner = os.fork()
     except Exception as err:  # noqa: BLE001 - the run cannot start: said on its stderr (the grader tries again)
@@ -192,6 +216,8 @@ def _run(request: dict, in_fd: int, out_fd: int, err_fd: int) -> None:
         os.closerange(max(in_fd, out_fd) + 1, os.sysconf("SC_OPEN_MAX"))
         os.closerange(min(in_fd, out_fd) + 1, max(in_fd, out_fd))
         _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")  # as a fresh process
+        with open("/proc/self/oom_score_adj", "w") as fh:  # out of memory, the notebook goes, never its guard
+            fh.write("1000")
         os.environ.clear()
         os.environ.update(request["env"], ATTN_IN_FD=str(in_fd), ATTN_OUT_FD=str(out_fd))
         os.chdir(os.path.join(request["scratch"], "job"))

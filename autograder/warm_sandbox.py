@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -26,6 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from . import sandbox
@@ -96,9 +98,17 @@ class WarmRun:
 
     @property
     def lost(self) -> bool:
-        """The run ended without its guard's report and the grader did not kill it: its fork server
-        died under it (the grader's problem, never the student's: the run is done again, fresh)."""
-        return self.returncode is not None and self._reported is None and not self.killed
+        """The run ended without its guard's report, the grader did not kill it, and its fork server
+        has died: the grader's problem, never the student's (the run is done again, fresh). A guard
+        killed while its server lives (out of memory in the run's cgroup) is the run's end, as a
+        fresh sandbox's bubblewrap killed would be."""
+        if self.returncode is None or self._reported is not None or self.killed:
+            return False
+        try:
+            self.server.proc.wait(timeout=2)  # the server's death reaches its guards first
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def release(self) -> None:
         """The run is over: the server takes the next one (or is closed, when something went wrong)."""
@@ -158,6 +168,9 @@ class ForkServer:
             theirs.close()
             pid = self._hello(ours)
             pidfd = os.pidfd_open(pid)
+            if select.select([ours], [], [], 0)[0]:  # the guard hung up: `pid` may name another process by now
+                os.close(pidfd)
+                raise WarmStartFailed("the fork server's run ended before it started")
             for group in groups:  # before any of the run's code: the guard waits for "G"
                 (group / "cgroup.procs").write_text(str(pid))
             ours.send(b"G")
@@ -192,34 +205,33 @@ class ForkServer:
 
 class Pool:
     """Fork servers for one grading run, at most `limit` alive (the least recently used idle one
-    makes room); each serves one run at a time."""
+    makes room); each serves one run at a time. A world without an idle server starts one in the
+    background while its run starts fresh (`background`), so a small class never waits for a
+    server's imports; with `background=False` the run waits for it (tests: what runs is known)."""
 
-    def __init__(self, limit: int):
-        self.limit = max(1, limit)
+    def __init__(self, limit: int, background: bool = True):
+        self.limit, self.background = max(1, limit), background
         self.lock = threading.Lock()
         # Servers are started from one thread that lives as long as the pool: a sandbox dies with the
         # thread that started it (PR_SET_PDEATHSIG), and a grading thread may end before its server.
         self.starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fork-servers")
+        self.stubs = Path(tempfile.mkdtemp(prefix="attn-servers-"))  # the servers' own copies of the stubs
         self.idle: list[ForkServer] = []  # least recently used first
-        self.busy = 0
-        self.cold: set = set()  # worlds whose server would not start: they run cold, said once
+        self.busy = 0  # servers serving a run
+        self.starting: list = []  # worlds whose server is being started (one entry per server)
+        self.cold: set = set()  # worlds whose server would not start: they run fresh, said once
+        self.closed = False
 
     def start(self, world: sandbox.World, limits: Limits, env: dict, scratch: str, in_fd: int, out_fd: int,
               err_fd: int, groups: list[Path]) -> WarmRun | None:
         """A warm run of this world, or None (start a fresh sandbox): never an error of the student's."""
         key = _world_key(world, limits)
-        if key in self.cold:
-            return None
-        server = self._take(key)
+        server, starting = self._take(key, world, limits)
+        if server is None and starting is not None and not self.background:
+            starting.result()
+            server, _ = self._take(key, world, limits, start=False)
         if server is None:
-            try:
-                server = self.starter.submit(ForkServer, self, key, world, limits).result()
-            except Exception as err:  # noqa: BLE001 - any failure of the server is ours: this world runs fresh
-                with self.lock:
-                    self.busy -= 1
-                    self.cold.add(key)
-                print(f"grader: warm sandbox unavailable ({err}); fresh sandboxes instead", file=sys.stderr)
-                return None
+            return None
         try:
             return server.fork(env, scratch, in_fd, out_fd, err_fd, groups)
         except Exception as err:  # noqa: BLE001 - the server's failure, never the student's: this run starts fresh
@@ -228,34 +240,71 @@ class Pool:
             self.give_back(server)
             return None
 
-    def _take(self, key) -> ForkServer | None:
+    def _take(self, key, world: sandbox.World, limits: Limits, start: bool = True):
+        """(an idle server of this world, marked busy, or None; the start begun for it, or None)."""
         with self.lock:
-            self.busy += 1
             for server in [s for s in self.idle if not s.alive()]:
                 self.idle.remove(server)
                 server.close()
             for server in self.idle:
                 if server.key == key:
                     self.idle.remove(server)
-                    return server
-            while self.idle and len(self.idle) + self.busy > self.limit:
+                    self.busy += 1
+                    return server, None
+            if not start or self.closed or key in self.cold or (self.background and key in self.starting):
+                return None, None
+            while self.idle and len(self.idle) + self.busy + len(self.starting) >= self.limit:
                 self.idle.pop(0).close()
-        return None
+            if self.busy + len(self.starting) >= self.limit:
+                return None, None
+            self.starting.append(key)
+            return None, self.starter.submit(self._start, key, self._own_copy(world), limits)
+
+    def _own_copy(self, world: sandbox.World) -> sandbox.World:
+        """`world` with its stubs copied here: a notebook's job folder may be emptied before the server starts."""
+        stubs = []
+        for stub, target in world.stubs:
+            fd, name = tempfile.mkstemp(dir=self.stubs, suffix=".py")
+            os.close(fd)
+            copy = Path(name)
+            copy.write_bytes(Path(stub).read_bytes())
+            copy.chmod(0o644)
+            stubs.append((str(copy), target))
+        return replace(world, stubs=stubs)
+
+    def _start(self, key, world: sandbox.World, limits: Limits) -> None:
+        try:
+            server = ForkServer(self, key, world, limits)
+        except Exception as err:  # noqa: BLE001 - any failure of the server is ours: this world runs fresh
+            with self.lock:
+                self.starting.remove(key)
+                self.cold.add(key)
+            print(f"grader: warm sandbox unavailable ({err}); fresh sandboxes instead", file=sys.stderr)
+            return
+        with self.lock:
+            self.starting.remove(key)
+            if not self.closed:
+                self.idle.append(server)
+                return
+        server.close()
 
     def give_back(self, server: ForkServer) -> None:
         with self.lock:
             self.busy -= 1
-            if server.alive():
+            if server.alive() and not self.closed:
                 self.idle.append(server)
                 return
         server.close()
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
+        self.starter.shutdown(wait=True, cancel_futures=True)
+        with self.lock:
             servers, self.idle = self.idle, []
         for server in servers:
             server.close()
-        self.starter.shutdown()
+        shutil.rmtree(self.stubs, ignore_errors=True)
 
 
 def _world_key(world: sandbox.World, limits: Limits):
@@ -288,14 +337,14 @@ def current() -> Pool | None:
 
 
 @contextmanager
-def warm_sandboxes(limit: int, enabled: bool = True):
+def warm_sandboxes(limit: int, enabled: bool = True, background: bool = True):
     """Fork servers for the notebooks graded inside the block, all closed when it ends; only with
     bubblewrap (the other sandboxes start as before). Inside another block, its servers serve
-    (`enabled=False`: none, every notebook starts fresh)."""
+    (`enabled=False`: none, every notebook starts fresh). `background`: see Pool."""
     outer = current()
     pool = None
     if enabled and outer is None and sandbox.isolation_mode() == "bubblewrap":
-        pool = Pool(limit)
+        pool = Pool(limit, background)
     with _stack_lock:
         _stack.append(pool if pool is not None else (outer if enabled else None))
     try:

@@ -38,11 +38,12 @@ _ids = itertools.count()
 @pytest.fixture(scope="session", autouse=True)
 def warm_sandboxes():
     """The suite's sandboxes start from warm fork servers, as `attn-course grade`'s do, so every
-    attack here also runs against them (ATTN_WARM_SANDBOX=0: a fresh bubblewrap sandbox each time)."""
+    attack here also runs against them (ATTN_WARM_SANDBOX=0: a fresh bubblewrap sandbox each time).
+    Servers start in the foreground: a run waits for its server, so which one serves is known."""
     from autograder import warm_sandbox
     from autograder.settings import GradingSettings
 
-    with warm_sandbox.warm_sandboxes(4, enabled=GradingSettings.from_env().warm):
+    with warm_sandbox.warm_sandboxes(4, enabled=GradingSettings.from_env().warm, background=False):
         yield
 
 

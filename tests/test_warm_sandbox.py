@@ -70,6 +70,10 @@ try:
 except OSError as err:
     _seen["socket"] = type(err).__name__
 _seen["sysv"] = ctypes.CDLL(None).shmget(0x4242, 0, 0)  # -1: no such segment
+try:  # the scheduler's group of this run's session (kernels with autogroup): its nice
+    _seen["autogroup"] = open("/proc/self/autogroup").read().split("nice")[1].strip()
+except (OSError, IndexError):
+    _seen["autogroup"] = None
 import numpy
 _seen["numpy_sum"] = numpy.sum([1, 2, 3]) == 6 and getattr(numpy.sum, "__name__", "") == "sum"
 
@@ -90,6 +94,16 @@ ctypes.CDLL(None).shmget(0x4242, 4096, 0o1666)
 import numpy
 numpy.sum = lambda *a, **k: 0  # monkeypatched for whoever comes next
 attacks = []
+try:  # the slowest share of the CPU for this session's scheduler group: this run's own, only
+    open("/proc/self/autogroup", "w").write("19")
+except OSError:
+    pass
+for _target in ("oom_score_adj", "autogroup"):  # the server's own /proc files (owned by root outside)
+    try:
+        open(f"/proc/1/{_target}", "w").write("1000" if _target == "oom_score_adj" else "19")
+        attacks.append(f"wrote 1/{_target}")
+    except OSError:
+        pass
 with open("/proc/self/stat") as fh:
     _me = int(fh.read().split()[0])  # this process, as the /proc it was given numbers it
 for p in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != _me]:  # the server, the guard, the init
@@ -140,7 +154,7 @@ def world(tmp_path):
 @pytest.fixture
 def pool():
     """A pool of this test's own (not the suite's), so the server is the one the test looks at."""
-    pool = warm_sandbox.Pool(2)
+    pool = warm_sandbox.Pool(2, background=False)
     yield pool
     pool.close()
 
@@ -176,6 +190,7 @@ def test_nothing_a_run_leaves_behind_reaches_the_next_run_and_the_server_survive
     assert after["socket"] == "ConnectionRefusedError", "the first run's daemon is still listening"
     assert after["sysv"] == -1, "the first run's shared memory segment is still there"
     assert after["numpy_sum"] is True, "the first run's monkeypatch reached the next run"
+    assert after["autogroup"] in (None, "0"), f"the first run's nice reached the next run: {after['autogroup']}"
     assert after["visible"] == sorted(after["visible"]) and len(after["visible"]) == 4, \
         f"processes besides the server, the guard, the init and the run: {after['visible']}"
 
@@ -223,3 +238,30 @@ def test_a_class_graded_warm_gets_the_grades_it_gets_fresh(tmp_path, monkeypatch
     assert graded[True] == graded[False]
     assert graded[True]["solved"][0] == 17 and graded[True]["blank"][0] == 0
     assert 0 < graded[True]["mistake"][0] < 17
+
+
+def test_a_run_that_kills_its_process_group_ends_only_itself(world, tmp_path, pool, capsys):
+    """kill(0) reaches the caller's process group, whatever the PID namespace: the run's own, never
+    its guard's (which would make the run look like the server's failure, to be done again)."""
+    inputs = _inputs(PROBE)
+    inputs["cells"].insert(0, {"kind": "code", "source": "import os, signal\nos.kill(0, signal.SIGKILL)"})
+    result = run_notebook_job(tmp_path / "job", inputs, world, LIMITS, warm=pool)
+    assert [(x.cell, x.kind) for x in result.incidents] == [(0, "memory")], result.incidents
+    outcome = serialize.loads(result.results[2])["seen"][0]
+    assert json.loads(outcome[1])["forked"] is True
+    assert "done again in a fresh sandbox" not in capsys.readouterr().err
+    assert pool.idle and pool.idle[0].alive()
+
+
+def test_in_the_background_a_run_starts_fresh_while_its_server_starts(world, tmp_path):
+    """`attn-course grade`'s pool: a class of one never waits for a server's imports."""
+    pool = warm_sandbox.Pool(2)
+    try:
+        first = json.loads(_seen(_run(world, tmp_path, PROBE, pool)))
+        assert first["forked"] is False and (pool.starting or pool.idle)
+        pool.starter.submit(lambda: None).result()  # the server's start is done (one starter thread)
+        second = json.loads(_seen(_run(world, tmp_path, PROBE, pool)))
+        assert second["forked"] is True and len(pool.idle) == 1
+    finally:
+        pool.close()
+    assert not pool.idle and not pool.stubs.exists()

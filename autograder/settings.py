@@ -116,9 +116,10 @@ class GradingSettings:
         env = os.environ if environ is None else environ
         cluster = ClusterSettings(tries=int(_number(env, "ATTN_NOTEBOOK_TRIES", ClusterSettings.tries, "tries", 1)),
                                   weak_sandbox=env.get("ATTN_SANDBOX", "") in ("namespaces", "none"))
-        warm = env.get("ATTN_WARM_SANDBOX", "1").strip().lower()
+        raw = env.get("ATTN_WARM_SANDBOX", "1")
+        warm = raw.strip().lower()
         if warm not in ("0", "1", "no", "yes", "false", "true", ""):
-            raise SettingError(f"ATTN_WARM_SANDBOX={warm!r}: set it to 1 (warm sandboxes, the default) or 0 (a fresh "
+            raise SettingError(f"ATTN_WARM_SANDBOX={raw!r}: set it to 1 (warm sandboxes, the default) or 0 (a fresh "
                                "sandbox for every notebook)")
         return cls(limits=Limits.from_env(env), workers=int(_number(env, "ATTN_GRADE_WORKERS", 0, "workers", 0)),
                    cluster=cluster, warm=warm not in ("0", "no", "false"))

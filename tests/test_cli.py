@@ -251,6 +251,7 @@ def test_arguments_reach_grade(subs, tmp_path, capsys, fake_grade):
         "due": {A01: datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc),   # --due overrides the file
                 A02: datetime(2026, 12, 8, 22, 59, tzinfo=timezone.utc)},
         "roster": roster, "late_penalty": "per-day:10", "remote": None,   # no --scheduler: this machine
+        "warm": True,
     }
     assert all(d.tzinfo is timezone.utc for d in kwargs["due"].values())
 
@@ -259,7 +260,15 @@ def test_defaults_reach_grade(subs, tmp_path, capsys, fake_grade):
     assert run_grade(capsys, subs, "--out", tmp_path / "out")[0] == 0
     [(_, _, kwargs)] = fake_grade.calls
     assert kwargs == {"assignments": None, "students": None, "force": False, "workers": os.cpu_count() or 1,
-                      "limits": Limits(), "due": {}, "roster": None, "late_penalty": None, "remote": None}
+                      "limits": Limits(), "due": {}, "roster": None, "late_penalty": None, "remote": None,
+                      "warm": True}
+
+
+def test_fresh_sandboxes_when_the_instructor_turns_warm_ones_off(subs, tmp_path, capsys, fake_grade, monkeypatch):
+    monkeypatch.setenv("ATTN_WARM_SANDBOX", "0")
+    assert run_grade(capsys, subs, "--out", tmp_path / "out")[0] == 0
+    [(_, _, kwargs)] = fake_grade.calls
+    assert kwargs["warm"] is False
 
 
 # --------------------------------------------------------------------------- grade: exit status

@@ -26,6 +26,7 @@ def test_defaults_are_written_in_one_place_and_overrides_apply():
     assert settings.limits == Limits(cell_seconds=7, notebook_seconds=90, memory_bytes=int(1.5 * GiB), processes=32)
     assert settings.workers == settings.worker_count == 3
     assert GradingSettings().worker_count >= 1
+    assert GradingSettings().warm and not GradingSettings.from_env({"ATTN_WARM_SANDBOX": "0"}).warm
 
 
 @pytest.mark.parametrize("name, value, says", [
@@ -33,6 +34,7 @@ def test_defaults_are_written_in_one_place_and_overrides_apply():
     ("ATTN_MEMORY_GB", "0", "at least 0.25 GiB"),
     ("ATTN_GRADE_WORKERS", "-2", "at least 0 workers"),
     ("ATTN_NOTEBOOK_TIMEOUT", "nan", "at least 1 seconds"),
+    ("ATTN_WARM_SANDBOX", "sometimes", "set it to 1"),
 ])
 def test_a_bad_value_is_named_with_what_to_do(name, value, says):
     with pytest.raises(SettingError, match=says) as err:

@@ -104,11 +104,7 @@ class WarmRun:
         fresh sandbox's bubblewrap killed would be."""
         if self.returncode is None or self._reported is not None or self.killed:
             return False
-        try:
-            self.server.proc.wait(timeout=2)  # the server's death reaches its guards first
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        return self.server.hung_up()
 
     def release(self) -> None:
         """The run is over: the server takes the next one (or is closed, when something went wrong)."""
@@ -152,7 +148,17 @@ class ForkServer:
             raise WarmStartFailed(f"the fork server did not start: {why}")
 
     def alive(self) -> bool:
-        return not self.broken and self.proc.poll() is None
+        return not self.broken and self.proc.poll() is None and not self.hung_up()
+
+    def hung_up(self) -> bool:
+        """Whether the server has ended: its end of the control socket is closed. A dying process's
+        files are closed before its children get their PDEATHSIG, so a guard ended by its server's
+        death always finds this true (no waiting on the clock)."""
+        try:
+            ready, _, _ = select.select([self.control], [], [], 0)
+            return bool(ready) and self.control.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def fork(self, env: dict, scratch: str, in_fd: int, out_fd: int, err_fd: int, groups: list[Path]) -> WarmRun:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -121,12 +121,33 @@ class FeedbackExporter(HTMLExporter):
         langinfo = nb.metadata.get("language_info", {})
         lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
         self.register_filter("highlight_code", self.filters.get("highlight_code",
-                                                                Highlight2HTML(pygments_lexer=lexer, parent=self)))
+                                                                _CachedHighlight(pygments_lexer=lexer, parent=self)))
         resources = self._init_resources(resources)
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata,
                                                                        parent=self, resources=resources))
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
         return _IMAGE_WITHOUT_ALT.sub(f'<img alt="{NO_ALT_TEXT}"', html), resources
+
+
+class _CachedHighlight(Highlight2HTML):
+    """nbconvert's code highlighting, kept by cell source: the course's cells (and its solutions)
+    recur on every student's page, and pygments takes most of a page's drawing time."""
+
+    def __call__(self, source, language=None, metadata=None):
+        key = (self.pygments_lexer, repr(self.extra_formatter_options), language,
+               (metadata or {}).get("magics_language"), source)
+        if key in _HIGHLIGHTED:
+            return _HIGHLIGHTED[key]
+        html_out = super().__call__(source, language, metadata)
+        if len(source) <= MARKDOWN_CACHED_CHARS:
+            if len(_HIGHLIGHTED) >= 4096:
+                _HIGHLIGHTED.clear()
+            _HIGHLIGHTED[key] = html_out
+        return html_out
+
+
+_HIGHLIGHTED: dict[tuple, str] = {}
+MARKDOWN_CACHED_CHARS = 20_000  # longer cells (a student's own, not the course's) are drawn every time
 
 
 class _TemplatesInMemory(BytecodeCache):
@@ -337,11 +358,13 @@ class _Budget:
 
     def __init__(self, left: int = MATH_RENDERS_PER_PAGE, seconds: float = MATH_SECONDS_PER_PAGE):
         self.left, self.deadline = left, time.monotonic() + seconds
+        self.refused = 0  # formulas shown as TeX because this page's budget was spent
 
     def svg(self, tex: str) -> str | None:
         if tex in _SVG_CACHE:
             return _SVG_CACHE[tex]
         if self.left <= 0 or time.monotonic() > self.deadline:
+            self.refused += 1
             return None
         self.left -= 1
         if len(_SVG_CACHE) >= 8192:
@@ -439,10 +462,23 @@ def markdown2html(context, source: str) -> str:
     math drawn as SVG. A page draws at most MATH_RENDERS_PER_PAGE new formulas."""
     from nbconvert.filters.markdown_mistune import MarkdownWithMath
 
+    if source in _MARKDOWN_CACHE:
+        return _MARKDOWN_CACHE[source]
     resources = context.get("resources")
     budget = resources.get("attn_math_budget") if isinstance(resources, dict) else None
     if budget is None:
         budget = _Budget()
         if isinstance(resources, dict):
             resources["attn_math_budget"] = budget
-    return MarkdownWithMath(renderer=_renderer_class()(budget)).render(source)
+    refused = budget.refused
+    html_out = MarkdownWithMath(renderer=_renderer_class()(budget)).render(source)
+    if budget.refused == refused and len(source) <= MARKDOWN_CACHED_CHARS:  # as any page would draw it
+        if len(_MARKDOWN_CACHE) >= 4096:
+            _MARKDOWN_CACHE.clear()
+        _MARKDOWN_CACHE[source] = html_out
+    return html_out
+
+
+# A markdown cell's HTML, by its source: the course's text recurs on every student's page (nbgrader
+# renders it again for each). Kept only when drawn whole (no formula left as TeX for want of budget).
+_MARKDOWN_CACHE: dict[str, str] = {}

@@ -108,6 +108,19 @@ def test_markdown_filter_unescapes_code_and_math_and_blocks_harmful_links():
     assert "javascript:" not in html
 
 
+def test_a_markdown_cell_is_drawn_once_and_kept_only_when_drawn_whole():
+    """Every page shows the course's markdown: drawn once, then reused; a cell drawn while a page's
+    formula budget was spent (shown as TeX) is not kept, so the next page still draws it."""
+    from autograder.plugins import _Budget
+
+    source = r"A formula only this test draws: $\alpha_{kept} + \beta^{2}$"
+    spent = markdown2html({"resources": {"attn_math_budget": _Budget(left=0)}}, source)
+    assert "math-tex" in spent and "<svg" not in spent
+    drawn = markdown2html({"resources": {}}, source)
+    assert "<svg" in drawn and "math-tex" not in drawn
+    assert markdown2html({"resources": {"attn_math_budget": _Budget(left=0)}}, source) == drawn
+
+
 # --------------------------------------------------------------------------- one notebook, for real
 @pytest.fixture(scope="module")
 def page(course):

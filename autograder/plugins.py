@@ -139,15 +139,27 @@ class _CachedHighlight(Highlight2HTML):
         if key in _HIGHLIGHTED:
             return _HIGHLIGHTED[key]
         html_out = super().__call__(source, language, metadata)
-        if len(source) <= MARKDOWN_CACHED_CHARS:
-            if len(_HIGHLIGHTED) >= 4096:
-                _HIGHLIGHTED.clear()
-            _HIGHLIGHTED[key] = html_out
+        if len(source) <= CACHED_CELL_CHARS:
+            _keep(_HIGHLIGHTED, key, html_out)
         return html_out
 
 
+# What every student's page shows again, drawn once per grading process: formulas (by TeX), markdown
+# cells and highlighted code cells (by source). Each holds at most CACHE_ENTRIES (then starts over);
+# cells longer than CACHED_CELL_CHARS (a student's own, not the course's) are drawn every time.
+_SVG_CACHE: dict[str, str | None] = {}
+_MARKDOWN_CACHE: dict[str, str] = {}  # only cells drawn whole (no formula left as TeX for want of budget)
 _HIGHLIGHTED: dict[tuple, str] = {}
-MARKDOWN_CACHED_CHARS = 20_000  # longer cells (a student's own, not the course's) are drawn every time
+CACHE_ENTRIES = 4096
+CACHED_CELL_CHARS = 20_000
+
+
+def _keep(cache: dict, key, value):
+    """`cache[key] = value`, the cache emptied first when full (bounded memory); the value."""
+    if len(cache) >= CACHE_ENTRIES:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 class _TemplatesInMemory(BytecodeCache):
@@ -349,9 +361,6 @@ def _tex_shown(tex: str, display: bool) -> str:
     return f'<code class="math-tex">{dollars}{html.escape(tex)}{dollars}</code>'
 
 
-_SVG_CACHE: dict[str, str | None] = {}  # the course's formulas recur on every student's page
-
-
 class _Budget:
     """The formulas one page may still draw, and for how long (those already drawn, for any
     page, are free): a student's page cannot hold the grader up with thousands of formulas."""
@@ -367,10 +376,7 @@ class _Budget:
             self.refused += 1
             return None
         self.left -= 1
-        if len(_SVG_CACHE) >= 8192:
-            _SVG_CACHE.clear()
-        _SVG_CACHE[tex] = _draw(tex)
-        return _SVG_CACHE[tex]
+        return _keep(_SVG_CACHE, tex, _draw(tex))
 
 
 def _environment(kind: str, body: str, budget: _Budget) -> str | None:
@@ -472,13 +478,6 @@ def markdown2html(context, source: str) -> str:
             resources["attn_math_budget"] = budget
     refused = budget.refused
     html_out = MarkdownWithMath(renderer=_renderer_class()(budget)).render(source)
-    if budget.refused == refused and len(source) <= MARKDOWN_CACHED_CHARS:  # as any page would draw it
-        if len(_MARKDOWN_CACHE) >= 4096:
-            _MARKDOWN_CACHE.clear()
-        _MARKDOWN_CACHE[source] = html_out
+    if budget.refused == refused and len(source) <= CACHED_CELL_CHARS:  # as any page would draw it
+        _keep(_MARKDOWN_CACHE, source, html_out)
     return html_out
-
-
-# A markdown cell's HTML, by its source: the course's text recurs on every student's page (nbgrader
-# renders it again for each). Kept only when drawn whole (no formula left as TeX for want of budget).
-_MARKDOWN_CACHE: dict[str, str] = {}

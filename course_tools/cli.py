@@ -142,8 +142,10 @@ class _CheckProgress:
         if self.bar is None:  # made on the first news from the sandbox: nothing shows for a refused notebook
             from tqdm import tqdm
 
+            # miniters=0: redrawn at most twice a second on any news, also while one slow cell runs (tqdm's
+            # default learns a step from a burst of fast cells, and then stays silent until the count moves)
             self.bar = tqdm(total=cells, desc="checking", unit="cell", file=sys.stderr, leave=False, mininterval=0.5,
-                            bar_format="{desc}: cell {n}/{total} {bar:10}{postfix}")
+                            miniters=0, bar_format="{desc}: cell {n}/{total} {bar:10}{postfix}")
         self.bar.total, self.bar.n = cells, min(index + 1, cells)
         slow = f"{seconds:.0f} s of its {limit:g} s limit" if seconds >= 2 else ""
         self.bar.set_postfix_str(f"{what}{': ' + slow if slow else ''}", refresh=False)

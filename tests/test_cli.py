@@ -531,3 +531,22 @@ def test_check_on_windows_says_what_it_needs(monkeypatch, capsys):
     assert cli.main(["check", "x.ipynb"]) == 2
     err = capsys.readouterr().err
     assert "needs Linux or macOS" in err and "WSL 2" in err and "Colab" in err
+
+
+def test_checks_live_line_is_redrawn_while_one_slow_cell_runs(monkeypatch, capsys):
+    """After a burst of fast cells, news about the same slow cell (its seconds growing) still
+    reaches the screen at most twice a second: tqdm's learnt step would wait for the count to move.
+    A fake clock: no dependence on this machine's speed."""
+    import tqdm.std
+
+    clock = [1000.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: clock[0])
+    with cli._CheckProgress() as progress:
+        for cell in range(15):  # fast cells, 0.6 s apart: one redraw each, and tqdm learns a step
+            clock[0] += 0.6
+            progress(cell, 27, f"cell {cell}", 0.0, 20)
+        for tenth in range(1, 31):  # cell 15 for 3 s, news five times a second
+            clock[0] += 0.2
+            progress(15, 27, "the code cell starting 'import time'", tenth / 5, 20)
+        shown = capsys.readouterr().err
+    assert "the code cell starting 'import time': 3 s of its 20 s limit" in shown, shown[-500:]

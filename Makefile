@@ -91,6 +91,10 @@ $(STAMP): requirements.txt requirements-sandbox.txt constraints.txt pyproject.to
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements-sandbox.txt
 	$(VENV)/bin/python -m pip install --quiet -r requirements.txt
+	@# rfc3987-syntax (jupyter-events -> jsonschema[format-nongpl]) compiles three Lark grammars whenever jsonschema
+	@# is imported: 0.8 s in every process that imports nbformat (each nbgrader step, kernel, server, `attn-course`
+	@# command), and the course validates no "iri" format. Without it jsonschema leaves that one format unchecked.
+	$(VENV)/bin/python -m pip uninstall --quiet --yes rfc3987-syntax lark
 	$(VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@$(MAKE) --no-print-directory sandbox
 	touch $(STAMP)

@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from .layout import REPO
 
@@ -93,3 +98,15 @@ def test_runtime_and_test_dependencies_are_separated():
         assert declared[name][1] == "optional-dependencies.grader", f"{name} is the grader's: the [grader] extra"
     for name in ("jupyterlab", "notebook"):
         assert declared[name][1] == "optional-dependencies.lab", f"{name} is the [lab] extra's"
+
+
+def test_the_courses_venv_imports_nbformat_without_compiling_grammars():
+    """`make venv` drops rfc3987-syntax, whose import compiles three Lark grammars (0.8 s in every process
+    that imports nbformat: each nbgrader step, server and `attn-course` command); nbformat and jsonschema
+    still import and validate."""
+    if Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
+        pytest.skip("only the Makefile's .venv drops rfc3987-syntax; this Python is another environment")
+    code = ("import sys, nbformat, jsonschema; nbformat.validate(nbformat.v4.new_notebook()); "
+            "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert found.strip() == "[]", found

@@ -84,17 +84,16 @@ labextension: $(STAMP)
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-sandbox.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-sandbox.txt constraints.txt pyproject.toml course_tools/venv_sitecustomize.py
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is needed: '$(PYTHON)' was not found. Install Python 3.11 (3.11.5 or later), or run 'make PYTHON=/path/to/python3.11'."; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(not ((3, 11, 5) <= sys.version_info[:3] < (3, 12)))' || { echo "Python 3.11.5 or a later 3.11 is needed; '$(PYTHON)' is $$($(PYTHON) -c 'import platform; print(platform.python_version())'), which the pinned packages refuse (soupsieve needs 3.11.5). Take a newer 3.11 (pyenv, uv, conda's environment.yml) and run 'make PYTHON=/path/to/python3.11'."; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements-sandbox.txt
 	$(VENV)/bin/python -m pip install --quiet -r requirements.txt
-	@# rfc3987-syntax (jupyter-events -> jsonschema[format-nongpl]) compiles three Lark grammars whenever jsonschema
-	@# is imported: 0.8 s in every process that imports nbformat (each nbgrader step, kernel, server, `attn-course`
-	@# command), and the course validates no "iri" format. Without it jsonschema leaves that one format unchecked.
-	$(VENV)/bin/python -m pip uninstall --quiet --yes rfc3987-syntax lark
+	@# sitecustomize.py: rfc3987-syntax, which jsonschema imports, compiles three grammars at import (0.8 s in every
+	@# process that imports nbformat: each nbgrader step, kernel, server, `attn-course` command); made lazy there
+	$(VENV)/bin/python -c 'import shutil, sysconfig; shutil.copyfile("course_tools/venv_sitecustomize.py", sysconfig.get_paths()["purelib"] + "/sitecustomize.py")'
 	$(VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@$(MAKE) --no-print-directory sandbox
 	touch $(STAMP)

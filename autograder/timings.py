@@ -31,9 +31,10 @@ def phase(name: str):
 
 
 def taken() -> dict[str, dict[str, float]]:
-    """{phase: {"seconds": total, "times": how many}} since the last `reset`."""
+    """{phase: {"seconds": total, "times": how many}} since the last `reset` (not rounded: a phase of a few
+    milliseconds a notebook, and the difference of two phases, stay what they are)."""
     with _lock:
-        return {name: {"seconds": round(_seconds[name], 1), "times": _times[name]} for name in _seconds}
+        return {name: {"seconds": _seconds[name], "times": _times[name]} for name in _seconds}
 
 
 def reset() -> None:

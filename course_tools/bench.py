@@ -138,7 +138,8 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
     started = time.perf_counter()
     results = grade(folder, work / "ours", progress=False, workers=workers, limits=settings.limits, warm=settings.warm)
     ours = time.perf_counter() - started
-    phases = where_the_time_goes(timings.taken(), len(results))
+    taken = timings.taken()
+    phases = where_the_time_goes(taken, len(results))
     plain = plain_scores(work)
     disagree = sorted(f"{r.student_id}/{r.notebook}: plain {plain.get((r.student_id, r.notebook))}, ours {r.score}"
                       for r in results
@@ -152,6 +153,7 @@ def benchmark(students: int = 20, work: Path = Path("build/bench"), assignments:
         "speedup": round(baseline / ours, 2),
         "plain_nbgrader_seconds_per_graded_notebook": round(baseline / max(len(results), 1), 2),
         "attn_course_grade_seconds_per_notebook_by_phase": phases,
+        "attn_course_grade_phase_runs": {name: entry["times"] for name, entry in taken.items()},
         "workers": workers,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "sandbox": isolation_mode(),

@@ -177,8 +177,10 @@ def test_benchmark_grades_the_same_class_both_ways(tmp_path):
     assert report["speedup"] == pytest.approx(ratio, rel=0.02, abs=0.01)
     assert report["plain_nbgrader_serial_seconds"] == round(sum(report["plain_nbgrader_seconds_per_notebook"].values()), 1)
     assert report["workers"] == (os.cpu_count() or 1) and report["sandbox"] == isolation_mode()
-    phases = report["attn_course_grade_seconds_per_notebook_by_phase"]  # where the time went: every phase ran
+    phases = report["attn_course_grade_seconds_per_notebook_by_phase"]  # where the time went
     assert set(phases) == {"sandbox", "judging", "nbgrader_autograde_and_feedback", "report_csvs_feedback_folder"}
-    assert all(seconds > 0 for seconds in phases.values()), phases
+    assert all(seconds >= 0 for seconds in phases.values()), phases  # judging nb01 may take under 5 ms: 0.0
+    runs, graded = report["attn_course_grade_phase_runs"], report["graded_notebooks"]  # every phase ran, counted
+    assert runs["sandbox"] >= graded and runs["trusted"] == runs["nbgrader"] == graded and runs["outputs"] == 1, runs
     busy = sum(phases.values()) * report["graded_notebooks"]  # phases of several threads: at most workers x wall
     assert busy <= report["workers"] * report["attn_course_grade_seconds"] + 0.1 * len(phases), (busy, report)

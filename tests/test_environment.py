@@ -118,3 +118,11 @@ def test_the_courses_venv_imports_nbformat_without_compiling_grammars():
     """
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert found.splitlines() == ["['sitecustomize']", "[True, False, True, False]", "True True module"], found
+
+
+def test_the_longest_first_files_exist():
+    """tests/conftest.py starts these files first (xdist balance): a renamed file would lose its place unseen."""
+    from .conftest import LONGEST_FIRST
+
+    missing = [path for path in LONGEST_FIRST if not (REPO / path).is_file()]
+    assert not missing, f"tests/conftest.py LONGEST_FIRST names files that are gone: {missing}"

@@ -93,7 +93,7 @@ $(STAMP): requirements.txt requirements-sandbox.txt constraints.txt pyproject.to
 	$(VENV)/bin/python -m pip install --quiet -r requirements.txt
 	@# sitecustomize.py: rfc3987-syntax, which jsonschema imports, compiles three grammars at import (0.8 s in every
 	@# process that imports nbformat: each nbgrader step, kernel, server, `attn-course` command); made lazy there
-	$(VENV)/bin/python -c 'import shutil, sysconfig; shutil.copyfile("course_tools/venv_sitecustomize.py", sysconfig.get_paths()["purelib"] + "/sitecustomize.py")'
+	$(VENV)/bin/python course_tools/venv_sitecustomize.py
 	$(VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@$(MAKE) --no-print-directory sandbox
 	touch $(STAMP)

@@ -1,5 +1,6 @@
-"""Copied by `make venv` into the course's virtual environment as `sitecustomize.py`, which Python
-imports when any process of that environment starts (the grader, its sandboxes, nbgrader, Jupyter).
+"""Run as a script (`make venv` does), it copies itself into the running Python's site-packages as
+`sitecustomize.py`, which Python imports when any process of that environment starts (the grader,
+its sandboxes, nbgrader, Jupyter).
 
 It makes one import lazy: rfc3987-syntax, which jsonschema imports (when installed) to check the
 "iri" format, compiles three Lark grammars at import, 0.8 s in every process that imports nbformat,
@@ -9,6 +10,7 @@ gives what it always gave. Only the standard library is used: this runs before a
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -18,22 +20,17 @@ import types
 LAZY = "rfc3987_syntax"
 
 
-_loaded: list[types.ModuleType] = []
-
-
+@functools.cache
 def _real_module() -> types.ModuleType:
     """The real package, imported once, in place of the stand-in (which stays with those holding it)."""
-    if _loaded:
-        return _loaded[0]
     stand_in = sys.modules.pop(LAZY, None)
     sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _LazyFinder)]
     try:
-        _loaded.append(importlib.import_module(LAZY))
+        return importlib.import_module(LAZY)
     except BaseException:
         if stand_in is not None:
             sys.modules[LAZY] = stand_in
         raise
-    return _loaded[0]
 
 
 def is_valid_syntax(term: str, value: str) -> bool:
@@ -69,5 +66,15 @@ class _LazyFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(name, _StandInLoader())
 
 
-if not any(isinstance(finder, _LazyFinder) for finder in sys.meta_path):
+def install() -> None:
+    """Copy this file into the running Python's site-packages as sitecustomize.py (`make venv`, Binder)."""
+    import shutil
+    import sysconfig
+
+    shutil.copyfile(__file__, f"{sysconfig.get_paths()['purelib']}/sitecustomize.py")
+
+
+if __name__ == "__main__":
+    install()
+elif not any(isinstance(finder, _LazyFinder) for finder in sys.meta_path):
     sys.meta_path.insert(0, _LazyFinder())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -874,8 +875,12 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
                      "" if r.status in GRADERS_OWN else _fingerprint(sub, assignment, solutions, salt), r)
         done.append(r)
 
+    slots, slot = itertools.count(), threading.local()
+
     def one(sub: StudentSubmission) -> None:
-        left = todo(sub)
+        if not hasattr(slot, "number"):
+            slot.number = next(slots)  # this grading thread's
+        left = staggered(todo(sub), chosen, slot.number, workers)
         with checks_salted(salt):  # this worker thread's
             graded = grade_one(course, sub, limits, left) if left else []
         for assignment, r in zip(left, graded, strict=True):
@@ -900,6 +905,16 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     absent = set() if students else \
         {r.student_id for r in results} - {r.student_id for r in results if r.status is not Status.MISSING}
     return [r for r in results if (r.student_id in graded or r.student_id in absent) and r.notebook in chosen]
+
+
+def staggered(left: list[str], chosen: list[str], slot: int, workers: int) -> list[str]:
+    """A student's notebooks in the order grading thread `slot` (of `workers`) takes them: the
+    assignments in turn, starting `slot / workers` of the way along. Threads grading at the same
+    time then work on different assignments, so each assignment's fork server (warm_sandbox.py) is
+    started once and serves the next student, instead of one per thread for the same assignment."""
+    start = (slot % max(workers, 1)) * len(chosen) // max(workers, 1)
+    turn = {a: (i - start) % len(chosen) for i, a in enumerate(chosen)}
+    return sorted(left, key=lambda a: turn.get(a, len(chosen)))
 
 
 def write_outputs(course: Course, out: Path, playing: list[str]) -> list[NotebookResult]:

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -302,6 +302,22 @@ class Pool:
                 return
         server.close()
 
+    @contextmanager
+    def widened(self, limit: int):
+        """At least `limit` servers alive inside the block (a grading run inside another's pool asks for
+        as many as it would keep itself); afterwards the least recently used idle ones over the old limit close."""
+        with self.lock:
+            before, self.limit = self.limit, max(self.limit, limit)
+        try:
+            yield self
+        finally:
+            with self.lock:
+                self.limit = before
+                surplus = max(0, len(self.idle) + self.busy + len(self.starting) - before)
+                closing, self.idle = self.idle[:surplus], self.idle[surplus:]
+            for server in closing:
+                server.close()
+
     def close(self) -> None:
         with self.lock:
             self.closed = True
@@ -325,8 +341,9 @@ SERVER_MEMORY = 2**30  # available memory a fork server may take: its ~250 MB, a
 
 
 def servers_for(workers: int, assignments: int) -> int:
-    """How many fork servers a grading run keeps: one per grading thread and assignment (each
-    thread grades one student's notebooks in turn), fewer where memory is short."""
+    """How many fork servers a grading run may keep: one per grading thread and assignment, fewer
+    where memory is short. Each thread grades one student's notebooks in turn, starting at its own
+    assignment (grade.staggered), so most runs need one server per assignment."""
     import psutil
 
     room = psutil.virtual_memory().available // SERVER_MEMORY
@@ -345,8 +362,9 @@ def current() -> Pool | None:
 @contextmanager
 def warm_sandboxes(limit: int, enabled: bool = True, background: bool = True):
     """Fork servers for the notebooks graded inside the block, all closed when it ends; only with
-    bubblewrap (the other sandboxes start as before). Inside another block, its servers serve
-    (`enabled=False`: none, every notebook starts fresh). `background`: see Pool."""
+    bubblewrap (the other sandboxes start as before). Inside another block, its servers serve, with room
+    for `limit` of them while this block lasts (`enabled=False`: none, every notebook starts fresh).
+    `background`: see Pool."""
     outer = current()
     pool = None
     if enabled and outer is None and sandbox.isolation_mode() == "bubblewrap":
@@ -354,7 +372,8 @@ def warm_sandboxes(limit: int, enabled: bool = True, background: bool = True):
     with _stack_lock:
         _stack.append(pool if pool is not None else (outer if enabled else None))
     try:
-        yield current()
+        with (outer.widened(limit) if pool is None and enabled and outer is not None else nullcontext()):
+            yield current()
     finally:
         with _stack_lock:
             _stack.pop()

@@ -265,3 +265,52 @@ def test_in_the_background_a_run_starts_fresh_while_its_server_starts(world, tmp
     finally:
         pool.close()
     assert not pool.idle and not pool.stubs.exists()
+
+
+class _IdleServer:
+    """Stands in for an idle fork server in the pool's bookkeeping."""
+    def __init__(self):
+        self.closed = False
+
+    def alive(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_grading_run_inside_another_pool_gets_room_for_its_servers_while_it_lasts():
+    """The suite's pool keeps 4 servers; a class of 8 assignments graded inside it asks for 16
+    (servers_for): without the room, each assignment's server was closed before the next student
+    came back to it, and started again."""
+    pool = warm_sandbox.Pool(2, background=False)
+    servers = [_IdleServer() for _ in range(4)]
+    try:
+        with pool.widened(4):
+            assert pool.limit == 4
+            pool.idle.extend(servers)  # the four servers a grading run kept, least recently used first
+        assert pool.limit == 2
+        assert [s.closed for s in servers] == [True, True, False, False], "the least recently used two close"
+        assert pool.idle == servers[2:]
+        with pool.widened(1):
+            assert pool.limit == 2, "a block never shrinks the pool"
+    finally:
+        pool.close()
+    outer = warm_sandbox.current()
+    if outer is not None:  # the suite's own pool (tests/conftest.py): an inner block widens it
+        before = outer.limit
+        with warm_sandbox.warm_sandboxes(before + 3) as inner:
+            assert inner is outer and outer.limit == before + 3
+        assert outer.limit == before
+
+
+def test_grading_threads_start_their_students_at_different_assignments():
+    from autograder.grade import staggered
+
+    chosen = [f"0{i}" for i in range(1, 9)]
+    orders = [staggered(chosen, chosen, slot, 2) for slot in range(4)]
+    assert orders[0] == chosen and orders[1] == chosen[4:] + chosen[:4]
+    assert orders[2] == orders[0] and orders[3] == orders[1], "a thread keeps its place"
+    assert all(sorted(order) == chosen for order in orders), "every notebook is graded, once"
+    assert staggered(["03", "07"], chosen, 1, 2) == ["07", "03"], "only the student's own notebooks, in the thread's turn"
+    assert staggered(["01"], ["01"], 1, 3) == ["01"]

@@ -32,7 +32,7 @@ from typing import Callable
 
 import nbformat
 
-from . import trusted
+from . import trusted, warm_sandbox
 from .course import CACHE_ENV, assignments, cache_root, notebook_path, write_course_config  # noqa: F401 - CACHE_ENV named here by tests
 from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
@@ -239,9 +239,12 @@ def judge_notebook(prepared: Prepared, data: bytes, limits: Limits | None = None
             what = trusted.describe_cell(job, i) if i is not None else STARTING
             progress(i or 0, len(job.cells), what, seconds, limits.cell_seconds)
 
+        # a check on its own starts a fresh sandbox; inside a `warm_sandboxes` block (a grading run, the
+        # test suite) it forks from that block's server for this world, as `attn-course grade`'s runs do
+        warm = warm_sandbox.current()
         verdicts, run = trusted.grade_job(job, tests, limits.cell_seconds,
                                           lambda inputs: run_notebook_job(folder, inputs, world, limits,
-                                                                          live if progress else None))
+                                                                          live if progress else None, warm=warm))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     graded = set(_solution_sources(source))

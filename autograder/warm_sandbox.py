@@ -246,6 +246,18 @@ class Pool:
             self.give_back(server)
             return None
 
+    def ready(self, world: sandbox.World, limits: Limits) -> None:
+        """Before a run's clocks start: with `background=False`, this world's server started (waited
+        for) now, so its imports never count against the notebook's time limit. In the background
+        mode, nothing: the run itself starts fresh while its server starts."""
+        if self.background:
+            return
+        server, starting = self._take(_world_key(world, limits), world, limits)
+        if starting is not None:
+            starting.result()
+        elif server is not None:
+            self.give_back(server)  # one was idle already
+
     def _take(self, key, world: sandbox.World, limits: Limits, start: bool = True):
         """(an idle server of this world, marked busy, or None; the start begun for it, or None)."""
         with self.lock:

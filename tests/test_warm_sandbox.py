@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
+from dataclasses import replace
 
 import cloudpickle
 import pytest
@@ -217,6 +219,22 @@ def test_a_server_that_cannot_start_leaves_every_run_fresh(world, tmp_path, pool
     assert pool.cold and not pool.idle, "the pool did not note that this world runs fresh"
 
 
+def test_waiting_for_a_server_to_start_is_never_the_notebooks_time(world, tmp_path, pool, monkeypatch):
+    """A pool that waits for its servers (the suite's, background=False) starts this world's server
+    before the run's clocks: a server slower to start than the notebook may run costs it nothing."""
+    limits = replace(LIMITS, notebook_seconds=6)
+    real_init = warm_sandbox.ForkServer.__init__
+
+    def slow_start(self, *args):
+        time.sleep(limits.notebook_seconds + 1)
+        real_init(self, *args)
+
+    monkeypatch.setattr(warm_sandbox.ForkServer, "__init__", slow_start)
+    result = run_notebook_job(tmp_path / "job", _inputs(PROBE), world, limits, warm=pool)
+    assert result.finished and result.incidents == [], result.incidents
+    assert json.loads(_seen(result))["forked"] is True, "the run did not fork from the server it waited for"
+
+
 def test_a_class_graded_warm_gets_the_grades_it_gets_fresh(tmp_path, monkeypatch):
     from autograder import grade as grading
 
@@ -279,7 +297,7 @@ class _IdleServer:
         self.closed = True
 
 
-def test_a_grading_run_inside_another_pool_gets_room_for_its_servers_while_it_lasts():
+def test_a_grading_run_inside_another_pool_gets_room_for_its_servers_while_it_lasts(monkeypatch):
     """The suite's pool keeps 4 servers; a class of 8 assignments graded inside it asks for 16
     (servers_for): without the room, each assignment's server was closed before the next student
     came back to it, and started again."""
@@ -296,11 +314,11 @@ def test_a_grading_run_inside_another_pool_gets_room_for_its_servers_while_it_la
             assert pool.limit == 2, "a block never shrinks the pool"
     finally:
         pool.close()
-    outer = warm_sandbox.current()
-    if outer is not None:  # the suite's own pool (tests/conftest.py): an inner block widens it
+    monkeypatch.setattr(sandbox, "isolation_mode", lambda: "bubblewrap")  # a pool starts no server until used
+    with warm_sandbox.warm_sandboxes(2, background=False) as outer:  # the suite's own pool, if it has one
         before = outer.limit
         with warm_sandbox.warm_sandboxes(before + 3) as inner:
-            assert inner is outer and outer.limit == before + 3
+            assert inner is outer and outer.limit == before + 3, "an inner block did not widen the pool it runs in"
         assert outer.limit == before
 
 

@@ -375,9 +375,10 @@ def _mount(*args, fds=()) -> bool:
 
 def _init_inside(spec_path: str) -> None:
     """PID 1 of the namespaces fallback: hide what the student must not see, freeze the rest
-    read-only, give a private scratch as the only writable place, set limits, drop every
-    capability, exec the runner. Nothing is made outside this mount namespace: every folder it
-    creates is on a tmpfs of its own, so nothing is left behind and no two sandboxes meet."""
+    read-only, give a private scratch as the only writable place, then start the runner with
+    limits and without capabilities, and stay its init (_stay_pid_1). Nothing is made outside
+    this mount namespace: every folder it creates is on a tmpfs of its own, so nothing is left
+    behind and no two sandboxes meet."""
     spec = json.loads(Path(spec_path).read_text())
     kit = os.open(spec["kit"], os.O_RDONLY | os.O_DIRECTORY)  # held open: /tmp is replaced below
     library = os.open(spec["library"], os.O_PATH | os.O_DIRECTORY) if spec["library"] else None
@@ -410,11 +411,33 @@ def _init_inside(spec_path: str) -> None:
         if mountpoint not in keep_writable and not mountpoint.startswith("/proc/"):
             _mount("-o", "remount,bind,ro", mountpoint)
     os.chdir(workdir)
-    _set_limits(spec["limits"], nproc=spec["nproc"])
-    os.environ.clear()
-    os.environ.update(spec["env"])
     drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-    os.execvp(drop[0], drop + [sys.executable, "-m", "autograder.runner"])
+    runner = os.fork()
+    if runner == 0:
+        _set_limits(spec["limits"], nproc=spec["nproc"])
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        os.execvp(drop[0], drop + [sys.executable, "-m", "autograder.runner"])
+    _stay_pid_1(runner)
+
+
+def _stay_pid_1(runner: int) -> None:
+    """The PID namespace's init: reap orphans until the runner ends, then end as it did (its
+    exit code, or 128 + the signal that killed it). The runner is not PID 1 itself because the
+    kernel ignores a signal that PID 1 sends itself without a handler: a notebook's
+    `os.kill(os.getpid(), SIGKILL)` would do nothing here and kill its process under bubblewrap.
+    Signals from inside the namespace reach this init not at all (no handlers: Python's SIGINT
+    one is removed), so a notebook cannot end it but by ending its runner."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:  # cannot happen while the runner lives; end as a crash if it does
+            os._exit(128 + signal.SIGKILL)
+        if pid == runner:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else code)
 
 
 def _bind_fd(fd: int, target: str, what: str) -> None:

@@ -337,3 +337,30 @@ def test_no_sandbox_shows_the_graders_home_or_credentials(class_folder, kind, wh
     assert "ValueError" in text, found  # the attack ran and reported what it could read
     assert "MARKER" not in text and "root:" not in text, found
     assert "urandom=4" in text, found
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+def test_a_notebook_that_kills_its_own_process_is_a_crash_in_every_sandbox(class_folder, kind):
+    """`os.kill(os.getpid(), SIGKILL)` ends the notebook's process in every sandbox: the grader
+    records the crash, restarts without that cell, and grades the rest. (The namespaces fallback
+    once ran the notebook as PID 1 of its PID namespace, where the kernel ignores that signal: the
+    cell did nothing there, unlike under bubblewrap.)"""
+    if not kind_works(kind):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    folder, paths = class_folder
+    nb = json.loads(paths["solved"].read_text())
+    nb["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                           "source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"})
+    hostile = folder / f"self-kill-{kind}" / paths["solved"].name
+    hostile.parent.mkdir(exist_ok=True)
+    hostile.write_text(json.dumps(nb))
+    hostile.parent.chmod(0o755)
+    found = run_as(None, f"""
+    from pathlib import Path
+    from autograder.selfcheck import self_check
+    result, _ = self_check(Path({str(hostile)!r}))
+    print(json.dumps([result.score, result.max_score, result.detail]))
+    """, sandbox=kind)
+    score, max_score, detail = found
+    assert "SIGKILL" in detail or "killed" in detail, found  # the process really ended
+    assert score == max_score == 17, found  # ... and the restart graded every answer

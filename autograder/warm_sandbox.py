@@ -217,6 +217,7 @@ class Pool:
 
     def __init__(self, limit: int, background: bool = True):
         self.limit, self.background = max(1, limit), background
+        self.base_limit, self.widenings = self.limit, []  # `limit` is the largest of these (widened)
         self.lock = threading.Lock()
         # Servers are started from one thread that lives as long as the pool: a sandbox dies with the
         # thread that started it (PR_SET_PDEATHSIG), and a grading thread may end before its server.
@@ -317,15 +318,19 @@ class Pool:
     @contextmanager
     def widened(self, limit: int):
         """At least `limit` servers alive inside the block (a grading run inside another's pool asks for
-        as many as it would keep itself); afterwards the least recently used idle ones over the old limit close."""
+        as many as it would keep itself); afterwards the least recently used idle ones over the limit
+        still in force close. Blocks of several threads may overlap and end in any order."""
+        request = [limit]  # this block's own entry (compared by identity: two blocks may ask alike)
         with self.lock:
-            before, self.limit = self.limit, max(self.limit, limit)
+            self.widenings.append(request)
+            self.limit = max([self.base_limit, *(r[0] for r in self.widenings)])
         try:
             yield self
         finally:
             with self.lock:
-                self.limit = before
-                surplus = max(0, len(self.idle) + self.busy + len(self.starting) - before)
+                self.widenings = [r for r in self.widenings if r is not request]
+                self.limit = max([self.base_limit, *(r[0] for r in self.widenings)])
+                surplus = max(0, len(self.idle) + self.busy + len(self.starting) - self.limit)
                 closing, self.idle = self.idle[:surplus], self.idle[surplus:]
             for server in closing:
                 server.close()

@@ -316,6 +316,14 @@ def test_a_grading_run_inside_another_pool_gets_room_for_its_servers_while_it_la
         assert pool.idle == servers[2:]
         with pool.widened(1):
             assert pool.limit == 2, "a block never shrinks the pool"
+        first, second = pool.widened(5), pool.widened(3)  # two threads' blocks that overlap, and end
+        first.__enter__()                                  # in the order they began
+        second.__enter__()
+        assert pool.limit == 5
+        first.__exit__(None, None, None)
+        assert pool.limit == 3, "the block still running lost its room"
+        second.__exit__(None, None, None)
+        assert pool.limit == 2
     finally:
         pool.close()
     monkeypatch.setattr(sandbox, "isolation_mode", lambda: "bubblewrap")  # a pool starts no server until used

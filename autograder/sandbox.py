@@ -12,11 +12,14 @@ What the student's code gets (Linux), in order of preference; `status` names the
   folder, the submissions, other jobs, `solutions/`, the hidden tests or the home folder exists
   inside. Outside, the user namespace maps uid 65534 to the grader's own uid: run the grader as
   an ordinary user for an unprivileged uid outside too.
-* **namespaces** (fallback, util-linux `unshare`): mount, network and PID namespaces; a
-  deny-list instead of an allow-list (solutions/, the repository's history, tests/, the grading
-  folder, the submissions and the hidden tests are covered by empty mounts, everything else is
-  read-only), `/sys` hidden and `/proc/sys` read-only, all capabilities dropped. It runs as the
-  grader's uid (root stays uid 0 without capabilities): prefer bubblewrap.
+* **namespaces** (fallback, util-linux `unshare`): user (root's too, where it can: keyrings are
+  per user namespace), mount, network (loopback up), PID, IPC and UTS namespaces; a deny-list
+  instead of an allow-list (solutions/, the repository's history, tests/, the grading folder,
+  the submissions and the hidden tests, homes, credentials and /run are covered by empty mounts,
+  the host's listed Unix sockets by empty files, everything else is read-only), `/sys` hidden,
+  `/proc` hardened as bubblewrap's, one sized scratch, all capabilities dropped. It runs as the
+  grader's uid (root stays uid 0 without capabilities), and other copies of the course elsewhere
+  on the machine stay readable: prefer bubblewrap.
 * **none** (macOS, locked-down containers): resource limits only, said in `status`.
 
 Always: memory (RLIMIT_AS per process; for the whole sandbox a memory cgroup when the grader is
@@ -42,6 +45,7 @@ import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -76,9 +80,11 @@ KIT_FILES = ("__init__.py", "channel.py", "forkserver.py", "runner.py", "seriali
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/bus", "/proc/irq")
 PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/latency_stats", "/proc/timer_list",
                "/proc/timer_stats", "/proc/sched_debug")
-# The namespaces fallback is a deny-list: what it always hides, whatever the course names. Homes and
-# credentials (a folder holding the grader's Python stays, its other entries are hidden one by one).
-CREDENTIAL_DIRS = ("/root", "/home", "/etc/ssh", "/etc/ssl/private", "/run/secrets", "/var/run/secrets",
+# The namespaces fallback is a deny-list: what it always hides, whatever the course names. Homes,
+# credentials and /run, the host's sockets (a D-Bus, systemd or Docker socket is a way out: a
+# read-only mount does not stop connect()); a folder holding the grader's Python stays, its other
+# entries are hidden one by one. Sockets elsewhere that the host lists are covered one by one too.
+CREDENTIAL_DIRS = ("/root", "/home", "/etc/ssh", "/etc/ssl/private", "/run", "/var/run",
                    "/var/lib/sss", "/var/mail", "/var/spool/cron")
 CREDENTIAL_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
                     "/etc/security/opasswd")
@@ -187,6 +193,15 @@ def isolation_mode() -> str:
 
 class WeakSandbox(ValueError):
     """Grading others' notebooks without bubblewrap, when the instructor did not choose to."""
+
+
+@lru_cache(maxsize=1)
+def _root_gets_user_namespace() -> bool:
+    """Whether the fallback, run by root, can also give its sandbox a user namespace (uid 0 mapped
+    to itself): the kernel's keyrings are per user namespace, so without one a notebook shares
+    root's user keyring with the grader and with the next student's notebook."""
+    return os.geteuid() == 0 and _works(["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid",
+                                         "--fork", "--mount-proc", "true"])
 
 
 def require_strong_sandbox(mode: str | None = None) -> None:
@@ -386,12 +401,15 @@ def _init_inside(spec_path: str) -> None:
         if os.path.exists(target):
             _mount("--bind", stub, target)
     stubs = {inside: os.open(stub, os.O_PATH) for stub, inside in spec["inside_stubs"]}
-    private = set()
-    for path in PRIVATE_SCRATCH:  # the sandbox's own throwaway /tmp and friends
-        if path not in spec["keep"] and os.path.isdir(path) and \
-                _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES},mode=1777", "tmpfs", path):
-            private.add(path)
-    _fresh_dev()
+    _fresh_dev()  # its /dev/shm is the sandbox's one scratch (SCRATCH)
+    private, shared_tmp = {SCRATCH}, os.path.join(SCRATCH, ".tmp")
+    for path in PRIVATE_SCRATCH:  # the throwaway /tmp and /var/tmp: one folder of that scratch, bound at both
+        if path != SCRATCH and path not in spec["keep"] and os.path.isdir(path):
+            if not os.path.isdir(shared_tmp):
+                os.mkdir(shared_tmp)
+                os.chmod(shared_tmp, 0o1777)
+            if _mount("--bind", shared_tmp, path):
+                private.add(path)
     _bind_fd(kit, os.path.join(SCRATCH, ".grader"), "the runner's modules")
     if library is not None:
         _bind_fd(library, os.path.join(spec["library_path"], "attention_course"), "the course library")
@@ -402,8 +420,8 @@ def _init_inside(spec_path: str) -> None:
     for path in spec["hide_dirs"] + ["/sys"]:  # hidden: an empty, read-only folder in its place
         if os.path.isdir(path):
             _mount("-t", "tmpfs", "-o", "ro,size=4k,mode=555", "tmpfs", path)
-    _mount("--bind", "/proc/sys", "/proc/sys")
-    _mount("-o", "remount,bind,ro", "/proc/sys")
+    _harden_proc()
+    _loopback_up()
     workdir = os.path.join(SCRATCH, "job")
     os.mkdir(workdir)
     keep_writable = private | {"/proc", "/dev", "/dev/shm"} | {f"/dev/{n}" for n in DEVICES}
@@ -440,6 +458,36 @@ def _stay_pid_1(runner: int) -> None:
             os._exit(128 - code if code < 0 else code)
 
 
+def _harden_proc() -> None:
+    """The /proc entries bubblewrap makes read-only or masks (PROC_READONLY, PROC_MASKED), alike
+    here: as root a notebook could otherwise write /proc/irq or /proc/sysrq-trigger, or read /proc/keys."""
+    for path in PROC_READONLY:
+        if os.path.exists(path) and _mount("--bind", path, path):
+            _mount("-o", "remount,bind,ro", path)
+    for path in PROC_MASKED:
+        if os.path.exists(path):
+            _mount("--bind", "/dev/null", path)
+
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def _loopback_up() -> None:
+    """The network namespace's own loopback, up (as bubblewrap does): an honest notebook may talk to
+    itself over 127.0.0.1 (torch.distributed's gloo, a local server); nothing outside is reachable."""
+    import fcntl
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            ifreq = "16sh22x"  # struct ifreq: the interface's name, its flags (40 bytes in all)
+            name, flags = struct.unpack(ifreq, fcntl.ioctl(sock, SIOCGIFFLAGS, struct.pack(ifreq, b"lo", 0)))
+            fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(ifreq, name, flags | IFF_UP))
+    except OSError as err:  # the notebook still runs; only a notebook that needs 127.0.0.1 notices
+        print(f"sandbox: the loopback interface stays down ({err})", file=sys.stderr)
+
+
 def _bind_fd(fd: int, target: str, what: str) -> None:
     """Bind the folder open as `fd` at `target` (made first, on this sandbox's own tmpfs)."""
     os.makedirs(target)
@@ -461,7 +509,10 @@ def _fresh_dev() -> None:
         _mount("--bind", f"/proc/self/fd/{fd}", os.path.join("/dev", name), fds=(fd,))
         os.close(fd)
     os.mkdir("/dev/shm")
-    _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES},mode=1777", "tmpfs", "/dev/shm")
+    # One size for everything a notebook may write (its folder, home, /tmp, /var/tmp, /dev/shm): what
+    # bubblewrap's scratch and /dev/shm hold together. RLIMIT_AS never sees a tmpfs's pages, and as an
+    # ordinary user no memory cgroup counts them: three tmpfs mounts held three times as much.
+    _mount("-t", "tmpfs", "-o", f"size={SCRATCH_BYTES + SHM_BYTES},mode=1777", "tmpfs", "/dev/shm")
     os.symlink("/proc/self/fd", "/dev/fd")
 
 
@@ -505,7 +556,27 @@ def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], 
                 todo.append(entry)
             elif entry.is_file() and not _contains_needed(str(entry), root, lib):
                 files.append(str(entry))
-    return sorted(folders), sorted(files)
+    hidden = [Path(f) for f in folders] + [Path(p) for p in PRIVATE_SCRATCH]
+    files += [s for s in _host_sockets() if not any(Path(s).is_relative_to(h) for h in hidden)]
+    return sorted(folders), sorted(set(files))
+
+
+def _host_sockets() -> list[str]:
+    """The Unix sockets bound to a path that the grader's network namespace lists (/proc/net/unix):
+    each is covered by an empty file in the fallback (connect() needs no write permission)."""
+    try:
+        with open("/proc/net/unix") as fh:
+            paths = {line.split()[7] for line in list(fh)[1:] if len(line.split()) >= 8}
+    except OSError:
+        return []
+    found = []
+    for path in sorted(p for p in paths if p.startswith("/")):
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append(path)
+        except OSError:
+            continue
+    return found
 
 
 def _contains_needed(path: str, course_root: Path | None = None, library: Path | None = None) -> bool:
@@ -647,7 +718,7 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
         spec_path = job / "sandbox.json"
         spec_path.write_text(json.dumps(spec))
         cmd = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "--kill-child"]
-        if mode.endswith("(user)"):
+        if mode.endswith("(user)") or _root_gets_user_namespace():
             cmd.append("--map-root-user")
         cmd += [sys.executable, "-m", "autograder.sandbox", "init", str(spec_path)]
         return subprocess.Popen(cmd, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), **common)

@@ -14,6 +14,7 @@ and as an ordinary user (`.ci/run` runs this file again as one):
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -364,3 +365,127 @@ def test_a_notebook_that_kills_its_own_process_is_a_crash_in_every_sandbox(class
     score, max_score, detail = found
     assert "SIGKILL" in detail or "killed" in detail, found  # the process really ended
     assert score == max_score == 17, found  # ... and the restart graded every answer
+
+
+# What the namespaces fallback once left open that bubblewrap closes (found by a red team): a host
+# socket outside the sandbox, root's kernel keyring, /proc's writable corners, three separate
+# scratch tmpfs; and what it closed that an honest notebook needs: the loopback interface.
+WAYS_OUT = '''
+import ctypes, os, socket
+_found = {{}}
+for _i, _path in enumerate({sockets!r}):
+    try:
+        _s = socket.socket(socket.AF_UNIX)
+        _s.settimeout(5)
+        _s.connect(_path)
+        _found[f"sock{{_i}}"] = "connected"
+    except OSError as _err:
+        _found[f"sock{{_i}}"] = type(_err).__name__
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_key = _libc.syscall(248, b"user", {key!r}, b"left-for-the-next", 17, ctypes.c_int(-4))  # add_key to @u
+_found["key_added"] = _key > 0
+for _name in ("/proc/sysrq-trigger", "/proc/irq/default_smp_affinity"):  # opened, never written
+    try:
+        os.close(os.open(_name, os.O_WRONLY))
+        _found[_name] = "writable"
+    except OSError as _err:
+        _found[_name] = type(_err).__name__
+try:
+    _found["/proc/keys"] = len(open("/proc/keys").read())
+except OSError as _err:
+    _found["/proc/keys"] = 0
+try:  # an honest notebook talking to itself over 127.0.0.1
+    _server = socket.create_server(("127.0.0.1", 0))
+    with socket.create_connection(_server.getsockname(), timeout=5) as _client:
+        _client.sendall(b"ping")
+        _found["loopback"] = _server.accept()[0].recv(4).decode()
+except OSError as _err:
+    _found["loopback"] = type(_err).__name__
+_held = 0  # MiB written to every writable scratch folder, each its own file
+for _i, _folder in enumerate(("/tmp", "/var/tmp", "/dev/shm", os.getcwd())):
+    try:
+        with open(os.path.join(_folder, f"fill{{_i}}"), "wb") as _fh:
+            for _ in range(400):
+                _fh.write(b"x" * 2**20)
+                _held += 1
+    except OSError:
+        pass
+_found["held_mib"] = _held
+'''
+
+
+def _host_sockets(name: str) -> list:
+    """(folder, listening socket) pairs outside any sandbox: one in /run and one in /var/lib (left
+    visible, read-only, by the fallback's deny-list: only the sockets the host lists are covered
+    there). Root only: an ordinary user can make neither."""
+    import socket
+
+    if not is_root():
+        return []
+    made = []
+    for place in (Path("/run") / name, Path("/var/lib") / name):
+        place.mkdir(parents=True, exist_ok=True)
+        os.chmod(place, 0o755)
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(place / "host.sock"))
+        os.chmod(place / "host.sock", 0o777)
+        server.listen(4)
+        made.append((place, server))
+    return made
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_folder, kind, who, tmp_path):
+    """In every sandbox: a host Unix socket (in /run, and in a folder the fallback leaves visible)
+    cannot be reached; a key a notebook adds to its user keyring is not in the grader's (nor the
+    next notebook's); /proc/sysrq-trigger and /proc/irq cannot be opened for writing and /proc/keys
+    shows nothing; everything a notebook writes to its scratch folders together stays within the
+    scratch and /dev/shm sizes; and 127.0.0.1 answers, as an honest notebook may need."""
+    from autograder.sandbox import SCRATCH_BYTES, SHM_BYTES
+
+    user = _grader(who)
+    if not kind_works(kind, user):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    folder, paths = class_folder
+    servers = _host_sockets(f"attn-test-sockets-{kind}-{who}-{os.getpid()}")
+    sockets = [str(place / "host.sock") for place, _ in servers]
+    key = f"attn-test-{kind}-{who}-{os.getpid()}".encode()
+    attack = json.loads(paths["solved"].read_text())
+    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                               "source": WAYS_OUT.format(sockets=sockets, key=key)})
+    for cell in attack["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+            cell["source"] = "def normalize_rows(S):\n    raise ValueError('FOUND' + json.dumps(_found) + 'END')\n"
+    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                               "source": "import json"})
+    hostile = folder / f"ways-out-{kind}-{who}" / paths["solved"].name
+    hostile.parent.mkdir(exist_ok=True)
+    hostile.write_text(json.dumps(attack))
+    hostile.parent.chmod(0o755)
+    try:
+        result = run_as(user, f"""
+        import ctypes
+        from pathlib import Path
+        from autograder.selfcheck import self_check
+        result, _ = self_check(Path({str(hostile)!r}))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        in_mine = libc.syscall(250, 10, ctypes.c_int(-4), b"user", {key!r}, 0)  # KEYCTL_SEARCH in the grader's @u
+        if in_mine > 0:
+            libc.syscall(250, 21, ctypes.c_long(in_mine), ctypes.c_int(-4))  # KEYCTL_UNLINK: leave nothing behind
+        print(json.dumps([[c.message for c in result.cells if c.grade_id == "test_normalize_rows"], in_mine > 0]))
+        """, sandbox=kind)
+    finally:
+        for place, server in servers:
+            server.close()
+            shutil.rmtree(place, ignore_errors=True)
+    messages, key_in_graders_keyring = result
+    found = json.loads(messages[0].split("FOUND", 1)[1].split("END", 1)[0])
+    assert all(found[f"sock{i}"] != "connected" for i in range(len(sockets))), found
+    assert not key_in_graders_keyring, f"the notebook's key reached the grader's own keyring: {found}"
+    assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found
+    assert found["/proc/keys"] == 0, found
+    assert found["loopback"] == "ping", found
+    assert found["held_mib"] * 2**20 <= SCRATCH_BYTES + SHM_BYTES, found

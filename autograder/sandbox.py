@@ -436,6 +436,8 @@ def _init_inside(spec_path: str) -> None:
         os.environ.clear()
         os.environ.update(spec["env"])
         os.execvp(drop[0], drop + [sys.executable, "-m", "autograder.runner"])
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the channel and the inputs are the runner's alone
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no /proc/1 file of the init's for the runner to open
     _stay_pid_1(runner)
 
 
@@ -556,14 +558,16 @@ def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], 
                 todo.append(entry)
             elif entry.is_file() and not _contains_needed(str(entry), root, lib):
                 files.append(str(entry))
-    hidden = [Path(f) for f in folders] + [Path(p) for p in PRIVATE_SCRATCH]
+    replaced = [p for p in PRIVATE_SCRATCH if p == SCRATCH or not _contains_needed(p, root, lib)]  # as _launch keeps them
+    hidden = [Path(f) for f in folders] + [Path(p) for p in replaced]
     files += [s for s in _host_sockets() if not any(Path(s).is_relative_to(h) for h in hidden)]
     return sorted(folders), sorted(set(files))
 
 
 def _host_sockets() -> list[str]:
     """The Unix sockets bound to a path that the grader's network namespace lists (/proc/net/unix):
-    each is covered by an empty file in the fallback (connect() needs no write permission)."""
+    each is covered by an empty file in the fallback (a read-only mount does not stop connect()).
+    Sockets of other network namespaces are not listed: the deny-list's limit."""
     try:
         with open("/proc/net/unix") as fh:
             paths = {line.split()[7] for line in list(fh)[1:] if len(line.split()) >= 8}
@@ -651,6 +655,7 @@ def _rmdir_within(group: Path, tries: int, pause: float) -> bool:
     return False
 
 
+PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that started it ends
 
 
@@ -721,7 +726,9 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
         if mode.endswith("(user)") or _root_gets_user_namespace():
             cmd.append("--map-root-user")
         cmd += [sys.executable, "-m", "autograder.sandbox", "init", str(spec_path)]
-        return subprocess.Popen(cmd, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), **common)
+        # The init lives as long as the run: it gets none of the grader's environment (its secrets)
+        init_env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL") if k in os.environ}
+        return subprocess.Popen(cmd, env=dict(init_env, PYTHONDONTWRITEBYTECODE="1"), **common)
     scratch_dir = Path(tempfile.mkdtemp(prefix="attn-job-"))
     made.append(scratch_dir)
     path = [world.kit]

@@ -43,6 +43,16 @@ def _grader(who: str) -> str | None:
     return user
 
 
+def _hostile_copy(folder: Path, name: str, notebook: dict) -> Path:
+    """`notebook` written as a student's notebook 01 in its own folder of the class, readable by
+    the ordinary user."""
+    hostile = folder / name / "01_similarity_attention.ipynb"
+    hostile.parent.mkdir(exist_ok=True)
+    hostile.write_text(json.dumps(notebook))
+    hostile.parent.chmod(0o755)
+    return hostile
+
+
 def test_a_library_that_does_not_import_is_the_graders_incident_and_the_next_run_grades(class_folder, monkeypatch,
                                                                                           tmp_path):
     from autograder import grade as grading
@@ -141,10 +151,7 @@ def test_one_notebook_at_its_process_ceiling_starves_no_classmate(class_folder, 
     attack = json.loads(paths["solved"].read_text())
     attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "source": HOLD_PROCESSES,
                                "outputs": [], "execution_count": None})
-    hostile = folder / "hostile" / paths["solved"].name
-    hostile.parent.mkdir(exist_ok=True)
-    hostile.write_text(json.dumps(attack))
-    hostile.parent.chmod(0o755)
+    hostile = _hostile_copy(folder, "hostile", attack)
     code = f"""
     import os, threading, time
     from pathlib import Path
@@ -208,10 +215,7 @@ def test_a_notebooks_processes_together_stay_within_its_memory(class_folder, who
     for cell in attack["cells"]:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
             cell["source"] = REPORT_HELD
-    hostile = folder / f"memory-{who}" / paths["solved"].name
-    hostile.parent.mkdir(exist_ok=True)
-    hostile.write_text(json.dumps(attack))
-    hostile.parent.chmod(0o755)
+    hostile = _hostile_copy(folder, f"memory-{who}", attack)
     found = run_as(user, f"""
     import threading, time
     from pathlib import Path
@@ -321,10 +325,7 @@ def test_no_sandbox_shows_the_graders_home_or_credentials(class_folder, kind, wh
     for cell in attack["cells"]:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
             cell["source"] = READ_SECRETS.format(secret=str(secret))
-    hostile = folder / f"leak-{kind}-{who}" / paths["solved"].name
-    hostile.parent.mkdir(exist_ok=True)
-    hostile.write_text(json.dumps(attack))
-    hostile.parent.chmod(0o755)
+    hostile = _hostile_copy(folder, f"leak-{kind}-{who}", attack)
     try:
         found = run_as(user, f"""
         from pathlib import Path
@@ -352,10 +353,7 @@ def test_a_notebook_that_kills_its_own_process_is_a_crash_in_every_sandbox(class
     nb = json.loads(paths["solved"].read_text())
     nb["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
                            "source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"})
-    hostile = folder / f"self-kill-{kind}" / paths["solved"].name
-    hostile.parent.mkdir(exist_ok=True)
-    hostile.write_text(json.dumps(nb))
-    hostile.parent.chmod(0o755)
+    hostile = _hostile_copy(folder, f"self-kill-{kind}", nb)
     found = run_as(None, f"""
     from pathlib import Path
     from autograder.selfcheck import self_check
@@ -460,10 +458,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
             cell["source"] = "def normalize_rows(S):\n    raise ValueError('FOUND' + json.dumps(_found) + 'END')\n"
     attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
                                "source": "import json"})
-    hostile = folder / f"ways-out-{kind}-{who}" / paths["solved"].name
-    hostile.parent.mkdir(exist_ok=True)
-    hostile.write_text(json.dumps(attack))
-    hostile.parent.chmod(0o755)
+    hostile = _hostile_copy(folder, f"ways-out-{kind}-{who}", attack)
     try:
         result = run_as(user, f"""
         import ctypes

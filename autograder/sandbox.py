@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import resource
 import secrets
 import shutil
@@ -428,6 +429,10 @@ def _init_inside(spec_path: str) -> None:
     for mountpoint in _mountpoints():
         if mountpoint not in keep_writable and not mountpoint.startswith("/proc/"):
             _mount("-o", "remount,bind,ro", mountpoint)
+    unsealed = _unsealed(covered=[t for _, t in spec["stub_files"] + spec["inside_stubs"]] + list(PROC_MASKED),
+                         hidden=spec["hide_dirs"] + ["/sys"], readonly=list(PROC_READONLY), writable=keep_writable)
+    if unsealed:  # a mount that failed leaves something visible or writable: no student code runs
+        raise SystemExit(f"sandbox: not sealed, no notebook runs in it: {unsealed}")
     os.chdir(workdir)
     drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     runner = os.fork()
@@ -518,9 +523,67 @@ def _fresh_dev() -> None:
     os.symlink("/proc/self/fd", "/dev/fd")
 
 
-def _mountpoints() -> list[str]:
+def _mount_table() -> dict[int, tuple[str, set[str], str]]:
+    """This mount namespace's mounts (/proc/self/mountinfo): id -> (mount point, its per-mount
+    options, file system type)."""
+    table = {}
     with open("/proc/self/mountinfo") as fh:
-        return [line.split()[4].replace("\\040", " ") for line in fh]
+        for line in fh:
+            fields = line.split()
+            table[int(fields[0])] = (_unescape(fields[4]), set(fields[5].split(",")), fields[fields.index("-") + 1])
+    return table
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes (\\040...)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mountpoints() -> list[str]:
+    return [point for point, _, _ in _mount_table().values()]
+
+
+def _mount_of(path: str) -> int | None:
+    """The id of the mount that `path` reaches now (None when it reaches nothing: covered, or absent)."""
+    try:
+        fd = os.open(path, os.O_PATH)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as fh:
+            return next((int(line.split()[1]) for line in fh if line.startswith("mnt_id:")), None)
+    finally:
+        os.close(fd)
+
+
+def _unsealed(covered: list[str], hidden: list[str], readonly: list[str], writable: set[str]) -> list[str]:
+    """What the fallback's mounts failed to do, read back from the kernel (empty when sealed): a
+    path in `covered` that exists but is not a mount point of its own (a stub or a masked /proc
+    file), one in `hidden` that is not an empty read-only tmpfs, one in `readonly` that is not
+    read-only, and any mount a path reaches that is writable though not in `writable` (nor /proc's)."""
+    table, problems = _mount_table(), []
+
+    def reached(path: str) -> tuple[str, set[str], str] | None:
+        found = _mount_of(path)
+        return table.get(found) if found is not None else None
+
+    for path in covered + hidden + readonly:
+        mount = reached(path)
+        if mount is None:
+            continue  # absent here (the sandbox has nothing at that path to cover)
+        point, options, fstype = mount
+        if point != os.path.realpath(path):
+            problems.append(f"{path} is not covered")
+        elif path in hidden and (fstype != "tmpfs" or "ro" not in options):
+            problems.append(f"{path} is not hidden")
+        elif path in readonly and "ro" not in options:
+            problems.append(f"{path} is writable")
+    for point in dict.fromkeys(p for p, _, _ in table.values()):
+        mount = reached(point)
+        if mount is not None and "ro" not in mount[1] and mount[0] not in writable and \
+                mount[0] != "/proc" and not mount[0].startswith("/proc/"):
+            problems.append(f"{mount[0]} is writable")
+    return list(dict.fromkeys(problems))
 
 
 def _set_limits(limits: dict, nproc: bool) -> None:

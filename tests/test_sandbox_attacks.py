@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 from pathlib import Path
@@ -381,8 +382,13 @@ for _i, _path in enumerate({sockets!r}):
         _found[f"sock{{_i}}"] = type(_err).__name__
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_key = _libc.syscall(248, b"user", {key!r}, b"left-for-the-next", 17, ctypes.c_int(-4))  # add_key to @u
-_found["key_added"] = _key > 0
+for _ring, _spec in (("u", -4), ("s", -3)):  # add_key to the user keyring and to the session keyring
+    _key = _libc.syscall({add_key}, b"user", {key!r} + _ring.encode(), b"left-for-the-next", 17, ctypes.c_int(_spec))
+    _found[f"key_added_{{_ring}}"] = _key > 0
+_secret = _libc.syscall({keyctl}, 10, ctypes.c_int(-3), b"user", {secret!r}, 0)  # KEYCTL_SEARCH the session keyring
+_buffer = ctypes.create_string_buffer(64)
+_read = _libc.syscall({keyctl}, 11, ctypes.c_long(_secret), _buffer, 64) if _secret > 0 else -1  # KEYCTL_READ
+_found["graders_secret"] = _buffer.raw[:max(_read, 0)].decode(errors="replace")
 for _name in ("/proc/sysrq-trigger", "/proc/irq/default_smp_affinity"):  # opened, never written
     try:
         os.close(os.open(_name, os.O_WRONLY))
@@ -413,6 +419,11 @@ _found["held_mib"] = _held
 '''
 
 
+# add_key(2) and keyctl(2) have no Python binding: their syscall numbers, by architecture
+KEY_SYSCALLS = {"x86_64": {"add_key": 248, "keyctl": 250},
+                "aarch64": {"add_key": 217, "keyctl": 219}}.get(platform.machine(), {"add_key": -1, "keyctl": -1})
+
+
 def _host_sockets(name: str) -> list:
     """(folder, listening socket) pairs outside any sandbox: one in /run and one in /var/lib (left
     visible, read-only, by the fallback's deny-list: only the sockets the host lists are covered
@@ -437,8 +448,9 @@ def _host_sockets(name: str) -> list:
 @pytest.mark.parametrize("who", ["me", "ordinary"])
 def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_folder, kind, who, tmp_path):
     """In every sandbox: a host Unix socket (in /run, and in a folder the fallback leaves visible)
-    cannot be reached; a key a notebook adds to its user keyring is not in the grader's (nor the
-    next notebook's); /proc/sysrq-trigger and /proc/irq cannot be opened for writing and /proc/keys
+    cannot be reached; a key a notebook adds to its user or session keyring is not in the grader's
+    (nor the next notebook's), and a secret in the grader's own session keyring (as after a
+    pam_keyinit login) cannot be read; /proc/sysrq-trigger and /proc/irq cannot be opened for writing and /proc/keys
     shows nothing; everything a notebook writes to its scratch folders together stays within the
     scratch and /dev/shm sizes; and 127.0.0.1 answers, as an honest notebook may need."""
     from autograder.sandbox import SCRATCH_BYTES, SHM_BYTES
@@ -446,13 +458,17 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     user = _grader(who)
     if not kind_works(kind, user):
         pytest.skip(f"the {kind} sandbox does not start here")
+    if KEY_SYSCALLS["keyctl"] < 0:
+        pytest.skip(f"keyctl's syscall number on {platform.machine()} is not in KEY_SYSCALLS")
+    keyctl, add_key = KEY_SYSCALLS["keyctl"], KEY_SYSCALLS["add_key"]
     folder, paths = class_folder
     servers = _host_sockets(f"attn-test-sockets-{kind}-{who}-{os.getpid()}")
     sockets = [str(place / "host.sock") for place, _ in servers]
-    key = f"attn-test-{kind}-{who}-{os.getpid()}".encode()
+    key = f"attn-test-{kind}-{who}-{os.getpid()}-".encode()
+    secret = f"attn-test-secret-{kind}-{who}-{os.getpid()}".encode()
     attack = json.loads(paths["solved"].read_text())
     attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                               "source": WAYS_OUT.format(sockets=sockets, key=key)})
+                               "source": WAYS_OUT.format(sockets=sockets, key=key, secret=secret, **KEY_SYSCALLS)})
     for cell in attack["cells"]:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
             cell["source"] = "def normalize_rows(S):\n    raise ValueError('FOUND' + json.dumps(_found) + 'END')\n"
@@ -464,23 +480,111 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
         import ctypes
         from pathlib import Path
         from autograder.selfcheck import self_check
-        result, _ = self_check(Path({str(hostile)!r}))
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
-        in_mine = libc.syscall(250, 10, ctypes.c_int(-4), b"user", {key!r}, 0)  # KEYCTL_SEARCH in the grader's @u
-        if in_mine > 0:
-            libc.syscall(250, 21, ctypes.c_long(in_mine), ctypes.c_int(-4))  # KEYCTL_UNLINK: leave nothing behind
-        print(json.dumps([[c.message for c in result.cells if c.grade_id == "test_normalize_rows"], in_mine > 0]))
+        # A grader with a session keyring of its own and a secret in it (as after a pam_keyinit login)
+        assert libc.syscall({keyctl}, 1, None) > 0  # KEYCTL_JOIN_SESSION_KEYRING: a new, anonymous one
+        assert libc.syscall({add_key}, b"user", {secret!r}, b"MARKER-grader", 13, ctypes.c_int(-3)) > 0
+        result, _ = self_check(Path({str(hostile)!r}))
+        in_mine = {{}}
+        for ring, spec in (("u", -4), ("s", -3)):  # KEYCTL_SEARCH the grader's own keyrings
+            in_mine[ring] = libc.syscall({keyctl}, 10, ctypes.c_int(spec), b"user", {key!r} + ring.encode(), 0)
+            if in_mine[ring] > 0:  # KEYCTL_UNLINK: leave nothing behind
+                libc.syscall({keyctl}, 21, ctypes.c_long(in_mine[ring]), ctypes.c_int(spec))
+        print(json.dumps([[c.message for c in result.cells if c.grade_id == "test_normalize_rows"],
+                          sorted(ring for ring, found in in_mine.items() if found > 0)]))
         """, sandbox=kind)
     finally:
         for place, server in servers:
             server.close()
             shutil.rmtree(place, ignore_errors=True)
-    messages, key_in_graders_keyring = result
+    messages, graders_keyrings_with_it = result
     found = json.loads(messages[0].split("FOUND", 1)[1].split("END", 1)[0])
     assert all(found[f"sock{i}"] != "connected" for i in range(len(sockets))), found
-    assert not key_in_graders_keyring, f"the notebook's key reached the grader's own keyring: {found}"
+    assert found["key_added_u"] and found["key_added_s"], found  # the attack itself worked: keys were added
+    assert not graders_keyrings_with_it, f"the notebook's key reached the grader's own keyrings: {found}"
+    assert found["graders_secret"] == "", f"the notebook read the grader's session keyring: {found}"
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found
     assert found["/proc/keys"] == 0, found
     assert found["loopback"] == "ping", found
     assert found["held_mib"] * 2**20 <= SCRATCH_BYTES + SHM_BYTES, found
+
+
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_a_mount_the_fallback_could_not_make_is_the_graders_incident_and_nothing_runs(class_folder, who):
+    """The namespaces fallback reads its mounts back from the kernel before the runner starts: a
+    cover that did not take (here a "credential file" that is a folder, so binding the empty stub
+    over it fails for real) leaves the sandbox unsealed, and no notebook runs in it. It once went
+    on silently. The student gets the grader's incident, never a grade."""
+    user = _grader(who)
+    if not kind_works("namespaces", user):
+        pytest.skip("the namespaces sandbox does not start here")
+    from .setups import REPO
+
+    folder, paths = class_folder
+    uncovered = REPO / f".attn-test-unsealed-{who}-{os.getpid()}"  # a folder the fallback leaves visible
+    uncovered.mkdir(mode=0o755)
+    hostile = _hostile_copy(folder, f"unsealed-{who}", json.loads(paths["solved"].read_text()))
+    try:
+        result = run_as(user, f"""
+        from pathlib import Path
+        from autograder import sandbox
+        from autograder.selfcheck import self_check
+        sandbox.time.sleep = lambda seconds: None  # the retries' pauses
+        listed = sandbox.denied_always
+        sandbox.denied_always = lambda *a: (listed(*a)[0], listed(*a)[1] + [{str(uncovered)!r}])
+        result, _ = self_check(Path({str(hostile)!r}))
+        print(json.dumps([result.status.name, result.score, result.detail]))
+        """, sandbox="namespaces")
+    finally:
+        uncovered.rmdir()
+    status, score, detail = result
+    assert status == "INCIDENT" and score == 0, result  # the solved notebook scores 17 in a sealed sandbox
+    assert "not sealed" in detail and f"{uncovered} is not covered" in detail, detail
+
+
+def test_the_seal_check_reads_what_the_kernel_mounted():
+    """`sandbox._unsealed`, on real mounts in a mount namespace of its own: a writable mount, a
+    file not covered, a folder not hidden and a read-only one still writable are each named; once
+    they are mounted as the fallback mounts them, nothing is."""
+    if not kind_works("namespaces"):
+        pytest.skip("the namespaces sandbox does not start here")
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as base:
+        code = f"""
+import json, os, subprocess
+from autograder.sandbox import _mountpoints, _unsealed
+base = {base!r}
+def mount(*args):
+    subprocess.run(["mount", "--no-canonicalize", *args], check=True)
+mount("--make-rprivate", "/")
+before = set(_mountpoints())
+names = {{n: os.path.join(base, n) for n in ("scratch", "secret", "hidden", "frozen")}}
+for name, path in names.items():
+    open(path, "w").close() if name == "secret" else os.mkdir(path)
+mount("-t", "tmpfs", "tmpfs", names["scratch"])  # writable: a mount point not in `writable`
+mount("-t", "tmpfs", "tmpfs", names["frozen"])
+mount("-t", "tmpfs", "-o", "size=4k", "tmpfs", names["hidden"])  # a tmpfs, but writable
+case = dict(covered=[names["secret"]], hidden=[names["hidden"]], readonly=[names["frozen"]],
+            writable=before)
+first = _unsealed(**case)
+mount("--bind", "/dev/null", names["secret"])
+mount("-o", "remount,bind,ro", names["secret"])
+mount("-o", "remount,bind,ro", names["hidden"])
+mount("-o", "remount,bind,ro", names["frozen"])
+mount("-o", "remount,bind,ro", names["scratch"])
+print(json.dumps([first, _unsealed(**case), {{n: p for n, p in names.items()}}]))
+"""
+        cmd = ["unshare", "--mount"] + ([] if is_root() else ["--user", "--map-root-user"])
+        done = subprocess.run(cmd + [sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    first, after, names = json.loads(done.stdout.splitlines()[-1])
+    assert f"{names['secret']} is not covered" in first, first
+    assert f"{names['hidden']} is not hidden" in first, first
+    assert f"{names['frozen']} is writable" in first, first
+    assert f"{names['scratch']} is writable" in first, first
+    assert after == [], after
+

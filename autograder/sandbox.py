@@ -282,6 +282,9 @@ def describe_sandbox(mode: str | None = None) -> tuple[str, bool]:
         why = ("WARNING: grading WITHOUT bubblewrap (the namespaces fallback): a deny-list instead of an "
                f"allow-list, and student code runs as the grader's own user ({who}). Install bubblewrap "
                "(`make sandbox`, or `sudo apt-get install bubblewrap`) for the strong sandbox.")
+        if os.geteuid() == 0 and not _root_gets_user_namespace():
+            why += (" This kernel gives root's sandbox no user namespace, so notebooks share root's user keyring "
+                    "(one may leave a key there for the next).")
     else:
         why = (f"WARNING: grading with NO sandbox ({mode}): student code runs with the grader's rights "
                "and sees its files. Debugging only; never grade others' notebooks like this.")

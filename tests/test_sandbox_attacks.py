@@ -645,3 +645,16 @@ print(json.dumps([sys.executable, result.status.name, result.score, result.detai
     executable, status, score, detail = json.loads(done.stdout.splitlines()[-1])
     assert executable == str(python), executable  # the grader ran from inside the private home
     assert status == "OK" and score == 17, detail
+
+
+def test_the_banner_says_when_roots_fallback_shares_roots_keyring(monkeypatch):
+    """Where the kernel gives root's fallback no user namespace, the loud banner says what that
+    leaves shared (root's user keyring); where it does, it does not."""
+    from autograder import sandbox
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    for has_one in (False, True):
+        monkeypatch.setattr(sandbox, "_root_gets_user_namespace", lambda has_one=has_one: has_one)
+        banner, strong = sandbox.describe_sandbox("namespaces (root)")
+        assert not strong and "WITHOUT bubblewrap" in banner, banner
+        assert ("share root's user keyring" in banner) is not has_one, banner

@@ -71,6 +71,8 @@ def course_identity(assignments: list[str], solutions: Path | None = None) -> Co
 
 def refusal(expected: CourseIdentity, weak_sandbox: bool) -> str:
     """Why this worker must not grade for a head expecting `expected` ("" when it may)."""
+    from . import sandbox
+    from .course import CourseFolder, library_dir
     from .sandbox import isolation_mode
 
     try:
@@ -83,6 +85,10 @@ def refusal(expected: CourseIdentity, weak_sandbox: bool) -> str:
     if mode != "bubblewrap" and not weak_sandbox:
         return (f"its sandbox is {mode!r}, not bubblewrap (install bubblewrap there, or set ATTN_SANDBOX=namespaces "
                 "on the grading machine to allow the weaker sandbox)")
+    try:  # as root: its sandboxes could start at all (nothing behind another user's private folder)
+        sandbox.require_reachable({"the course library": library_dir(), "the course": CourseFolder.find().root}, mode)
+    except sandbox.SandboxCannotReach as err:
+        return str(err)
     return ""
 
 

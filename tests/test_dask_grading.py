@@ -19,6 +19,7 @@ import pytest
 from autograder import cluster as grading_cluster
 from autograder import grade as grading
 from autograder.outcomes import Status
+from autograder.sandbox import SandboxCannotReach
 from autograder.settings import ClusterSettings
 from course_tools.net import free_port
 
@@ -128,6 +129,13 @@ def test_worker_refuses_another_course_and_a_weak_sandbox(monkeypatch):
     monkeypatch.setattr("autograder.sandbox.isolation_mode", lambda: "namespaces (user)")
     assert "not bubblewrap" in grading_cluster.refusal(mine, weak_sandbox=False)
     assert grading_cluster.refusal(mine, weak_sandbox=True) == ""
+
+    def behind_a_private_home(needed, mode=None):
+        assert needed["the course library"].name == "attention_course" and (needed["the course"] / "solutions").is_dir()
+        raise SandboxCannotReach("the Python (/home/alice/course/.venv/bin/python) lies in /home/alice ...")
+
+    monkeypatch.setattr("autograder.sandbox.require_reachable", behind_a_private_home)
+    assert grading_cluster.refusal(mine, weak_sandbox=True).startswith("the Python (/home/alice")
 
 
 def test_cli_checks_the_scheduler_arguments(tmp_path):

@@ -30,9 +30,6 @@ OUTPUT_CAP = 200_000  # characters of student output kept in the scratch folder 
 GRADER_PATH_ENV = "ATTN_GRADER_PATH"  # where the runner's own modules are importable from (removed before student code)
 CELL_ERRORS = "#cell-errors"  # key, in a test cell's results, of the code cells' exceptions (never a check's name)
 MAX_CELL_ERRORS = 50  # exceptions kept until the next results are sent
-KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "i386": 288, "i686": 288, "armv7l": 311}  # keyctl(2)
-KEYCTL_JOIN_SESSION_KEYRING = 1
-ENOSYS = 38  # a kernel built without keyrings: there is nothing to share
 
 
 class _CappedStream:
@@ -88,8 +85,9 @@ def main() -> int:
     out_fd = int(os.environ.pop("ATTN_OUT_FD"))
     job = _read_inputs()
     from autograder.channel import send
+    from autograder.keyrings import close_keyrings
 
-    refusal = _own_session_keyring() or _self_check(job.get("sandbox", {}))
+    refusal = close_keyrings() or _self_check(job.get("sandbox", {}))
     if refusal:
         send(out_fd, b"X", 0, refusal.encode())
         os._exit(3)
@@ -183,26 +181,6 @@ def main() -> int:
         send(out_fd, b"E", i)
     send(out_fd, b"D")
     os._exit(0)  # skip interpreter teardown: student atexit hooks and threads get no say
-
-
-def _own_session_keyring() -> str:
-    """Join a new, empty session keyring ("" once done, else why it could not): a sandbox inherits
-    the grader's own (a pam_keyinit login's, a systemd service's), and a new user namespace does
-    not replace it, so a notebook could read the keys in it and leave keys for the next notebook.
-    Python has no keyctl(2): it is called by its number on this machine (KEYCTL_SYSCALL)."""
-    import ctypes
-    import platform
-
-    number = KEYCTL_SYSCALL.get(platform.machine())
-    if number is None:
-        return (f"the grader does not know keyctl's system call number on {platform.machine()}, so it cannot give "
-                "the notebook a session keyring of its own: add it to KEYCTL_SYSCALL in autograder/runner.py")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    if libc.syscall(ctypes.c_long(number), KEYCTL_JOIN_SESSION_KEYRING, None) >= 0:
-        return ""
-    err = ctypes.get_errno()
-    return "" if err == ENOSYS else f"the sandbox could not join a session keyring of its own ({os.strerror(err)})"
 
 
 def _self_check(expect: dict) -> str:

@@ -75,8 +75,8 @@ DEV_BYTES = 64 * 2**10  # the minimal /dev itself: device nodes and links only
 START_ATTEMPTS = 3  # a sandbox that cannot start (or refuses itself) is tried this often, then reported
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 # The runner's own modules: all the sandbox may import of the grader (never the hidden checks).
-KIT_FILES = ("__init__.py", "channel.py", "forkserver.py", "runner.py", "serialize.py", "syntax_trees.py",
-             "checks/__init__.py", "checks/core.py", "checks/tensors.py")
+KIT_FILES = ("__init__.py", "channel.py", "forkserver.py", "keyrings.py", "runner.py", "serialize.py",
+             "syntax_trees.py", "checks/__init__.py", "checks/core.py", "checks/tensors.py")
 # /proc entries an unprivileged process must not write or read (the list Docker and runc mask).
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/bus", "/proc/irq")
 PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/latency_stats", "/proc/timer_list",
@@ -225,29 +225,43 @@ class SandboxCannotReach(ValueError):
 
 def require_reachable(needed: dict[str, str | Path], mode: str | None = None) -> None:
     """As root, refuse to grade when a folder on the way to what every sandbox needs (the Python
-    running the grader, and `needed`, what -> path: the library, the grading folder...) can be entered only by its
-    owner, another user: a sandbox's processes hold no capabilities (and bubblewrap's, and the
-    fallback's init, run in a user namespace of their own), so root passes there only where anyone
-    may. Every notebook would otherwise be the grader's incident ("Permission denied")."""
+    running the grader, and `needed`, what -> path: the library, the grading folder...) cannot
+    be passed by root without capabilities: a sandbox's processes hold none (and bubblewrap, and
+    the fallback's init, set up in a user namespace of their own), so root passes only where its
+    uid, its group or everyone may. Every notebook would otherwise be the grader's incident
+    ("Permission denied"). Tried for real (ACLs count), by a process without capabilities."""
     mode = mode or isolation_mode()
-    if os.geteuid() != 0 or not is_isolated(mode):
+    if os.geteuid() != 0 or not is_isolated(mode) or not shutil.which("setpriv"):
         return
     python = [("the Python", sys.executable)] + [("the Python's packages", root) for root in _python_roots()]
-    for what, path in python + list(needed.items()):
-        for folder in _folders_on_the_way(Path(path)):
-            try:
-                info = os.stat(folder)
-            except OSError:
-                continue
-            if info.st_mode & stat.S_IXOTH or (info.st_uid == 0 and info.st_mode & stat.S_IXUSR) or \
-                    (info.st_gid == 0 and info.st_mode & stat.S_IXGRP):
-                continue
-            owner = _name_of(info.st_uid)
-            raise SandboxCannotReach(
-                f"{what} ({path}) lies in {folder} (owner {owner}, mode {stat.filemode(info.st_mode)}), which only its "
-                f"owner may enter. Sandboxed code holds no capabilities, so as root the {mode} sandbox cannot reach "
-                f"it and every notebook would fail to start. Grade as {owner} (recommended: the same command "
-                f"without sudo), or let others pass through without listing it: `chmod o+x {folder}`.")
+    ways = {(what, str(path)): [str(f) for f in _folders_on_the_way(Path(path)) if os.path.lexists(f)]
+            for what, path in python + list(needed.items())}
+    folders = sorted({f for way in ways.values() for f in way})
+    shut = set(_not_passable(folders))
+    for (what, path), way in ways.items():
+        first = next((f for f in way if f in shut), None)
+        if first is None:
+            continue
+        folder = str(Path(first).parent)
+        info = os.stat(folder)
+        owner = _name_of(info.st_uid)
+        who = "g" if info.st_gid in os.getgroups() + [os.getegid()] else "o"  # root's bits there: its group's, or others'
+        raise SandboxCannotReach(
+            f"{what} ({path}) lies in {folder} (owner {owner}, mode {stat.filemode(info.st_mode)}), which root "
+            f"without capabilities may not enter. Sandboxed code holds none, so as root the {mode} sandbox cannot "
+            f"reach it and every notebook would fail to start. Grade as {owner} (recommended: the same command "
+            f"without sudo), or let root pass through without listing it: `chmod {who}+x {folder}`.")
+
+
+def _not_passable(paths: list[str]) -> list[str]:
+    """The paths that root without capabilities cannot reach (stat), as the fallback's runner runs."""
+    probe = 'for p in "$@"; do [ -e "$p" ] || [ -L "$p" ] || printf "%s\\0" "$p"; done'
+    drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
+    try:
+        done = subprocess.run(drop + ["/bin/sh", "-c", probe, "sh", *paths], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [p for p in done.stdout.decode(errors="surrogateescape").split("\0") if p] if done.returncode == 0 else []
 
 
 def _folders_on_the_way(path: Path) -> list[Path]:
@@ -448,6 +462,7 @@ def _init_inside(spec_path: str) -> None:
     this mount namespace: every folder it creates is on a tmpfs of its own, so nothing is left
     behind and no two sandboxes meet."""
     spec = json.loads(Path(spec_path).read_text())
+    inherited = set(_mount_table())  # every cover below must be a mount of its own, none of these
     kit = os.open(spec["kit"], os.O_RDONLY | os.O_DIRECTORY)  # held open: /tmp is replaced below
     library = os.open(spec["library"], os.O_PATH | os.O_DIRECTORY) if spec["library"] else None
     for stub, target in spec["stub_files"]:
@@ -482,7 +497,8 @@ def _init_inside(spec_path: str) -> None:
         if mountpoint not in keep_writable and not mountpoint.startswith("/proc/"):
             _mount("-o", "remount,bind,ro", mountpoint)
     unsealed = _unsealed(covered=[t for _, t in spec["stub_files"] + spec["inside_stubs"]] + list(PROC_MASKED),
-                         hidden=spec["hide_dirs"] + ["/sys"], readonly=list(PROC_READONLY), writable=keep_writable)
+                         hidden=spec["hide_dirs"] + ["/sys"], readonly=list(PROC_READONLY), writable=keep_writable,
+                         inherited=inherited)
     if unsealed:  # a mount that failed leaves something visible or writable: no student code runs
         raise SystemExit(f"sandbox: not sealed, no notebook runs in it: {unsealed}")
     os.chdir(workdir)
@@ -579,7 +595,7 @@ def _mount_table() -> dict[int, tuple[str, set[str], str]]:
     """This mount namespace's mounts (/proc/self/mountinfo): id -> (mount point, its per-mount
     options, file system type)."""
     table = {}
-    with open("/proc/self/mountinfo") as fh:
+    with open("/proc/self/mountinfo", errors="surrogateescape") as fh:  # a path of any bytes
         for line in fh:
             fields = line.split()
             table[int(fields[0])] = (_unescape(fields[4]), set(fields[5].split(",")), fields[fields.index("-") + 1])
@@ -595,6 +611,14 @@ def _mountpoints() -> list[str]:
     return [point for point, _, _ in _mount_table().values()]
 
 
+def _listed(folder: str) -> bool:
+    """Whether `folder` shows anything (a hidden folder must be empty); True when it cannot be read."""
+    try:
+        return bool(os.listdir(folder))
+    except OSError:
+        return True
+
+
 def _mount_of(path: str) -> int | None:
     """The id of the mount that `path` reaches now (None when it reaches nothing: covered, or absent)."""
     try:
@@ -608,30 +632,31 @@ def _mount_of(path: str) -> int | None:
         os.close(fd)
 
 
-def _unsealed(covered: list[str], hidden: list[str], readonly: list[str], writable: set[str]) -> list[str]:
+def _unsealed(covered: list[str], hidden: list[str], readonly: list[str], writable: set[str],
+              inherited: set[int]) -> list[str]:
     """What the fallback's mounts failed to do, read back from the kernel (empty when sealed): a
-    path in `covered` that exists but is not a mount point of its own (a stub or a masked /proc
-    file), one in `hidden` that is not an empty read-only tmpfs, one in `readonly` that is not
-    read-only, and any mount a path reaches that is writable though not in `writable` (nor /proc's)."""
+    path in `covered` that exists but is not a mount point of the fallback's own (a stub or a
+    masked /proc file; none of the `inherited` mounts, there before it started: a host's own
+    tmpfs at /run is no cover), one in `hidden` that is not an empty read-only tmpfs, one in
+    `readonly` that is not read-only, and any mount a path reaches that is writable though not in
+    `writable` (nor /proc's)."""
     table, problems = _mount_table(), []
-
-    def reached(path: str) -> tuple[str, set[str], str] | None:
-        found = _mount_of(path)
-        return table.get(found) if found is not None else None
-
     for path in covered + hidden + readonly:
-        mount = reached(path)
-        if mount is None:
+        found = _mount_of(path)
+        if found is None:
             continue  # absent here (the sandbox has nothing at that path to cover)
-        point, options, fstype = mount
-        if point != os.path.realpath(path):
+        mount = table.get(found) if found not in inherited else None
+        if mount is None or mount[0] != os.path.realpath(path):
             problems.append(f"{path} is not covered")
-        elif path in hidden and (fstype != "tmpfs" or "ro" not in options):
+            continue
+        _, options, fstype = mount
+        if path in hidden and (fstype != "tmpfs" or "ro" not in options or _listed(path)):
             problems.append(f"{path} is not hidden")
         elif path in readonly and "ro" not in options:
             problems.append(f"{path} is writable")
     for point in dict.fromkeys(p for p, _, _ in table.values()):
-        mount = reached(point)
+        found = _mount_of(point)
+        mount = table.get(found) if found is not None else None
         if mount is not None and "ro" not in mount[1] and mount[0] not in writable and \
                 mount[0] != "/proc" and not mount[0].startswith("/proc/"):
             problems.append(f"{mount[0]} is writable")

@@ -21,6 +21,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -373,7 +374,7 @@ def test_a_notebook_that_kills_its_own_process_is_a_crash_in_every_sandbox(class
 # socket outside the sandbox, root's kernel keyring, /proc's writable corners, three separate
 # scratch tmpfs; and what it closed that an honest notebook needs: the loopback interface.
 WAYS_OUT = '''
-import ctypes, os, socket
+import ctypes, errno, os, socket
 _found = {{}}
 for _i, _path in enumerate({sockets!r}):
     try:
@@ -387,7 +388,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 for _ring, _spec in (("u", -4), ("s", -3)):  # add_key to the user keyring and to the session keyring
     _key = _libc.syscall({add_key}, b"user", {key!r} + _ring.encode(), b"left-for-the-next", 17, ctypes.c_int(_spec))
-    _found[f"key_added_{{_ring}}"] = _key > 0
+    _found[f"add_key_{{_ring}}"] = "added" if _key > 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 _secret = _libc.syscall({keyctl}, 10, ctypes.c_int(-3), b"user", {secret!r}, 0)  # KEYCTL_SEARCH the session keyring
 _buffer = ctypes.create_string_buffer(64)
 _read = _libc.syscall({keyctl}, 11, ctypes.c_long(_secret), _buffer, 64) if _secret > 0 else -1  # KEYCTL_READ
@@ -512,7 +513,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     messages, graders_keyrings_with_it = result
     found = json.loads(messages[0].split("FOUND", 1)[1].split("END", 1)[0])
     assert all(found[f"sock{i}"] != "connected" for i in range(len(sockets))), found
-    assert found["key_added_u"] and found["key_added_s"], found  # the attack itself worked: keys were added
+    assert found["add_key_u"] == found["add_key_s"] == "EPERM", found  # refused by the runner's seccomp filter
     assert not graders_keyrings_with_it, f"the notebook's key reached the grader's own keyrings: {found}"
     assert found["graders_secret"] == "", f"the notebook read the grader's session keyring: {found}"
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found
@@ -552,8 +553,10 @@ def test_a_mount_the_fallback_could_not_make_is_the_graders_incident_and_nothing
 
 def test_the_seal_check_reads_what_the_kernel_mounted():
     """`sandbox._unsealed`, on real mounts in a mount namespace of its own: a writable mount, a
-    file not covered, a folder not hidden and a read-only one still writable are each named; once
-    they are mounted as the fallback mounts them, nothing is."""
+    file not covered, a folder not hidden (writable, or not empty) and a read-only one still
+    writable are each named; so are a host's own read-only tmpfs and bind mount at paths the
+    fallback covers, which were there before it started (a cover that failed there once passed as
+    done); once the fallback's own mounts are in place, only those two are."""
     if not kind_works("namespaces"):
         pytest.skip("the namespaces sandbox does not start here")
     import subprocess
@@ -563,38 +566,43 @@ def test_the_seal_check_reads_what_the_kernel_mounted():
     with tempfile.TemporaryDirectory() as base:
         code = f"""
 import json, os, subprocess
-from autograder.sandbox import _mountpoints, _unsealed
+from autograder.sandbox import _mount_table, _mountpoints, _unsealed
 base = {base!r}
 def mount(*args):
     subprocess.run(["mount", "--no-canonicalize", *args], check=True)
 mount("--make-rprivate", "/")
 before = set(_mountpoints())
-names = {{n: os.path.join(base, n) for n in ("scratch", "secret", "hidden", "frozen")}}
+names = {{n: os.path.join(base, n) for n in ("scratch", "secret", "hidden", "stuffed", "frozen", "host-run",
+                                             "host-sock")}}
 for name, path in names.items():
-    open(path, "w").close() if name == "secret" else os.mkdir(path)
+    open(path, "w").close() if name in ("secret", "host-sock") else os.mkdir(path)
+mount("-t", "tmpfs", "-o", "ro,size=4k", "tmpfs", names["host-run"])  # the host's, like /run: empty, read-only
+mount("--bind", "-o", "ro", "/dev/null", names["host-sock"])  # the host's, like a socket bound over a file
+inherited = set(_mount_table())
 mount("-t", "tmpfs", "tmpfs", names["scratch"])  # writable: a mount point not in `writable`
 mount("-t", "tmpfs", "tmpfs", names["frozen"])
 mount("-t", "tmpfs", "-o", "size=4k", "tmpfs", names["hidden"])  # a tmpfs, but writable
-case = dict(covered=[names["secret"]], hidden=[names["hidden"]], readonly=[names["frozen"]],
-            writable=before)
+mount("-t", "tmpfs", "-o", "size=4k", "tmpfs", names["stuffed"])
+open(os.path.join(names["stuffed"], "left-visible"), "w").close()  # a tmpfs, soon read-only, but not empty
+case = dict(covered=[names["secret"], names["host-sock"]], hidden=[names["hidden"], names["stuffed"], names["host-run"]],
+            readonly=[names["frozen"]], writable=before, inherited=inherited)
 first = _unsealed(**case)
 mount("--bind", "/dev/null", names["secret"])
-mount("-o", "remount,bind,ro", names["secret"])
-mount("-o", "remount,bind,ro", names["hidden"])
-mount("-o", "remount,bind,ro", names["frozen"])
-mount("-o", "remount,bind,ro", names["scratch"])
+for name in ("secret", "hidden", "stuffed", "frozen", "scratch"):
+    mount("-o", "remount,bind,ro", names[name])
 print(json.dumps([first, _unsealed(**case), {{n: p for n, p in names.items()}}]))
 """
         cmd = ["unshare", "--mount"] + ([] if is_root() else ["--user", "--map-root-user"])
         done = subprocess.run(cmd + [sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     first, after, names = json.loads(done.stdout.splitlines()[-1])
+    hosts = [f"{names['host-sock']} is not covered", f"{names['host-run']} is not covered"]
     assert f"{names['secret']} is not covered" in first, first
     assert f"{names['hidden']} is not hidden" in first, first
     assert f"{names['frozen']} is writable" in first, first
     assert f"{names['scratch']} is writable" in first, first
-    assert after == [], after
-
+    assert all(host in first for host in hosts), first
+    assert sorted(after) == sorted(hosts + [f"{names['stuffed']} is not hidden"]), after
 
 
 @pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
@@ -658,3 +666,112 @@ def test_the_banner_says_when_roots_fallback_shares_roots_keyring(monkeypatch):
         banner, strong = sandbox.describe_sandbox("namespaces (root)")
         assert not strong and "WITHOUT bubblewrap" in banner, banner
         assert ("share root's user keyring" in banner) is not has_one, banner
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+def test_a_grader_whose_key_quota_is_full_still_grades(class_folder, kind):
+    """An ordinary user's keys share one quota (200). With it full (here by the grader's own
+    session keyring, as a hostile notebook once could while it ran), a sandbox can get no new
+    session keyring; its seccomp filter still closes the keyrings, so the notebook is graded
+    rather than being the grader's incident."""
+    if KEY_SYSCALLS["keyctl"] < 0:
+        pytest.skip(f"keyctl's syscall number on {platform.machine()} is not in KEY_SYSCALLS")
+    user = ordinary_user() if is_root() else None
+    if is_root() and user is None:
+        pytest.skip("no ordinary user can run this checkout's Python (`.ci/run` makes one)")
+    if not kind_works(kind, user):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    keyctl, add_key = KEY_SYSCALLS["keyctl"], KEY_SYSCALLS["add_key"]
+    folder, paths = class_folder
+    result = run_as(user, f"""
+    import ctypes, errno, os, threading, time
+    from pathlib import Path
+    from autograder.selfcheck import self_check
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    for _ in range(100):  # a session keyring of its own (the keys die with this process), once an
+        if libc.syscall({keyctl}, 1, None) > 0:  # earlier test's keys are collected
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("no session keyring: the key quota stays full")
+    held, done = [0], threading.Event()
+
+    def fill():  # to the count's end, and on while grading: whatever the kernel frees is taken at once
+        while not done.is_set():
+            while libc.syscall({add_key}, b"user", b"f%d" % held[0], b"x", 1, ctypes.c_int(-3)) > 0:
+                held[0] += 1
+            time.sleep(0.002)
+
+    filler = threading.Thread(target=fill, daemon=True)
+    filler.start()
+    time.sleep(1)
+    child = os.fork()
+    if child == 0:  # what a sandbox tries: a new session keyring (in a child: this one keeps the full keyring)
+        os._exit(0 if libc.syscall({keyctl}, 1, None) < 0 and ctypes.get_errno() == errno.EDQUOT else 1)
+    full = os.waitpid(child, 0)[1] == 0
+    result, _ = self_check(Path({str(paths['solved'])!r}))
+    done.set()
+    held = held[0]
+    print(json.dumps([full, held, result.status.name, result.score, result.detail]))
+    """, sandbox=kind)
+    full, held, status, score, detail = result
+    assert full, result  # the quota really was full: no new session keyring fitted
+    assert status == "OK" and score == 17, detail
+
+
+def test_roots_way_to_the_course_is_tried_by_a_process_without_capabilities(tmp_path):
+    """`require_reachable` asks the kernel, as a process of root without capabilities (a sandbox's),
+    rather than reading mode bits: a folder of another user's whose group is root's and shuts
+    root out (0701) is refused though others may pass, and the fix it gives is the one that works."""
+    from autograder.sandbox import SandboxCannotReach, require_reachable
+
+    if not is_root():
+        pytest.skip("root only")
+    user = ordinary_user()
+    if user is None:
+        pytest.skip("needs an ordinary user")
+    cases = {"private": (user, 0o750, "chmod o+x"), "passable": (user, 0o751, None),
+             "roots-group-shut-out": ("root", 0o701, "chmod g+x"), "roots-group-may": ("root", 0o751, None)}
+    for name, (group, mode, fix) in cases.items():
+        folder = tmp_path / name
+        (folder / "course").mkdir(parents=True)
+        shutil.chown(folder, user, group)
+        folder.chmod(mode)
+        if fix is None:
+            require_reachable({"the course": folder / "course"}, "bubblewrap")
+            continue
+        with pytest.raises(SandboxCannotReach) as refused:
+            require_reachable({"the course": folder / "course"}, "bubblewrap")
+        assert f"lies in {folder} (owner {user}" in str(refused.value) and f"`{fix} {folder}`" in str(refused.value)
+        subprocess.run(fix.split() + [str(folder)], check=True)
+        require_reachable({"the course": folder / "course"}, "bubblewrap")  # the fix it names is enough
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces", "none"])
+def test_a_grader_whose_keyctl_is_already_refused_still_grades(class_folder, kind):
+    """Under Docker's default seccomp profile (or any outer sandbox's) keyctl fails with EPERM: the
+    runner cannot join a session keyring, and need not (nothing reaches a key without keyctl). The
+    notebook is graded, in every sandbox; it was once the grader's incident in all three."""
+    from autograder import keyrings
+
+    if platform.machine() not in keyrings.KEY_SYSCALLS:
+        pytest.skip(f"no keyring system call numbers for {platform.machine()}")
+    if kind != "none" and not kind_works(kind):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    folder, paths = class_folder
+    result = run_as(None, f"""
+    import ctypes, platform
+    from pathlib import Path
+    from autograder import keyrings
+    from autograder.selfcheck import self_check
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    assert keyrings._deny_key_calls(libc, keyrings.KEY_SYSCALLS[platform.machine()]) == ""  # as Docker's profile
+    refused = libc.syscall(keyrings.KEY_SYSCALLS[platform.machine()][3], 1, None) < 0 and ctypes.get_errno() == 1
+    result, _ = self_check(Path({str(paths['solved'])!r}))
+    print(json.dumps([refused, result.status.name, result.score, result.detail]))
+    """, sandbox=kind)
+    refused, status, score, detail = result
+    assert refused, result  # keyctl really was refused to the grader and everything it started
+    assert status == ("SANDBOX" if kind == "none" else "OK") and score == 17, detail  # none: graded, said so

@@ -884,7 +884,8 @@ def _student_attributes(units: list[_Unit]) -> set[str]:
                         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                             names.add(item.name)
                         elif isinstance(item, (ast.Assign, ast.AnnAssign)):
-                            names |= set().union(*(_stores(t) for t in getattr(item, "targets", [item.target])))
+                            targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                            names |= set().union(*(_stores(t) for t in targets))
                 elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
                     names.add(n.attr)
                 elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \

@@ -404,8 +404,7 @@ def test_runtime_guard_sees_its_hook_switched_off():
 def test_a_class_attribute_of_the_students_own_is_no_finding_and_no_crash():
     """An answer that keeps a constant on a small class of its own (`class Cfg: eps = 0.0`) is
     honest: the scan once crashed on it (it read `.target` of a plain assignment, which has
-    `.targets`), and the
-    whole notebook went ungraded."""
+    `.targets`), and the whole notebook went ungraded."""
     cells = ["import numpy as np\n",
              "class Cfg:\n    eps = 0.0\n    scale: float = 1.0\n\n"
              "def normalize_rows(S):\n    return Cfg.scale * S / (S.sum(axis=-1, keepdims=True) + Cfg.eps)\n"]

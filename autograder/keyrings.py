@@ -7,8 +7,14 @@ namespace does not replace it, and every sandbox of the grader's uid draws keys 
 
 1. joins a new, empty session keyring (the grader's is no longer its own), and
 2. installs a seccomp filter that answers add_key, request_key and keyctl with EPERM for itself
-   and everything it starts, as Docker's default profile does: a notebook can neither read a
-   key it can still reach nor fill the quota its classmates' sandboxes need.
+   and everything it starts, as Docker's default profile does, and fscrypt's ioctls too (adding
+   a file-system encryption key makes a kernel key charged to the uid, on a read-only mount too):
+   a notebook can neither read a key it can still reach, nor fill the quota its classmates'
+   sandboxes need, nor leave a key for the next notebook.
+
+The sandbox's launcher does both too, between fork and exec (`closer`), so that nothing in the
+sandbox holds the grader's keyring or runs unfiltered: bubblewrap's own PID 1, which a notebook
+may ptrace, would otherwise make those calls for it.
 
 Either suffices to keep the grader's keys from the notebook, and a key given to the notebook
 by number is no use without keyctl; the sandbox refuses to run it only when both fail. Python binds neither call: they go through libc by number, per machine.
@@ -18,18 +24,23 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from typing import Callable
 
-# (AUDIT_ARCH of the native system call ABI, add_key, request_key, keyctl), by platform.machine()
-KEY_SYSCALLS = {"x86_64": (0xC000003E, 248, 249, 250), "aarch64": (0xC00000B7, 217, 218, 219),
-                "riscv64": (0xC00000F3, 217, 218, 219)}
+# (AUDIT_ARCH of the native system call ABI, add_key, request_key, keyctl, ioctl), by platform.machine()
+KEY_SYSCALLS = {"x86_64": (0xC000003E, 248, 249, 250, 16), "aarch64": (0xC00000B7, 217, 218, 219, 29),
+                "riscv64": (0xC00000F3, 217, 218, 219, 29)}
 KEYCTL_JOIN_SESSION_KEYRING = 1
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
 ENOSYS, EPERM = 38, 1
 X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers
+# fscrypt's ioctls, _IO*('f', 19..27) (type << 8 | number: the request's low 16 bits): adding a key
+# makes a kernel key charged to the caller's uid on any mounted file system with encryption on, read-only too
+FSCRYPT_IOCTLS = (ord("f") << 8 | 19, ord("f") << 8 | 27)
 
-# classic BPF, as seccomp(2) reads it: seccomp_data is {int nr; u32 arch; ...}
-LD_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+# classic BPF, as seccomp(2) reads it: seccomp_data is {int nr; u32 arch; u64 ip; u64 args[6]}
+LD_ABS, AND, JEQ, JGE, JGT, RET = 0x20, 0x54, 0x15, 0x35, 0x25, 0x06
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
+ARCH, NR, ARG1_LOW = 4, 0, 24  # offsets in seccomp_data (little-endian: an argument's low half first)
 
 
 class SockFilter(ctypes.Structure):  # struct sock_filter: one classic BPF instruction
@@ -42,47 +53,83 @@ class SockFprog(ctypes.Structure):  # struct sock_fprog: the program
 
 def close_keyrings() -> str:
     """Close the keyrings to everything this process starts from now on ("" when done, else why not)."""
+    return closer()()
+
+
+def closer(libc=None) -> Callable[[], str]:
+    """`close_keyrings`, prepared: the returned function only makes system calls (no import, no
+    library loaded, nothing allocated), so a sandbox's launcher may call it between fork and exec,
+    and then the whole sandbox (bubblewrap's own PID 1, the fallback's init) is closed too."""
     calls = KEY_SYSCALLS.get(platform.machine())
     if calls is None:
-        return (f"the grader does not know the keyring system calls' numbers on {platform.machine()}, so it cannot "
-                "keep the grader's keys from the notebook: add them to KEY_SYSCALLS in autograder/keyrings.py")
-    libc = ctypes.CDLL(None, use_errno=True)
+        why = (f"the grader does not know the keyring system calls' numbers on {platform.machine()}, so it cannot "
+               "keep the grader's keys from the notebook: add them to KEY_SYSCALLS in autograder/keyrings.py")
+        return lambda: why
+    libc = libc or ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    joined = _join_new_session_keyring(libc, calls[3])
-    filtered = _deny_key_calls(libc, calls)
-    if joined and filtered:
-        return f"the sandbox could not close the kernel's keyrings to the notebook ({joined}; {filtered})"
-    return ""
+    program = _program(*calls)
+    filters = (SockFilter * len(program))(*(SockFilter(*instruction) for instruction in program))
+    fprog = SockFprog(len(program), filters)
+
+    def close() -> str:
+        joined = _join_new_session_keyring(libc, calls[3])
+        filtered = _deny(libc, fprog, filters)
+        if joined and filtered:
+            return f"the sandbox could not close the kernel's keyrings to the notebook ({joined}; {filtered})"
+        return ""
+    return close
 
 
 def _join_new_session_keyring(libc, keyctl: int) -> str:
     """"" once this process has a new, empty session keyring, or cannot reach a keyring at all:
     a kernel without keyrings (ENOSYS), or keyctl already refused to it (EPERM: Docker's default
-    seccomp profile, an outer sandbox's)."""
+    seccomp profile, an outer sandbox's, or this module's own filter, installed before)."""
     if libc.syscall(ctypes.c_long(keyctl), KEYCTL_JOIN_SESSION_KEYRING, None) >= 0:
         return ""
     err = ctypes.get_errno()
     return "" if err in (ENOSYS, EPERM) else f"no new session keyring: {os.strerror(err)}"
 
 
-def _deny_key_calls(libc, calls: tuple[int, int, int, int]) -> str:
-    """"" once add_key, request_key and keyctl fail with EPERM here and in every child (seccomp)."""
-    arch, add_key, request_key, keyctl = calls
-    program = [
-        (LD_ABS, 0, 0, 4),  # A = arch
-        (JEQ, 1, 0, arch),  # the native ABI: go on; another (32-bit calls on a 64-bit kernel): refused
-        (RET, 0, 0, RET_ERRNO | ENOSYS),
-        (LD_ABS, 0, 0, 0),  # A = the system call's number
-        (JGE, 3, 0, X32_SYSCALL_BIT),
-        (JEQ, 2, 0, add_key),
-        (JEQ, 1, 0, request_key),
-        (JEQ, 0, 1, keyctl),
-        (RET, 0, 0, RET_ERRNO | EPERM),
-        (RET, 0, 0, RET_ALLOW),
+def _program(arch: int, add_key: int, request_key: int, keyctl: int, ioctl: int) -> list[tuple[int, int, int, int]]:
+    """The filter: another ABI's calls (32-bit ones on a 64-bit kernel) get ENOSYS; add_key,
+    request_key, keyctl, x32's numbers and fscrypt's ioctls get EPERM; everything else runs."""
+    low, high = FSCRYPT_IOCTLS
+    labelled = [
+        ("load", ARCH), ("if ==", arch, None, "other ABI"),
+        ("load", NR), ("if >=", X32_SYSCALL_BIT, "deny", None),
+        ("if ==", add_key, "deny", None), ("if ==", request_key, "deny", None), ("if ==", keyctl, "deny", None),
+        ("if ==", ioctl, None, "allow"),
+        ("load", ARG1_LOW), ("and", 0xFFFF), ("if >=", low, None, "allow"), ("if >", high, "allow", "deny"),
+        ("label", "deny"), ("return", RET_ERRNO | EPERM),
+        ("label", "allow"), ("return", RET_ALLOW),
+        ("label", "other ABI"), ("return", RET_ERRNO | ENOSYS),
     ]
-    filters = (SockFilter * len(program))(*(SockFilter(*instruction) for instruction in program))
-    fprog = SockFprog(len(program), filters)
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:  # seccomp's condition without CAP_SYS_ADMIN
+    at, count, program = {}, 0, []
+    for step in labelled:  # where each label lands
+        if step[0] == "label":
+            at[step[1]] = count
+        else:
+            count += 1
+    for step in labelled:
+        if step[0] == "label":
+            continue
+        here = len(program) + 1  # jumps count from the next instruction
+        if step[0] == "load":
+            program.append((LD_ABS, 0, 0, step[1]))
+        elif step[0] == "and":
+            program.append((AND, 0, 0, step[1]))
+        elif step[0] == "return":
+            program.append((RET, 0, 0, step[1]))
+        else:
+            code = {"if ==": JEQ, "if >=": JGE, "if >": JGT}[step[0]]
+            true, false = (0 if target is None else at[target] - here for target in step[2:4])
+            program.append((code, true, false, step[1]))
+    return program
+
+
+def _deny(libc, fprog: SockFprog, filters) -> str:
+    """"" once the filter runs here and in every child (seccomp needs no_new_privs without CAP_SYS_ADMIN)."""
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return f"no seccomp filter: no_new_privs ({os.strerror(ctypes.get_errno())})"
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         return f"no seccomp filter ({os.strerror(ctypes.get_errno())})"

@@ -57,7 +57,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from . import memwatch
+from . import keyrings, memwatch
 from .channel import MAX_TOTAL_BYTES, Reader, Received
 from .memwatch import MemoryWatch
 from .settings import Limits
@@ -811,6 +811,7 @@ def _libc():
 def _preexec(groups: list[Path], limits: Limits, mode: str):
     as_dict = {"memory_bytes": limits.memory_bytes, "processes": limits.processes, "file_bytes": limits.file_bytes}
     libc, grader = _libc(), os.getpid()
+    close_keyrings = keyrings.closer(libc)  # prepared here: only system calls after the fork
 
     def apply():
         # The sandbox dies with the grader, however the grader ends (a SIGKILL, the machine's OOM
@@ -822,6 +823,7 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
             os._exit(1)
         for group in groups:
             (group / "cgroup.procs").write_text(str(os.getpid()))
+        close_keyrings()  # the whole sandbox, its launcher on: what fails here, the runner tries again (and says)
         if mode == "bubblewrap" or mode.startswith("none"):
             # RLIMIT_NPROC counts every process of the real uid, and a user namespace created under
             # it records it as the ceiling of the whole uid: set here, one notebook at its ceiling

@@ -393,6 +393,16 @@ _secret = _libc.syscall({keyctl}, 10, ctypes.c_int(-3), b"user", {secret!r}, 0) 
 _buffer = ctypes.create_string_buffer(64)
 _read = _libc.syscall({keyctl}, 11, ctypes.c_long(_secret), _buffer, 64) if _secret > 0 else -1  # KEYCTL_READ
 _found["graders_secret"] = _buffer.raw[:max(_read, 0)].decode(errors="replace")
+import fcntl
+_root = os.open("/", os.O_RDONLY)
+for _name, _request, _size in (("fscrypt_add_key", 0xC0506617, 80), ("getflags", 0x80086601, 8)):
+    try:  # FS_IOC_ADD_ENCRYPTION_KEY (a kernel key charged to the uid) and FS_IOC_GETFLAGS (harmless)
+        fcntl.ioctl(_root, _request, bytearray(_size))
+        _found[_name] = "ran"
+    except OSError as _err:
+        _found[_name] = errno.errorcode.get(_err.errno, "?")
+os.close(_root)
+_found["pid1"] = [l.split()[1] for l in open("/proc/1/status") if l.startswith("Seccomp:")]  # its init filtered too
 for _name in ("/proc/sysrq-trigger", "/proc/irq/default_smp_affinity"):  # opened, never written
     try:
         os.close(os.open(_name, os.O_WRONLY))
@@ -516,6 +526,8 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     assert found["add_key_u"] == found["add_key_s"] == "EPERM", found  # refused by the runner's seccomp filter
     assert not graders_keyrings_with_it, f"the notebook's key reached the grader's own keyrings: {found}"
     assert found["graders_secret"] == "", f"the notebook read the grader's session keyring: {found}"
+    assert found["fscrypt_add_key"] == "EPERM" and found["getflags"] != "EPERM", found  # only fscrypt's ioctls refused
+    assert found["pid1"] == ["2"], found  # the sandbox's PID 1 (which a notebook may ptrace) is filtered too
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found
     assert found["/proc/keys"] == 0, found
     assert found["loopback"] == "ping", found
@@ -767,7 +779,7 @@ def test_a_grader_whose_keyctl_is_already_refused_still_grades(class_folder, kin
     from autograder.selfcheck import self_check
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    assert keyrings._deny_key_calls(libc, keyrings.KEY_SYSCALLS[platform.machine()]) == ""  # as Docker's profile
+    assert keyrings.close_keyrings() == ""  # keyctl refused from here on, as under Docker's profile
     refused = libc.syscall(keyrings.KEY_SYSCALLS[platform.machine()][3], 1, None) < 0 and ctypes.get_errno() == 1
     result, _ = self_check(Path({str(paths['solved'])!r}))
     print(json.dumps([refused, result.status.name, result.score, result.detail]))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 from typing import Callable
 
 # (AUDIT_ARCH of the native system call ABI, add_key, request_key, keyctl, ioctl), by platform.machine()
@@ -60,6 +61,8 @@ def closer(libc=None) -> Callable[[], str]:
     """`close_keyrings`, prepared: the returned function only makes system calls (no import, no
     library loaded, nothing allocated), so a sandbox's launcher may call it between fork and exec,
     and then the whole sandbox (bubblewrap's own PID 1, the fallback's init) is closed too."""
+    if not sys.platform.startswith("linux"):  # keyrings and seccomp are Linux's (and other kernels number calls otherwise)
+        return lambda: ""
     calls = KEY_SYSCALLS.get(platform.machine())
     if calls is None:
         why = (f"the grader does not know the keyring system calls' numbers on {platform.machine()}, so it cannot "

@@ -787,3 +787,18 @@ def test_a_grader_whose_keyctl_is_already_refused_still_grades(class_folder, kin
     refused, status, score, detail = result
     assert refused, result  # keyctl really was refused to the grader and everything it started
     assert status == ("SANDBOX" if kind == "none" else "OK") and score == 17, detail  # none: graded, said so
+
+
+def test_the_keyrings_are_left_alone_off_linux(monkeypatch):
+    """On macOS (a student's `attn-course check` runs without a sandbox there) there are no kernel
+    keyrings and no seccomp, and system call numbers mean other calls: nothing is called at all."""
+    from autograder import keyrings
+
+    class NoCalls:
+        def __getattr__(self, name):
+            raise AssertionError(f"libc.{name} called off Linux")
+
+    for machine in ("x86_64", "arm64"):
+        monkeypatch.setattr(keyrings.sys, "platform", "darwin")
+        monkeypatch.setattr(keyrings.platform, "machine", lambda machine=machine: machine)
+        assert keyrings.closer(NoCalls())() == ""

@@ -57,10 +57,11 @@ def close_keyrings() -> str:
     return closer()()
 
 
-def closer(libc=None) -> Callable[[], str]:
+def closer(libc=None, filtered: bool = True) -> Callable[[], str]:
     """`close_keyrings`, prepared: the returned function only makes system calls (no import, no
     library loaded, nothing allocated), so a sandbox's launcher may call it between fork and exec,
-    and then the whole sandbox (bubblewrap's own PID 1, the fallback's init) is closed too."""
+    and then the whole sandbox (bubblewrap's own PID 1, the fallback's init) is closed too.
+    `filtered=False`: the new keyring only (a setuid launcher must not inherit no_new_privs)."""
     if not sys.platform.startswith("linux"):  # keyrings and seccomp are Linux's (and other kernels number calls otherwise)
         return lambda: ""
     calls = KEY_SYSCALLS.get(platform.machine())
@@ -76,9 +77,9 @@ def closer(libc=None) -> Callable[[], str]:
 
     def close() -> str:
         joined = _join_new_session_keyring(libc, calls[3])
-        filtered = _deny(libc, fprog, filters)
-        if joined and filtered:
-            return f"the sandbox could not close the kernel's keyrings to the notebook ({joined}; {filtered})"
+        denied = _deny(libc, fprog, filters) if filtered else "no seccomp filter (not asked for)"
+        if joined and denied:
+            return f"the sandbox could not close the kernel's keyrings to the notebook ({joined}; {denied})"
         return ""
     return close
 

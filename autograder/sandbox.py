@@ -808,10 +808,20 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
+def _is_setuid(program: str | None) -> bool:
+    try:
+        return bool(os.stat(program).st_mode & (stat.S_ISUID | stat.S_ISGID)) if program else False
+    except OSError:
+        return False
+
+
 def _preexec(groups: list[Path], limits: Limits, mode: str):
     as_dict = {"memory_bytes": limits.memory_bytes, "processes": limits.processes, "file_bytes": limits.file_bytes}
     libc, grader = _libc(), os.getpid()
-    close_keyrings = keyrings.closer(libc)  # prepared here: only system calls after the fork
+    # prepared here (only system calls after the fork); a setuid bwrap (where unprivileged user
+    # namespaces are off) gains nothing under no_new_privs: it gets the new keyring only, and its
+    # PID 1 is not dumpable (nothing to ptrace); the runner installs the filter itself
+    close_keyrings = keyrings.closer(libc, filtered=not (mode == "bubblewrap" and _is_setuid(bwrap_binary())))
 
     def apply():
         # The sandbox dies with the grader, however the grader ends (a SIGKILL, the machine's OOM

@@ -802,3 +802,37 @@ def test_the_keyrings_are_left_alone_off_linux(monkeypatch):
         monkeypatch.setattr(keyrings.sys, "platform", "darwin")
         monkeypatch.setattr(keyrings.platform, "machine", lambda machine=machine: machine)
         assert keyrings.closer(NoCalls())() == ""
+
+
+def test_a_setuid_bwrap_keeps_its_setuid_under_the_launchers_keyring_closing():
+    """Where unprivileged user namespaces are off, bubblewrap is installed setuid root; no_new_privs
+    (which a seccomp filter needs) would make exec ignore that bit and every sandbox fail to start.
+    So a setuid bwrap gets the new keyring from the launcher but not the filter (its PID 1 is not
+    dumpable: nothing to ptrace; the runner installs the filter itself). Here a setuid copy of
+    `id` stands for it, run as an ordinary user through the sandbox's own launcher."""
+    user = ordinary_user()
+    if user is None:
+        pytest.skip("needs root and an ordinary user")
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="attn-setuid-"))  # one the ordinary user can reach
+    folder.chmod(0o755)
+    fake_bwrap = folder / "bwrap"
+    shutil.copy2("/usr/bin/id", fake_bwrap)
+    fake_bwrap.chmod(0o4755)
+    try:
+        found = run_as(user, f"""
+        import subprocess
+        from autograder import sandbox
+        from autograder.settings import Limits
+        plain = subprocess.run([{str(fake_bwrap)!r}, "-u"], capture_output=True, text=True).stdout.strip()
+        launched = subprocess.run([{str(fake_bwrap)!r}, "-u"], capture_output=True, text=True,
+                                  preexec_fn=sandbox._preexec([], Limits(), "bubblewrap")).stdout.strip()
+        print(json.dumps([plain, launched]))
+        """, env={"ATTN_BWRAP": str(fake_bwrap)})
+    finally:
+        shutil.rmtree(folder)
+    plain, launched = found
+    if plain != "0":
+        pytest.skip(f"setuid programs do not run as root here (a nosuid mount?): {plain}")
+    assert launched == "0", found

@@ -17,7 +17,8 @@ sandbox holds the grader's keyring or runs unfiltered: bubblewrap's own PID 1, w
 may ptrace, would otherwise make those calls for it.
 
 Either suffices to keep the grader's keys from the notebook, and a key given to the notebook
-by number is no use without keyctl; the sandbox refuses to run it only when both fail. Python binds neither call: they go through libc by number, per machine.
+by number is no use without keyctl; the sandbox refuses to run it only when both fail. Python
+binds neither call: they go through libc by number, per machine.
 """
 from __future__ import annotations
 

@@ -72,6 +72,9 @@ LIBRARY_DIR = "/opt/attn-course"  # bubblewrap: the folder on the runner's path 
 SCRATCH_BYTES = 256 * 2**20
 SHM_BYTES = 64 * 2**20  # bubblewrap's /dev/shm (sized: RLIMIT_AS never sees what a tmpfs holds)
 DEV_BYTES = 64 * 2**10  # the minimal /dev itself: device nodes and links only
+# How the fallback starts its runner, and how the grader asks what such a process may reach: root
+# (or the grader's uid) with no capability at all, inherited, ambient or bounding
+DROP_CAPABILITIES = ("setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all")
 START_ATTEMPTS = 3  # a sandbox that cannot start (or refuses itself) is tried this often, then reported
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 # The runner's own modules: all the sandbox may import of the grader (never the hidden checks).
@@ -256,9 +259,9 @@ def require_reachable(needed: dict[str, str | Path], mode: str | None = None) ->
 def _not_passable(paths: list[str]) -> list[str]:
     """The paths that root without capabilities cannot reach (stat), as the fallback's runner runs."""
     probe = 'for p in "$@"; do [ -e "$p" ] || [ -L "$p" ] || printf "%s\\0" "$p"; done'
-    drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
     try:
-        done = subprocess.run(drop + ["/bin/sh", "-c", probe, "sh", *paths], capture_output=True, timeout=60)
+        done = subprocess.run([*DROP_CAPABILITIES, "--", "/bin/sh", "-c", probe, "sh", *paths], capture_output=True,
+                              timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [p for p in done.stdout.decode(errors="surrogateescape").split("\0") if p] if done.returncode == 0 else []
@@ -502,7 +505,7 @@ def _init_inside(spec_path: str) -> None:
     if unsealed:  # a mount that failed leaves something visible or writable: no student code runs
         raise SystemExit(f"sandbox: not sealed, no notebook runs in it: {unsealed}")
     os.chdir(workdir)
-    drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    drop = [*DROP_CAPABILITIES, "--no-new-privs", "--"]
     runner = os.fork()
     if runner == 0:
         _set_limits(spec["limits"], nproc=spec["nproc"])

@@ -825,15 +825,17 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
     # namespaces are off) gains nothing under no_new_privs: it gets the new keyring only, and its
     # PID 1 is not dumpable (nothing to ptrace); the runner installs the filter itself
     close_keyrings = keyrings.closer(libc, filtered=not (mode == "bubblewrap" and _is_setuid(bwrap_binary())))
+    linux = sys.platform.startswith("linux")  # off Linux (a student's own check on macOS: no sandbox) there is no prctl
 
     def apply():
         # The sandbox dies with the grader, however the grader ends (a SIGKILL, the machine's OOM
         # killer, a closed terminal): bubblewrap has --die-with-parent; unshare (whose --kill-child
         # takes the namespace's processes along) and the bare runner get the same from the kernel.
         # The thread that starts a sandbox waits for it (sandbox._run_once), so it outlives it.
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != grader:  # the grader died before prctl took effect
-            os._exit(1)
+        if linux:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != grader:  # the grader died before prctl took effect
+                os._exit(1)
         for group in groups:
             (group / "cgroup.procs").write_text(str(os.getpid()))
         close_keyrings()  # the whole sandbox, its launcher on: what fails here, the runner tries again (and says)

@@ -804,6 +804,40 @@ def test_the_keyrings_are_left_alone_off_linux(monkeypatch):
         assert keyrings.closer(NoCalls())() == ""
 
 
+def test_a_students_check_off_linux_starts_its_runner(class_folder):
+    """On macOS a student's `attn-course check` runs the notebook without a sandbox, and its C
+    library has no prctl: the launcher once called it between fork and exec anyway, so every check
+    there failed to start ("Exception occurred in preexec_fn"). Here the platform says darwin and
+    the launcher gets a C library without prctl; the notebook is graded, said to be unsandboxed."""
+    folder, paths = class_folder
+    result = run_as(None, f"""
+    import ctypes, sys
+    from pathlib import Path
+    from autograder import sandbox
+    from autograder.selfcheck import self_check
+
+    class MacLibc:  # a C library without Linux's calls, as ctypes finds macOS's (AttributeError on lookup)
+        def __init__(self):
+            self._libc = ctypes.CDLL(None, use_errno=True)
+
+        def __getattr__(self, name):
+            if name in ("prctl", "keyctl", "unshare", "mount"):
+                raise AttributeError(f"dlsym(RTLD_DEFAULT, {{name}}): symbol not found")
+            return getattr(self._libc, name)
+
+    import nbgrader.apps, urllib.request  # noqa: F401 - imported as on Linux: their import-time platform checks are not the point
+    sys.platform = "darwin"
+    sandbox.isolation_mode.cache_clear()
+    sandbox._libc.cache_clear()
+    sandbox._libc = lambda: MacLibc()
+    result, _ = self_check(Path({str(paths['solved'])!r}))
+    print(json.dumps([sandbox.isolation_mode(), result.status.name, result.score, result.detail]))
+    """, sandbox="")
+    mode, status, score, detail = result
+    assert mode.startswith("none: needs Linux"), mode
+    assert status == "SANDBOX" and score == 17, detail  # graded, and said to be unsandboxed
+
+
 def test_a_setuid_bwrap_keeps_its_setuid_under_the_launchers_keyring_closing():
     """Where unprivileged user namespaces are off, bubblewrap is installed setuid root; no_new_privs
     (which a seccomp filter needs) would make exec ignore that bit and every sandbox fail to start.

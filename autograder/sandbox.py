@@ -82,7 +82,7 @@ KIT_FILES = ("__init__.py", "channel.py", "forkserver.py", "keyrings.py", "runne
              "syntax_trees.py", "checks/__init__.py", "checks/core.py", "checks/tensors.py")
 # /proc entries an unprivileged process must not write or read (the list Docker and runc mask).
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/bus", "/proc/irq")
-PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/latency_stats", "/proc/timer_list",
+PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/kmsg", "/proc/latency_stats", "/proc/timer_list",
                "/proc/timer_stats", "/proc/sched_debug")
 # The namespaces fallback is a deny-list: what it always hides, whatever the course names. Homes,
 # credentials and /run, the host's sockets (a D-Bus, systemd or Docker socket is a way out: a

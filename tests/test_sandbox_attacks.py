@@ -409,10 +409,11 @@ for _name in ("/proc/sysrq-trigger", "/proc/irq/default_smp_affinity"):  # opene
         _found[_name] = "writable"
     except OSError as _err:
         _found[_name] = type(_err).__name__
-try:
-    _found["/proc/keys"] = len(open("/proc/keys").read())
-except OSError as _err:
-    _found["/proc/keys"] = 0
+for _name in ("/proc/keys", "/proc/key-users"):  # the keys, and the grader uid's key counts
+    try:
+        _found[_name] = len(open(_name).read())
+    except OSError as _err:
+        _found[_name] = 0
 try:  # an honest notebook talking to itself over 127.0.0.1
     _server = socket.create_server(("127.0.0.1", 0))
     with socket.create_connection(_server.getsockname(), timeout=5) as _client:
@@ -475,7 +476,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     cannot be reached; a key a notebook adds to its user or session keyring is not in the grader's
     (nor the next notebook's), and a secret in the grader's own session keyring (as after a
     pam_keyinit login) cannot be read; /proc/sysrq-trigger and /proc/irq cannot be opened for writing and /proc/keys
-    shows nothing; everything a notebook writes to its scratch folders together stays within the
+    and /proc/key-users show nothing; everything a notebook writes to its scratch folders together stays within the
     scratch and /dev/shm sizes; and 127.0.0.1 answers, as an honest notebook may need."""
     from autograder.sandbox import SCRATCH_BYTES, SHM_BYTES
 
@@ -529,7 +530,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     assert found["fscrypt_add_key"] == "EPERM" and found["getflags"] != "EPERM", found  # only fscrypt's ioctls refused
     assert found["pid1"] == ["2"], found  # the sandbox's PID 1 (which a notebook may ptrace) is filtered too
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found
-    assert found["/proc/keys"] == 0, found
+    assert found["/proc/keys"] == found["/proc/key-users"] == 0, found
     assert found["loopback"] == "ping", found
     assert found["held_mib"] * 2**20 <= SCRATCH_BYTES + SHM_BYTES, found
 

@@ -25,7 +25,7 @@ What the student's code gets (Linux), in order of preference; `status` names the
 Always: memory (RLIMIT_AS per process; for the whole sandbox a memory cgroup when the grader is
 root, else the grader's own watch over the sum of its processes, memwatch.py), processes (a pids
 cgroup with a random name when the grader is root, else RLIMIT_NPROC inside the sandbox's own user
-namespace), file size and core dumps are limited; the parent enforces a per-cell and a
+namespace; without a sandbox, the allowance on top of what the user already runs), file size and core dumps are limited; the parent enforces a per-cell and a
 whole-notebook wall clock and kills the whole process group when time is up.
 
 Nothing comes back through the file system. Inputs go in on an unlinked file (a descriptor,
@@ -818,8 +818,26 @@ def _is_setuid(program: str | None) -> bool:
         return False
 
 
+def _tasks_of_user(uid: int) -> int:
+    """What the kernel counts against `uid`'s RLIMIT_NPROC now: every thread of the processes whose
+    real uid it is on Linux, every process elsewhere (macOS)."""
+    import psutil
+
+    threads = sys.platform.startswith("linux")
+    count = 0
+    for process in psutil.process_iter(["uids", "num_threads"]):
+        uids = process.info["uids"]
+        if uids is not None and uids.real == uid:
+            count += (process.info["num_threads"] or 1) if threads else 1
+    return count
+
+
 def _preexec(groups: list[Path], limits: Limits, mode: str):
     as_dict = {"memory_bytes": limits.memory_bytes, "processes": limits.processes, "file_bytes": limits.file_bytes}
+    if mode.startswith("none") and os.geteuid() != 0:
+        # RLIMIT_NPROC counts every thread of the user's, and a desktop session holds hundreds: the
+        # notebook's allowance comes on top of what the user already runs, or it could start no thread
+        as_dict["processes"] = _tasks_of_user(os.getuid()) + limits.processes
     libc, grader = _libc(), os.getpid()
     # prepared here (only system calls after the fork); a setuid bwrap (where unprivileged user
     # namespaces are off) gains nothing under no_new_privs: it gets the new keyring only, and its
@@ -902,13 +920,14 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
 
 def expected_inside(mode: str, world: World, limits: Limits) -> dict:
     """What the runner checks before any student code runs (its self-check), and the process
-    limit it sets inside its own user namespace."""
+    limit it sets inside its own user namespace (none without a sandbox: the launcher set one that
+    counts what the user already runs, `_preexec`)."""
     if world.library:
         folder = library_path(mode, world)
         library = str(Path(folder, "attention_course")) if folder else os.path.realpath(world.library)
     else:
         library = ""
-    return {"python": sys.version, "library": library, "processes": limits.processes}
+    return {"python": sys.version, "library": library, "processes": 0 if mode.startswith("none") else limits.processes}
 
 
 def _kill(proc) -> None:

@@ -839,6 +839,64 @@ def test_a_students_check_off_linux_starts_its_runner(class_folder):
     assert status == "SANDBOX" and score == 17, detail  # graded, and said to be unsandboxed
 
 
+BUSY_DESKTOP = '''
+import subprocess, sys, threading
+subprocess.run([sys.executable, "-c", "pass"], check=True)  # a process of its own, as a DataLoader's workers start
+threading.stack_size(256 * 1024)  # 400 threads' stacks stay far below the memory limit
+_release, _started = threading.Event(), []
+for _ in range(400):
+    try:
+        _thread = threading.Thread(target=_release.wait)
+        _thread.start()
+        _started.append(_thread)
+    except RuntimeError:  # "can't start new thread": the ceiling
+        break
+_release.set()
+for _thread in _started:
+    _thread.join()
+_found = {"threads": len(_started)}
+'''
+
+
+def test_a_check_without_a_sandbox_on_a_busy_desktop_starts_threads_and_processes_up_to_its_allowance(class_folder):
+    """Without a sandbox (ATTN_SANDBOX=none: a desktop where user namespaces are off) the process
+    ceiling is RLIMIT_NPROC, which counts every thread the user runs, and a desktop session holds
+    hundreds. It was set to the notebook's allowance (256) alone, so a notebook that started a
+    process or a thread failed ("Resource temporarily unavailable"). Now the allowance comes on top
+    of what the user runs: here another process of the user holds 300 threads, and the notebook
+    starts a process and threads, but no more threads than its allowance."""
+    from autograder.settings import Limits
+
+    user = ordinary_user()
+    if user is None:
+        pytest.skip("needs root and an ordinary user (whose threads this test counts)")
+    folder, paths = class_folder
+    busy = json.loads(paths["solved"].read_text())
+    busy["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                             "source": "import json\n" + BUSY_DESKTOP})
+    for cell in busy["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+            cell["source"] = "def normalize_rows(S):\n    raise ValueError('FOUND' + json.dumps(_found) + 'END')\n"
+    hostile = _hostile_copy(folder, "busy-desktop", busy)
+    messages = run_as(user, f"""
+    import subprocess, sys
+    from pathlib import Path
+    from autograder.selfcheck import self_check
+    desktop = subprocess.Popen([sys.executable, "-c", "import threading, time\\n"
+                                "[threading.Thread(target=time.sleep, args=(600,), daemon=True).start() for _ in range(300)]\\n"
+                                "print('up', flush=True)\\ntime.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    assert desktop.stdout.readline().strip() == "up"
+    try:
+        result, _ = self_check(Path({str(hostile)!r}))
+    finally:
+        desktop.kill()
+    print(json.dumps([c.message for c in result.cells if c.grade_id == "test_normalize_rows"]))
+    """, sandbox="none")
+    assert "FOUND" in messages[0], messages  # the cell that started a process and threads ran
+    found = json.loads(messages[0].split("FOUND", 1)[1].split("END", 1)[0])
+    assert 50 <= found["threads"] <= Limits().processes, found  # the allowance (less what runs alongside), on top of the 300
+
+
 def test_a_setuid_bwrap_keeps_its_setuid_under_the_launchers_keyring_closing():
     """Where unprivileged user namespaces are off, bubblewrap is installed setuid root; no_new_privs
     (which a seccomp filter needs) would make exec ignore that bit and every sandbox fail to start.

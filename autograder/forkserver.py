@@ -39,6 +39,7 @@ PRELOAD = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "cloudpickle",
            "IPython.core.interactiveshell", "autograder.channel", "autograder.serialize",
            "autograder.checks.core", "autograder.runner")
 CONTROL_FD_ENV = "ATTN_FORKSERVER_FD"
+FRESH_PID1 = "--fresh-pid1"  # `python -m autograder.forkserver --fresh-pid1`: PID 1 of a fresh sandbox (fresh_pid1)
 MAX_REQUEST_BYTES = 1 << 20
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -238,6 +239,35 @@ def _run(request: dict, in_fd: int, out_fd: int, err_fd: int) -> None:
         os._exit(1)
 
 
+def fresh_pid1() -> None:
+    """PID 1 of a fresh bubblewrap sandbox (`bwrap --as-pid-1`), in place of bubblewrap's own reaper,
+    which a notebook could ptrace or write through /proc/1/mem (the same uid, and dumpable), and
+    which under a setuid bwrap ran without the keyring filter. This one is non-dumpable and filtered
+    before it starts the runner; then it reaps, and ends with the runner's exit status (the kernel
+    then ends whatever the notebook left running)."""
+    try:
+        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+        from autograder.keyrings import close_keyrings
+
+        close_keyrings()  # what fails here fails the runner's own try again, and it refuses to run
+        runner = os.fork()
+    except Exception as err:  # noqa: BLE001 - the run cannot start: said on its stderr (the grader tries again)
+        _fail(2, err)
+    if runner == 0:
+        try:
+            os.execv(sys.executable, [sys.executable, "-m", "autograder.runner"])  # dumpable again, as any exec
+        except BaseException as err:  # noqa: BLE001
+            _fail(2, err)
+    os.closerange(0, os.sysconf("SC_OPEN_MAX"))  # the channel, the inputs and stderr are the runner's alone
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == runner:
+            os._exit(_exit_code(wait_status))
+
+
 def _fresh_randomness() -> None:
     """Seeds a fresh process would draw: the fork server's were drawn once, for every child."""
     import random
@@ -249,6 +279,8 @@ def _fresh_randomness() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == [FRESH_PID1]:
+        fresh_pid1()
     try:
         main()
     except BaseException as err:  # noqa: BLE001 - the fork server's own failure: say why, on stderr

@@ -59,6 +59,7 @@ from typing import Callable
 
 from . import keyrings, memwatch
 from .channel import MAX_TOTAL_BYTES, Reader, Received
+from .forkserver import FRESH_PID1
 from .memwatch import MemoryWatch
 from .settings import Limits
 
@@ -389,8 +390,8 @@ def _minimal_dev() -> list[str]:
 
 def bwrap_command(world: World, as_pid_1: bool = False) -> list[str]:
     """The `bwrap` arguments for one sandbox (the runner command follows them). `as_pid_1`: the
-    command is the sandbox's PID 1 (a fork server, warm_sandbox.py: no bubblewrap reaper beside it
-    that a run could reach through /proc)."""
+    command is the sandbox's PID 1 (a fork server, warm_sandbox.py, or a fresh sandbox's own init,
+    forkserver.fresh_pid1: no bubblewrap reaper beside it that a run could reach through /proc)."""
     scratch = bwrap_scratch(world)
     args = [bwrap_binary() or "bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             *(["--as-pid-1"] if as_pid_1 else []),
@@ -880,8 +881,9 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
     runner = [sys.executable, "-m", "autograder.runner"]
     common = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd,
                   pass_fds=(in_fd, out_fd), start_new_session=True, preexec_fn=_preexec(groups, limits, mode))
-    if mode == "bubblewrap":
-        return subprocess.Popen(bwrap_command(world) + runner, env=env, **common)
+    if mode == "bubblewrap":  # PID 1 of its own (forkserver.fresh_pid1): bubblewrap's reaper could be ptraced
+        pid1 = [sys.executable, "-m", "autograder.forkserver", FRESH_PID1]
+        return subprocess.Popen(bwrap_command(world, as_pid_1=True) + pid1, env=env, **common)
     if mode.startswith("namespaces"):
         credential_dirs, credential_files = denied_always(world.course_root, world.library)
         empty = job / "empty"

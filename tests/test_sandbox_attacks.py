@@ -403,6 +403,14 @@ for _name, _request, _size in (("fscrypt_add_key", 0xC0506617, 80), ("getflags",
         _found[_name] = errno.errorcode.get(_err.errno, "?")
 os.close(_root)
 _found["pid1"] = [l.split()[1] for l in open("/proc/1/status") if l.startswith("Seccomp:")]  # its init filtered too
+_libc.ptrace.restype = ctypes.c_long
+_seized = _libc.ptrace(0x4206, 1, None, None)  # PTRACE_SEIZE the sandbox's PID 1 (never stops it)
+_found["ptrace_pid1"] = "seized" if _seized == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+try:  # or write its memory, which needs the same access
+    os.close(os.open("/proc/1/mem", os.O_RDWR))
+    _found["pid1_mem"] = "opened"
+except OSError as _err:
+    _found["pid1_mem"] = type(_err).__name__
 for _name in ("/proc/sysrq-trigger", "/proc/irq/default_smp_affinity"):  # opened, never written
     try:
         os.close(os.open(_name, os.O_WRONLY))
@@ -477,7 +485,9 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     (nor the next notebook's), and a secret in the grader's own session keyring (as after a
     pam_keyinit login) cannot be read; /proc/sysrq-trigger and /proc/irq cannot be opened for writing and /proc/keys
     and /proc/key-users show nothing; everything a notebook writes to its scratch folders together stays within the
-    scratch and /dev/shm sizes; and 127.0.0.1 answers, as an honest notebook may need."""
+    scratch and /dev/shm sizes; 127.0.0.1 answers, as an honest notebook may need; and the sandbox's
+    PID 1 can be neither ptraced nor written through /proc/1/mem (bubblewrap's own, in a fresh
+    sandbox, once could: its stderr is the run's)."""
     from autograder.sandbox import SCRATCH_BYTES, SHM_BYTES
 
     user = _grader(who)
@@ -528,7 +538,8 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     assert not graders_keyrings_with_it, f"the notebook's key reached the grader's own keyrings: {found}"
     assert found["graders_secret"] == "", f"the notebook read the grader's session keyring: {found}"
     assert found["fscrypt_add_key"] == "EPERM" and found["getflags"] != "EPERM", found  # only fscrypt's ioctls refused
-    assert found["pid1"] == ["2"], found  # the sandbox's PID 1 (which a notebook may ptrace) is filtered too
+    assert found["pid1"] == ["2"], found  # the sandbox's PID 1 is filtered too ...
+    assert found["ptrace_pid1"] == "EPERM" and found["pid1_mem"] == "PermissionError", found  # ... and out of reach
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found
     assert found["/proc/keys"] == found["/proc/key-users"] == 0, found
     assert found["loopback"] == "ping", found

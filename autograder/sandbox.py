@@ -185,8 +185,7 @@ def isolation_mode() -> str:
         return "none: disabled by ATTN_SANDBOX=none"
     if not sys.platform.startswith("linux"):
         return "none: needs Linux (bubblewrap or util-linux's unshare)"
-    if choice != "namespaces" and _works([bwrap_binary() or "bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
-                                          "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]):
+    if choice != "namespaces" and not bwrap_refusal():
         return "bubblewrap"
     mode = "root" if os.geteuid() == 0 else "user"
     cmd = ["unshare", "--mount", "--net", "--pid", "--fork", "--mount-proc"]
@@ -194,6 +193,30 @@ def isolation_mode() -> str:
     if _works(cmd):
         return f"namespaces ({mode})"
     return "none: neither bubblewrap nor unprivileged namespaces work on this system"
+
+
+@lru_cache(maxsize=1)
+def bwrap_refusal() -> str:
+    """"" when bubblewrap starts a sandbox as the grader's do (user namespace, sized scratch), else
+    why not, in bwrap's words. A setuid bwrap (installed so where unprivileged user namespaces are
+    off) refuses --size, without which a notebook's scratch would hold memory nothing counts."""
+    binary = bwrap_binary()
+    if not binary:
+        return "it is not installed"
+    probe = [binary, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--ro-bind", "/", "/",
+             "--proc", "/proc", "--dev", "/dev", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"it does not start here ({err})"
+    if done.returncode == 0:
+        return ""
+    said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:300]
+    if "setuid" in said:
+        return (f"it is installed setuid, as where unprivileged user namespaces are off, and then refuses to size "
+                f"the sandbox's scratch ({said}): turn unprivileged user namespaces on (and install bubblewrap "
+                "without setuid), or grade as root")
+    return f"it is installed but does not start here ({said}; unprivileged user namespaces disabled?)"
 
 
 class WeakSandbox(ValueError):
@@ -215,11 +238,11 @@ def require_strong_sandbox(mode: str | None = None) -> None:
     mode = mode or isolation_mode()
     if mode == "bubblewrap" or os.environ.get("ATTN_SANDBOX") in ("namespaces", "none"):
         return
-    why = ("it is not installed" if not bwrap_binary() else
-           "it is installed but cannot create its namespaces here (unprivileged user namespaces disabled?)")
+    why = bwrap_refusal() or "not chosen (ATTN_SANDBOX)"
+    install = "" if bwrap_binary() else ("Install bubblewrap (`make sandbox` as root, or `sudo apt-get install "
+                                         "bubblewrap`), or set ")
     raise WeakSandbox(f"the grader's strong sandbox, bubblewrap, is not available: {why}. The fallback here is "
-                      f"{mode!r}: a deny-list, student code runs as your own user. Install bubblewrap "
-                      "(`make sandbox` as root, or `sudo apt-get install bubblewrap`), or set "
+                      f"{mode!r}: a deny-list, student code runs as your own user. {install or 'Or set '}"
                       "ATTN_SANDBOX=namespaces to grade with the weaker sandbox anyway.")
 
 
@@ -841,8 +864,9 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
         as_dict["processes"] = _tasks_of_user(os.getuid()) + limits.processes
     libc, grader = _libc(), os.getpid()
     # prepared here (only system calls after the fork); a setuid bwrap (where unprivileged user
-    # namespaces are off) gains nothing under no_new_privs: it gets the new keyring only, and its
-    # PID 1 is not dumpable (nothing to ptrace); the runner installs the filter itself
+    # namespaces are off) gains nothing under no_new_privs: it gets the new keyring only; the sandbox's
+    # PID 1 is the grader's own (forkserver: non-dumpable) and the runner installs the filter itself. (bwrap_refusal
+    # turns a setuid bwrap down for an ordinary user today: it refuses --size.)
     close_keyrings = keyrings.closer(libc, filtered=not (mode == "bubblewrap" and _is_setuid(bwrap_binary())))
     linux = sys.platform.startswith("linux")  # off Linux (a student's own check on macOS: no sandbox) there is no prctl
 

@@ -908,11 +908,45 @@ def test_a_check_without_a_sandbox_on_a_busy_desktop_starts_threads_and_processe
     assert 50 <= found["threads"] <= Limits().processes, found  # the allowance (less what runs alongside), on top of the 300
 
 
+def test_a_setuid_bwrap_is_not_taken_for_bubblewrap_and_grading_is_refused_with_its_words():
+    """Where unprivileged user namespaces are off, bubblewrap is installed setuid root, and a setuid
+    bwrap refuses --size, which every sandbox here needs (RLIMIT_AS never sees what a tmpfs holds).
+    The grader's probe did not ask for a sized scratch: it took such a bwrap for bubblewrap, and
+    then every notebook was the grader's incident, three tries each ("The --size option is not
+    permitted in setuid mode"). Now the probe asks for one: the setuid bwrap is not taken, and
+    grading others' notebooks is refused up front in bwrap's words, with the fixes."""
+    import tempfile
+
+    user = ordinary_user()
+    system = shutil.which("bwrap")
+    if user is None or system is None:
+        pytest.skip("needs root, an ordinary user and a system bwrap to make a setuid copy of")
+    folder = Path(tempfile.mkdtemp(prefix="attn-setuid-bwrap-"))  # one the ordinary user can reach
+    folder.chmod(0o755)
+    shutil.copy2(system, folder / "bwrap")
+    (folder / "bwrap").chmod(0o4755)
+    try:
+        found = run_as(user, """
+        from autograder import sandbox
+        try:
+            sandbox.require_strong_sandbox()
+            refusal = ""
+        except sandbox.WeakSandbox as err:
+            refusal = str(err)
+        print(json.dumps([sandbox.isolation_mode(), refusal]))
+        """, env={"ATTN_BWRAP": str(folder / "bwrap")})
+    finally:
+        shutil.rmtree(folder)
+    mode, refusal = found
+    assert mode != "bubblewrap", found
+    assert "setuid" in refusal and "--size" in refusal and "grade as root" in refusal, refusal
+
+
 def test_a_setuid_bwrap_keeps_its_setuid_under_the_launchers_keyring_closing():
     """Where unprivileged user namespaces are off, bubblewrap is installed setuid root; no_new_privs
     (which a seccomp filter needs) would make exec ignore that bit and every sandbox fail to start.
-    So a setuid bwrap gets the new keyring from the launcher but not the filter (its PID 1 is not
-    dumpable: nothing to ptrace; the runner installs the filter itself). Here a setuid copy of
+    So a setuid bwrap gets the new keyring from the launcher but not the filter (the sandbox's PID 1 is
+    the grader's own, non-dumpable; the runner installs the filter itself). Here a setuid copy of
     `id` stands for it, run as an ordinary user through the sandbox's own launcher."""
     user = ordinary_user()
     if user is None:

@@ -166,6 +166,17 @@ def _exit_code(wait_status: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def _reap_until(runner: int) -> None:
+    """As PID 1: reap every orphan until the runner ends, then end with its exit status."""
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == runner:
+            os._exit(_exit_code(wait_status))
+
+
 def _init(request: dict, in_fd: int, out_fd: int, err_fd: int, guard_alive: int) -> None:
     """PID 1 of the run's namespace: drop every capability, start the runner, reap orphans, and end
     with the runner's exit status (the kernel then ends whatever the notebook left running)."""
@@ -185,13 +196,7 @@ def _init(request: dict, in_fd: int, out_fd: int, err_fd: int, guard_alive: int)
         _run(request, in_fd, out_fd, err_fd)
     for fd in (in_fd, out_fd, err_fd):
         os.close(fd)
-    while True:
-        try:
-            pid, wait_status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(1)
-        if pid == runner:
-            os._exit(_exit_code(wait_status))
+    _reap_until(runner)
 
 
 def _drop_capabilities() -> None:
@@ -259,13 +264,7 @@ def fresh_pid1() -> None:
         except BaseException as err:  # noqa: BLE001
             _fail(2, err)
     os.closerange(0, os.sysconf("SC_OPEN_MAX"))  # the channel, the inputs and stderr are the runner's alone
-    while True:
-        try:
-            pid, wait_status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(1)
-        if pid == runner:
-            os._exit(_exit_code(wait_status))
+    _reap_until(runner)
 
 
 def _fresh_randomness() -> None:

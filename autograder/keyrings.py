@@ -13,8 +13,8 @@ namespace does not replace it, and every sandbox of the grader's uid draws keys 
    sandboxes need, nor leave a key for the next notebook.
 
 The sandbox's launcher does both too, between fork and exec (`closer`), so that nothing in the
-sandbox holds the grader's keyring or runs unfiltered: bubblewrap's own PID 1, which a notebook
-may ptrace, would otherwise make those calls for it.
+sandbox holds the grader's keyring or runs unfiltered (bubblewrap itself, the sandbox's PID 1, the
+fallback's init), and a fresh sandbox's PID 1 (forkserver.fresh_pid1) again before the runner.
 
 Either suffices to keep the grader's keys from the notebook, and a key given to the notebook
 by number is no use without keyctl; the sandbox refuses to run it only when both fail. Python

@@ -25,8 +25,9 @@ What the student's code gets (Linux), in order of preference; `status` names the
 Always: memory (RLIMIT_AS per process; for the whole sandbox a memory cgroup when the grader is
 root, else the grader's own watch over the sum of its processes, memwatch.py), processes (a pids
 cgroup with a random name when the grader is root, else RLIMIT_NPROC inside the sandbox's own user
-namespace; without a sandbox, the allowance on top of what the user already runs), file size and core dumps are limited; the parent enforces a per-cell and a
-whole-notebook wall clock and kills the whole process group when time is up.
+namespace; without a sandbox, the allowance on top of what the user already runs), file size and
+core dumps are limited; the parent enforces a per-cell and a whole-notebook wall clock and kills
+the whole process group when time is up.
 
 Nothing comes back through the file system. Inputs go in on an unlinked file (a descriptor,
 read and closed before student code runs); results, progress and timeouts come back as bounded
@@ -239,10 +240,10 @@ def require_strong_sandbox(mode: str | None = None) -> None:
     if mode == "bubblewrap" or os.environ.get("ATTN_SANDBOX") in ("namespaces", "none"):
         return
     why = bwrap_refusal() or "not chosen (ATTN_SANDBOX)"
-    install = "" if bwrap_binary() else ("Install bubblewrap (`make sandbox` as root, or `sudo apt-get install "
-                                         "bubblewrap`), or set ")
+    advice = ("Install bubblewrap (`make sandbox` as root, or `sudo apt-get install bubblewrap`), or set "
+              if not bwrap_binary() else "Or set ")
     raise WeakSandbox(f"the grader's strong sandbox, bubblewrap, is not available: {why}. The fallback here is "
-                      f"{mode!r}: a deny-list, student code runs as your own user. {install or 'Or set '}"
+                      f"{mode!r}: a deny-list, student code runs as your own user. {advice}"
                       "ATTN_SANDBOX=namespaces to grade with the weaker sandbox anyway.")
 
 
@@ -864,9 +865,9 @@ def _preexec(groups: list[Path], limits: Limits, mode: str):
         as_dict["processes"] = _tasks_of_user(os.getuid()) + limits.processes
     libc, grader = _libc(), os.getpid()
     # prepared here (only system calls after the fork); a setuid bwrap (where unprivileged user
-    # namespaces are off) gains nothing under no_new_privs: it gets the new keyring only; the sandbox's
-    # PID 1 is the grader's own (forkserver: non-dumpable) and the runner installs the filter itself. (bwrap_refusal
-    # turns a setuid bwrap down for an ordinary user today: it refuses --size.)
+    # namespaces are off) gains nothing under no_new_privs: it gets the new keyring only, and the
+    # runner installs the filter itself (bwrap_refusal turns such a bwrap down for an ordinary user
+    # today: it refuses --size)
     close_keyrings = keyrings.closer(libc, filtered=not (mode == "bubblewrap" and _is_setuid(bwrap_binary())))
     linux = sys.platform.startswith("linux")  # off Linux (a student's own check on macOS: no sandbox) there is no prctl
 

@@ -646,6 +646,19 @@ def _bench_translator(args) -> int:
     return 0
 
 
+def _bench_peer(args) -> int:
+    from attention_course.recipes import parse_overrides
+
+    from .bench_peer import compare
+
+    overrides = {"max_seconds": args.max_seconds, "max_steps": args.max_steps, "num_threads": args.threads,
+                 **parse_overrides(args.set)}
+    compare(args.config, args.peer, args.src, args.tgt, args.out, tuple(args.threshold or (38.0, 40.0)),
+            args.test_set, args.beam, args.mirror, args.device, progress=not args.no_progress, init=args.peer_init,
+            eval_every=args.eval_every, **overrides)
+    return 0
+
+
 def _evaluate(args) -> int:
     from attention_course.evaluation import evaluate, evaluate_ensemble, record, tune_length_penalty
 
@@ -828,6 +841,30 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20, help="training steps per model and round (default 20)")
     p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
     p.set_defaults(func=_bench_translator)
+    p = sub.add_parser("bench-peer", help="train the translator and a Hugging Face model of the same size (Marian) "
+                       "on the same batches with the same loop: speed, seconds to a validation BLEU, test BLEU")
+    p.add_argument("--config", default="gpu", help=f"{names} (default gpu)")
+    p.add_argument("--peer", default="marian", choices=("marian", "m2m100"),
+                   help="marian (MarianMTModel, post-norm; default) or m2m100 (pre-norm, as the gpu recipe)")
+    p.add_argument("--peer-init", default="library", choices=("library", "course"),
+                   help="library: the peer's own initialisation (default); course: the course model's, to tell "
+                        "initialisation from architecture")
+    p.add_argument("--src", default="en", help="source language: en, de or fr")
+    p.add_argument("--tgt", default="de", help="target language: en, de or fr")
+    p.add_argument("--out", default=None, help="where peer.json, peer.md and the hypotheses go (default build/peer)")
+    p.add_argument("--mirror", default=None, help="folder with the Multi30k raw files (default: $ATTN_MULTI30K_MIRROR, else download)")
+    p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
+    p.add_argument("--max-seconds", type=float, default=None, help="each model's training-time budget")
+    p.add_argument("--max-steps", type=int, default=None, help="each model's step budget")
+    p.add_argument("--eval-every", type=int, default=None, help="steps between validation BLEUs (default: the recipe's)")
+    p.add_argument("--threshold", type=float, action="append",
+                   help="validation BLEU to time (repeatable; default 38 and 40)")
+    p.add_argument("--test-set", action="append", help="default test_2016_flickr (repeatable)")
+    p.add_argument("--beam", type=int, default=None, help="the beam size scored beside greedy (default: the recipe's)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting of the recipe (repeatable)")
+    p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_bench_peer)
     p = sub.add_parser("formgrader", help="review and grade by hand: nbgrader's formgrader on the gradebook of a "
                        "grading run (other options go to `jupyter server`)",
                        usage="%(prog)s [OUT] [--port N] [--ip IP] [--no-browser] [JUPYTER SERVER OPTIONS ...]",
@@ -848,7 +885,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 BUILD_OUTPUTS = {"grade": "build/grading", "demo": "build/demo", "bench": "build/bench",  # default --out, in the course
-                 "formgrader": "build/grading"}
+                 "formgrader": "build/grading", "bench-peer": "build/peer"}
 PASS_THROUGH = ("lab", "formgrader")  # commands whose unknown options go to Jupyter
 
 

@@ -659,6 +659,16 @@ def _bench_peer(args) -> int:
     return 0
 
 
+def _bench_compile(args) -> int:
+    from attention_course.recipes import parse_overrides
+
+    from .bench_compile import compare
+
+    compare(args.config, args.steps, args.bucket, args.backend, args.mode, args.src, args.tgt, args.out, args.mirror,
+            args.device, num_threads=args.threads, **parse_overrides(args.set))
+    return 0
+
+
 def _evaluate(args) -> int:
     from attention_course.evaluation import evaluate, evaluate_ensemble, record, tune_length_penalty
 
@@ -865,6 +875,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_bench_peer)
+    p = sub.add_parser("bench-compile", help="the translator's training step eager against torch.compile (dynamic "
+                       "shapes, lengths bucketed), on the same batches: speed ratio, compile time, graphs")
+    p.add_argument("--config", default="gpu", help=f"{names} (default gpu)")
+    p.add_argument("--steps", type=int, default=200, help="batches per pass; each variant takes two passes (default 200)")
+    p.add_argument("--bucket", type=int, default=16, help="pad lengths up to a multiple of this (default 16; 1: off)")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor; aot_eager: no "
+                   "code generation, to check the path)")
+    p.add_argument("--mode", default=None, help="torch.compile mode, e.g. reduce-overhead (CUDA graphs) or max-autotune")
+    p.add_argument("--src", default="en", help="source language: en, de or fr")
+    p.add_argument("--tgt", default="de", help="target language: en, de or fr")
+    p.add_argument("--out", default=None, help="where compile.json goes (default build/compile)")
+    p.add_argument("--mirror", default=None, help="folder with the Multi30k raw files (default: $ATTN_MULTI30K_MIRROR, else download)")
+    p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting of the recipe (repeatable)")
+    p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
+    p.set_defaults(func=_bench_compile)
     p = sub.add_parser("formgrader", help="review and grade by hand: nbgrader's formgrader on the gradebook of a "
                        "grading run (other options go to `jupyter server`)",
                        usage="%(prog)s [OUT] [--port N] [--ip IP] [--no-browser] [JUPYTER SERVER OPTIONS ...]",
@@ -885,7 +911,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 BUILD_OUTPUTS = {"grade": "build/grading", "demo": "build/demo", "bench": "build/bench",  # default --out, in the course
-                 "formgrader": "build/grading", "bench-peer": "build/peer"}
+                 "formgrader": "build/grading", "bench-peer": "build/peer",
+                 "bench-compile": "build/compile"}
 PASS_THROUGH = ("lab", "formgrader")  # commands whose unknown options go to Jupyter
 
 

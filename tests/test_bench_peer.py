@@ -6,6 +6,9 @@ no timing assertions (speeds are reported, never compared with a number)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -17,6 +20,8 @@ from attention_course.recipes import get_config
 from attention_course.translate import label_smoothed_cross_entropy
 from course_tools import bench_peer
 from course_tools.cli import main as cli
+
+from .layout import REPO
 
 TINY = dict(d_model=32, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=64, num_threads=1)
 
@@ -147,3 +152,18 @@ def test_bench_peer_refuses_an_unknown_peer(tmp_path, capsys):
     assert "invalid choice: 'fairseq'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown peer 'fairseq'"):
         bench_peer.compare("toy", "fairseq", out=tmp_path)
+
+
+def test_the_device_script_runs_the_comparison_end_to_end(tmp_path):
+    """`course_tools/gpu_bench.sh peer --smoke` (what a GPU session runs, on the toy corpus): exit status
+    0, and under $OUT the log, the report, the table and both models' translations."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out)}
+    run = subprocess.run(["bash", "course_tools/gpu_bench.sh", "peer", "--smoke"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    names = sorted(p.name for p in out.iterdir())
+    assert {"peer.json", "peer.md", "peer.log", "ours.en-de.test.beam1.de", "marian.en-de.test.beam3.de"} <= set(names)
+    assert json.loads((out / "peer.json").read_text())["models"][1]["name"] == "marian"
+    assert "gpu_bench peer: exit status 0" in (out / "peer.log").read_text()
+    assert subprocess.run(["bash", "course_tools/gpu_bench.sh", "wave"], cwd=REPO, capture_output=True).returncode == 2

@@ -110,6 +110,10 @@ def compare(config: str = "gpu", steps: int = 400, bucket: int = 16,
     eager = Seq2SeqTransformer(cfg.model_config(data.vocab_size)).to(dev)
     twin = copy.deepcopy(eager)                            # the same initial weights
     compile_args = {"backend": backend, "dynamic": True, **({"mode": mode} if mode else {})}
+    import torch._dynamo.config as dynamo_config
+
+    # past this many graphs per function Dynamo would fall back to eager, silently: never below the shapes
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 2 * len(_shapes(batches)) + 2)
     log(f"bench-compile: `{cfg.name}` on {describe_device(dev)}" + (f", {threads} thread(s)" if threads else "")
         + f"; {steps} steps, twice; {len(_shapes(raw))} distinct batch shapes, {len(_shapes(batches))} "
         f"after bucketing lengths to multiples of {bucket} (padding {_padding(raw):.1%} -> {_padding(batches):.1%}); "

@@ -85,6 +85,7 @@ class Job:
     test_cell_index: dict[str, int]  # test grade_id -> index in cells
     solution_sources: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)  # every code cell the student wrote, run or not
+    source_positions: list = field(default_factory=list)  # per entry of `sources`: its cell number in the notebook
     findings: list = field(default_factory=list)  # honesty.Finding, from the static pass
     positions: list = field(default_factory=list)  # per entry of `cells`: its cell number in the notebook (1-based), or None
     answer_cells: dict[str, int] = field(default_factory=dict)  # answer grade_id -> index in cells
@@ -311,7 +312,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
     """Cells to run, in the student's order; each known test cell becomes a 'record' step
     (its source is never run); test cells the student deleted are recorded at the end."""
     by_id = {t.grade_id: t for t in tests}
-    cells, index, solutions, sources, positions, answers = [], {}, {}, [], [], {}
+    cells, index, solutions, sources, positions, answers, source_positions = [], {}, {}, [], [], {}, []
     for number, cell in enumerate(student_nb.cells, start=1):
         meta = cell.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
@@ -324,6 +325,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
             positions.append(number)
             continue
         sources.append(cell.source)
+        source_positions.append(number)
         if meta.get("solution") and gid:
             solutions[gid] = cell.source
         if SKIP_TAG in cell.metadata.get("tags", []) and not meta.get("solution"):
@@ -338,7 +340,8 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
             cells.append({"kind": "record", "test": t.grade_id,
                           "checks": [{"name": c.key, "variable": c.variable} for c in t.checks]})
             positions.append(None)
-    return Job(cells, index, solutions, sources, positions=positions, answer_cells=answers)
+    return Job(cells, index, solutions, sources, positions=positions, answer_cells=answers,
+               source_positions=source_positions)
 
 
 def _blind_checks(refs) -> bytes:
@@ -474,8 +477,14 @@ def honesty_findings(job: Job, tests: list[TestCell]) -> list:
 
 def review_notes(job: Job) -> str:
     """What the static pass could not decide, for a human: '' when nothing was flagged."""
-    return "; ".join(f"cell {f.cell + 1}, line {f.line}: {f.reason} [{f.code}]"
+    return "; ".join(f"cell {source_number(job, f.cell)}, line {f.line}: {f.reason} [{f.code}]"
                      for f in job.findings if f.severity == "review")
+
+
+def source_number(job: Job, k: int) -> int:
+    """The notebook's cell number (1-based, as Jupyter counts every cell) of the student's k-th code cell,
+    which is what the honesty pass's findings count in."""
+    return job.source_positions[k] if 0 <= k < len(job.source_positions) else k + 1
 
 
 def _forbidden(job: Job, graded: str):
@@ -489,7 +498,8 @@ def _judge_cell(t: TestCell, outcomes, job: Job, run: JobResult) -> Verdict:
         found = _forbidden(job, ex.graded)
         if found:
             return Verdict(False, f"{ex.graded}: not accepted, because {found.reason} "
-                                  f"(your cell {found.cell + 1}, line {found.line}: {found.code}).", cause="forbidden-static")
+                                  f"(cell {source_number(job, found.cell)} of the notebook, line {found.line}: {found.code}).",
+                           cause="forbidden-static")
         got = outcomes.get(ref.key) if isinstance(outcomes, dict) else None
         if not isinstance(got, list) or len(got) != len(cases(ref)):
             return Verdict(False, f"{ex.graded}: the checks did not complete", cause="unreadable")

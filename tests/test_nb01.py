@@ -162,6 +162,10 @@ def test_a_library_softmax_is_refused_with_the_reason(code):
     message = failed["test_softmax"]
     assert "not accepted" in message and "softmax" in message and "yourself" in message, message
     assert "nothing named `softmax` is defined" not in message, message
+    # where: the cell's number as Jupyter shows it (markdown and test cells counted), not among code cells
+    cells = nbformat.read(notebook_path(ASSIGNMENT), as_version=4).cells
+    number = 1 + next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax")
+    assert f"(cell {number} of the notebook, line " in message, message
 
 
 def _code(graded, name):

@@ -38,10 +38,12 @@ RIGHT = ("def softmax(x, axis=-1):\n    e = np.exp(x - x.max(axis=axis, keepdims
 RIGHT_ATTENTION = "def basic_self_attention(X):\n    return softmax(X @ X.T, axis=-1) @ X"
 
 
-def make_job(sources: list[str] | None = None, answers: dict[str, int] | None = None) -> trusted.Job:
+def make_job(sources: list[str] | None = None, answers: dict[str, int] | None = None,
+             source_positions: list[int] | None = None) -> trusted.Job:
     """The Job build_job makes of a five-cell notebook (cells 1, 3, 4, 6, 7 of the student's file)."""
     return trusted.Job(cells=[dict(c) for c in CELLS], test_cell_index={"test_softmax": 2, "test_attention": 4},
                        sources=[c["source"] for c in CELLS if c["kind"] == "code"] if sources is None else sources,
+                       source_positions=[1, 3, 6] if source_positions is None else source_positions,
                        positions=[1, 3, 4, 6, 7], cell_timeout=60.0,
                        answer_cells={"softmax": 1, "basic_self_attention": 3} if answers is None else answers)
 
@@ -133,11 +135,12 @@ def test_every_check_of_a_cell_must_pass():
 
 def test_a_static_finding_fails_the_exercise_whatever_the_outcomes():
     source = "from attention_course.similarity import softmax"
-    verdicts, job = judged({SOFTMAX_CELL: blob(0, student(RIGHT))}, make_job(sources=["import numpy as np", source]))
+    verdicts, job = judged({SOFTMAX_CELL: blob(0, student(RIGHT))},
+                           make_job(sources=["import numpy as np", source], source_positions=[1, 3]))
     v = verdicts["test_softmax"]
     assert (v.passed, v.cause) == (False, "forbidden-static")
     assert v.message.startswith("softmax: not accepted, because it uses the course's reference implementation")
-    assert v.message.endswith(f"(your cell 2, line 1: {source}).")
+    assert v.message.endswith(f"(cell 3 of the notebook, line 1: {source}).")  # counted as Jupyter counts cells
     assert trusted.review_notes(job) == ""  # certain, so not left for a human
 
 
@@ -253,16 +256,17 @@ def _finding(severity: str, cell: int, line: int, code: str, reason: str) -> Fin
       _finding("review", 4, 2, "c", "why c")], "cell 1, line 1: why a [a]; cell 5, line 2: why c [c]"),
 ], ids=["none", "forbidden only", "one review", "reviews among others"])
 def test_review_notes_list_only_what_a_human_must_decide(findings, notes):
-    job = make_job()
+    job = make_job(source_positions=[1, 2, 3, 4, 5])
     job.findings = findings
     assert trusted.review_notes(job) == notes
 
 
 def test_code_flagged_for_review_is_noted_and_never_failed():
     source = "def softmax(x, axis=-1):\n    return eval('x')"
-    verdicts, job = judged({SOFTMAX_CELL: blob(0, student(RIGHT))}, make_job(sources=["import numpy as np", source]))
+    verdicts, job = judged({SOFTMAX_CELL: blob(0, student(RIGHT))},
+                           make_job(sources=["import numpy as np", source], source_positions=[2, 5]))
     assert verdicts["test_softmax"].passed
-    assert trusted.review_notes(job).startswith("cell 2, line 2: it runs code built at run time (eval)")
+    assert trusted.review_notes(job).startswith("cell 5, line 2: it runs code built at run time (eval)")
 
 
 # --------------------------------------------------------------------------- the notebook's status

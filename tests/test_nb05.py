@@ -281,6 +281,24 @@ def test_wrong_attribute_names_are_reported():
         nb05.check("FeedForward", FeedForward)
 
 
+def test_a_layer_norm_with_gamma_and_beta_is_told_the_names_in_every_case():
+    """The lecture writes the scale and shift as gamma and beta; nn.LayerNorm (and this notebook) calls them
+    weight and bias. The first case (a fresh layer) used to fail with "no attribute 'weight'"."""
+    class LayerNorm(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            self.eps, self.gamma, self.beta = eps, nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+
+        def forward(self, x):
+            mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+            return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+    for graded in ("LayerNorm", "LayerNorm_gradients"):
+        with pytest.raises(CheckFailed, match="missing: bias, weight; unexpected: beta, gamma") as failed:
+            nb05.check(graded, LayerNorm)
+        assert "no attribute" not in str(failed.value)
+
+
 # --------------------------------------------------------------------------- the API notebook 06 builds on
 def test_layer_api_and_agreement_with_pytorch():
     init = inspect.signature(ref.EncoderLayer.__init__)

@@ -15,7 +15,7 @@ from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
 
 from .core import Case, Exercise, Mistake, make_checker, numbers, random_state, reference_guard, variant
-from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, tensor
+from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, require_names, tensor
 
 HONESTY = tuple(reference_guard(ref))
 _BUILT_IN = ("it calls PyTorch's built-in Transformer layers; build the layer from MultiHeadAttention, "
@@ -127,9 +127,14 @@ def _ln_text(d, eps):
     return f"LayerNorm({d})" if eps is None else f"LayerNorm({d}, eps={eps})"
 
 
+def _fresh_scale_and_shift(layer) -> tuple:
+    own = require_names(layer, ("weight", "bias"))   # gamma/beta by other names: told which names, not an attribute error
+    return own["weight"].detach().clone(), own["bias"].detach().clone()
+
+
 def _layer_norm_cases(rng):
     cases = [Case("a fresh LayerNorm(6): its weight and bias (ones and zeros, as nn.LayerNorm starts)",
-                  lambda cls: (lambda m: (m.weight.detach().clone(), m.bias.detach().clone()))(cls(6)))]
+                  lambda cls: _fresh_scale_and_shift(cls(6)))]
     settings = [  # (d, eps, shape of x, scale of x, offset of x, what)
         (8, None, (2, 5, 8), 1.0, 0.0, ""),
         (16, None, (3, 16), 2.0, 0.0, ""),

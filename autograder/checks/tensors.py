@@ -57,21 +57,28 @@ def backpropagate(out, weights) -> None:
         loss.backward()
 
 
-def load_state(module: nn.Module, state: dict, check_shapes: bool = True) -> nn.Module:
-    """Load `state` into the student's module and put it in evaluation mode, with a message naming the
-    expected attributes (and, with check_shapes, the expected shapes; without, a wrong shape is left to
-    PyTorch's own load_state_dict error). Extra buffers (a cached mask, say) are fine."""
+def require_names(module: nn.Module, names) -> dict:
+    """The module's state dict, once its parameters are named as the notebook asks (`names`; extra buffers
+    are fine); else an AttributeError that lists the missing and the unexpected names."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
     own = module.state_dict()
     params = {name for name, _ in module.named_parameters()}
-    missing = sorted(set(state) - set(own))
-    unexpected = sorted(params - set(state))
+    missing = sorted(set(names) - set(own))
+    unexpected = sorted(params - set(names))
     if missing or unexpected:
         raise AttributeError(
             "the module's parameters do not have the names this notebook asks for"
             + (f"; missing: {', '.join(missing[:6])}" if missing else "")
             + (f"; unexpected: {', '.join(unexpected[:6])}" if unexpected else ""))
+    return own
+
+
+def load_state(module: nn.Module, state: dict, check_shapes: bool = True) -> nn.Module:
+    """Load `state` into the student's module and put it in evaluation mode, with a message naming the
+    expected attributes (and, with check_shapes, the expected shapes; without, a wrong shape is left to
+    PyTorch's own load_state_dict error). Extra buffers (a cached mask, say) are fine."""
+    own = require_names(module, state)
     if check_shapes:
         wrong = [f"{k} is {tuple(own[k].shape)}, expected {tuple(v.shape)}" for k, v in state.items()
                  if tuple(own[k].shape) != tuple(v.shape)]

@@ -98,11 +98,29 @@ def python_under_tmp(base: Path) -> str:
 
 
 def other_library_copy(base: Path) -> str:
-    """A second copy of the library (as in a second checkout), to name on PYTHONPATH."""
+    """A second copy of the library (as in a second, stale checkout), to name on PYTHONPATH: its softmax
+    and normalize_rows are wrong, so a grader that took its references from it would fail the solved
+    notebook, and one that showed it to the sandbox would change what a student's code imports."""
     other = base / "other-checkout"
     shutil.copytree(REPO / "attention_course", other / "attention_course",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    stale = other / "attention_course" / "similarity.py"
+    stale.write_text(stale.read_text() + STALE_REFERENCES)
     return str(other)
+
+
+STALE_REFERENCES = """
+
+def softmax(x, axis=-1):  # a stale copy's: over the wrong axis
+    x = np.asarray(x, dtype=float)
+    e = np.exp(x - np.max(x, axis=0, keepdims=True))
+    return e / e.sum(axis=0, keepdims=True)
+
+
+def normalize_rows(S):  # a stale copy's: divided by the total
+    S = np.asarray(S, dtype=float)
+    return S / S.sum()
+"""
 
 
 def notebook_variants(folder: Path) -> dict[str, Path]:

@@ -8,13 +8,17 @@ and the worker count. The attacks on each setup: tests/test_sandbox_attacks.py.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from autograder.outcomes import Status
 
+from .layout import REPO
 from .setups import (
     Setup,
     bwrap_env,
@@ -102,9 +106,12 @@ def test_every_setup_gives_each_student_the_score_they_get_alone(class_folder, a
             leftover.mkdir()
         workers = 1 if "ordinary" in name else 2
         out = base / "out"
+        # with another copy, run from outside the checkout, as `attn-course` runs: a `python -c` started in the
+        # checkout has it first on its path, and PYTHONPATH's copy would never be the one imported
         found = run_as(user, GRADE_CLASS.format(submissions=str(folder / "submissions"), out=str(out),
                                                 workers=workers),
-                       sandbox=setup.sandbox, python=setup.python, pythonpath=setup.pythonpath, env=setup.env)
+                       sandbox=setup.sandbox, python=setup.python, pythonpath=setup.pythonpath, env=setup.env,
+                       cwd=base if setup.pythonpath else REPO)
         if made_leftover:
             leftover.rmdir()
         assert found["sandbox"].startswith(setup.sandbox), found
@@ -112,5 +119,25 @@ def test_every_setup_gives_each_student_the_score_they_get_alone(class_folder, a
         assert found["scores"] == alone, f"{setup}: {found}"
         assert set(found["status"].values()) == {Status.OK.value}, found["status"]
 
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_attn_course_check_takes_its_references_from_its_own_library_not_pythonpaths(class_folder):
+    """`attn-course check` as a student or an instructor runs it (the installed command, from outside the
+    checkout) with PYTHONPATH naming a stale copy of the library: the solved notebook keeps full marks.
+    That copy used to supply the expected values: 12 / 17, and nothing said why."""
+    _, paths = class_folder
+    base = scratch_dir()
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in ("ATTN_COURSE_ROOT", "PYTHONPATH")}
+        env["PYTHONPATH"] = other_library_copy(base)
+        command = [str(Path(sys.executable).parent / "attn-course"), "--course", str(REPO), "check", str(paths["solved"])]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=base, env=env, timeout=600)
+        assert done.returncode == 0 and "17 / 17 points" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+        # imported from PYTHONPATH before the grader: the grader's import puts its own in its place
+        probe = "import attention_course, autograder\nimport attention_course as again\nprint(again.__file__)"
+        where = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=base, env=env)
+        assert where.stdout.strip() == str(REPO / "attention_course" / "__init__.py"), where.stdout + where.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)

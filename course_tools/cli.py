@@ -928,6 +928,24 @@ def use_course(folder: str) -> Path:
     return root
 
 
+def note_course_from_environment(command: str) -> None:
+    """$ATTN_COURSE_ROOT wins over the folder a command is run in (as git's GIT_DIR does); where the two name
+    different courses (a variable left from last term's course), say which one is used, so that nobody grades
+    against another course's solutions without knowing it."""
+    from attention_course.paths import ROOT_ENV, CourseNotFound, find_course_root
+
+    named = os.environ.get(ROOT_ENV)
+    if not named:
+        return
+    try:
+        here, used = find_course_root(Path.cwd()), find_course_root()
+    except CourseNotFound:
+        return
+    if here != used:
+        print(f"attn-course {command}: using the course ${ROOT_ENV} names ({used}), not the one this folder is in "
+              f"({here}); to use this one, unset {ROOT_ENV} or pass --course {here}", file=sys.stderr)
+
+
 # attention_course.recipes.CONFIGS, named here without importing PyTorch for every command (a test
 # checks that the two agree)
 TRAIN_CONFIGS = ("gpu", "gpu-wide", "cpu", "cpu-hour", "quick", "toy")
@@ -949,6 +967,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.course is not None:
             use_course(args.course)
+        else:
+            note_course_from_environment(args.command)
         if getattr(args, "out", None) is None and args.command in BUILD_OUTPUTS:
             from attention_course.paths import find_course_root
 

@@ -518,6 +518,25 @@ def test_default_outputs_go_into_the_course_folder_wherever_it_is_run(subs, tmp_
     assert Path(out) == course / "build" / "grading" and (course / "build" / "grading" / "grades.csv").is_file()
 
 
+def test_a_course_named_by_the_environment_over_the_one_here_is_said(subs, tmp_path, capsys, fake_grade, monkeypatch):
+    """$ATTN_COURSE_ROOT left pointing at last term's course, the command run inside this term's: the
+    variable's course is used (as git's GIT_DIR), and the command says so, with how to choose."""
+    last_term, this_term = tmp_path / "last-term", tmp_path / "this-term"
+    for course in (last_term, this_term):
+        shutil.copytree(REPO / "solutions" / A01, course / "solutions" / A01)
+        shutil.copy2(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
+    monkeypatch.chdir(this_term / "solutions")
+    monkeypatch.setenv("ATTN_COURSE_ROOT", str(last_term))
+    assert cli.main(["grade", str(subs)]) == 0
+    err = capsys.readouterr().err
+    assert f"using the course $ATTN_COURSE_ROOT names ({last_term})" in err and f"--course {this_term}" in err, err
+    [(_, out, _)] = fake_grade.calls
+    assert Path(out) == last_term / "build" / "grading"
+    monkeypatch.setenv("ATTN_COURSE_ROOT", str(this_term))  # the same course: nothing said
+    assert cli.main(["grade", str(subs)]) == 0
+    assert "ATTN_COURSE_ROOT" not in capsys.readouterr().err
+
+
 def test_train_help_names_every_recipe():
     from attention_course.recipes import CONFIGS
 

@@ -132,6 +132,27 @@ def _program(arch: int, add_key: int, request_key: int, keyctl: int, ioctl: int)
     return program
 
 
+# setsid(2), by platform.machine(): refused to student code only (the runner installs it, after the sandbox's own
+# setsid: bubblewrap's --new-session, the fork server's per run)
+SETSID = {"x86_64": 112, "aarch64": 157, "riscv64": 157}
+
+
+def deny_new_sessions() -> str:
+    """Refuse setsid to this process and all it starts ("" when done, else why not). A new session is a new
+    scheduler autogroup (kernel.sched_autogroup_enabled): 240 children each in a session of its own got as
+    much CPU each as a classmate's whole sandbox or the grader, and a 300 s notebook held a class of four
+    for 28 minutes. In the run's one session, all its processes share one group's time."""
+    if not sys.platform.startswith("linux") or platform.machine() not in SETSID:
+        return ""  # no autogroups to split (another kernel), or an architecture not numbered here: nothing refused
+    arch, setsid = KEY_SYSCALLS[platform.machine()][0], SETSID[platform.machine()]
+    program = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, 3, arch),        # another ABI: left to the keyring filter
+               (LD_ABS, 0, 0, NR), (JEQ, 0, 1, setsid),
+               (RET, 0, 0, RET_ERRNO | EPERM), (RET, 0, 0, RET_ALLOW)]
+    filters = (SockFilter * len(program))(*(SockFilter(*instruction) for instruction in program))
+    libc = ctypes.CDLL(None, use_errno=True)
+    return _deny(libc, SockFprog(len(program), filters), filters)
+
+
 def _deny(libc, fprog: SockFprog, filters) -> str:
     """"" once the filter runs here and in every child (seccomp needs no_new_privs without CAP_SYS_ADMIN)."""
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

@@ -85,9 +85,9 @@ def main() -> int:
     out_fd = int(os.environ.pop("ATTN_OUT_FD"))
     job = _read_inputs()
     from autograder.channel import send
-    from autograder.keyrings import close_keyrings
+    from autograder.keyrings import close_keyrings, deny_new_sessions
 
-    refusal = close_keyrings() or _self_check(job.get("sandbox", {}))
+    refusal = close_keyrings() or deny_new_sessions() or _self_check(job.get("sandbox", {}))
     if refusal:
         send(out_fd, b"X", 0, refusal.encode())
         os._exit(3)

@@ -402,6 +402,14 @@ for _name, _request, _size in (("fscrypt_add_key", 0xC0506617, 80), ("getflags",
     except OSError as _err:
         _found[_name] = errno.errorcode.get(_err.errno, "?")
 os.close(_root)
+_child = os.fork()  # a session of its own: a scheduler autogroup, as much CPU as a whole sandbox (red team)
+if _child == 0:
+    try:
+        os.setsid()
+        os._exit(0)
+    except OSError as _err:
+        os._exit(_err.errno)
+_found["setsid"] = errno.errorcode.get(os.waitstatus_to_exitcode(os.waitpid(_child, 0)[1]), "ran")
 _found["pid1"] = [l.split()[1] for l in open("/proc/1/status") if l.startswith("Seccomp:")]  # its init filtered too
 _libc.ptrace.restype = ctypes.c_long
 _seized = _libc.ptrace(0x4206, 1, None, None)  # PTRACE_SEIZE the sandbox's PID 1 (never stops it)
@@ -538,6 +546,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     assert not graders_keyrings_with_it, f"the notebook's key reached the grader's own keyrings: {found}"
     assert found["graders_secret"] == "", f"the notebook read the grader's session keyring: {found}"
     assert found["fscrypt_add_key"] == "EPERM" and found["getflags"] != "EPERM", found  # only fscrypt's ioctls refused
+    assert found["setsid"] == "EPERM", found  # the run's processes stay in its one session (one autogroup)
     assert found["pid1"] == ["2"], found  # the sandbox's PID 1 is filtered too ...
     assert found["ptrace_pid1"] == "EPERM" and found["pid1_mem"] == "PermissionError", found  # ... and out of reach
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found

@@ -114,12 +114,17 @@ for p in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != _me]:
             attacks.append(f"opened {p}/mem")
     except OSError:
         pass
-if os.fork() == 0:  # a daemon, out of the notebook's session, waiting for the next student
-    os.setsid()
-    if os.fork() == 0:
-        _keep = _listener
-        time.sleep(600)
-    os._exit(0)
+if os.fork() == 0:  # a daemon waiting for the next student, out of the notebook's session if it may leave it
+    try:
+        try:
+            os.setsid()
+        except OSError:
+            pass  # refused (the runner's filter): it stays in the run's session and waits there
+        if os.fork() == 0:
+            _keep = _listener
+            time.sleep(600)
+    finally:
+        os._exit(0)  # never back into the runner's code: a forked copy of it would report this run's cells
 for p in range(1, 400):
     if p != os.getpid():
         for sig in (signal.SIGSTOP, signal.SIGKILL):

@@ -143,6 +143,15 @@ class Case:
     # decide it. A case's own inputs (p, logits) are in its closure, never read back from the
     # sandbox. It may raise on garbage: `derived` turns that into an `Unreadable` (equal to nothing).
     derive: Callable[[Any], Any] | None = None
+    # The absolute tolerance for this case, where it needs a wider one than its exercise's: inputs that
+    # float32 itself cannot resolve (scores of -400 are rounded by about 3e-5 each, so a correct student
+    # computing in float64 is that far from a float32 reference). None: the exercise's.
+    atol: float | None = None
+
+
+def tolerances(exercise: Exercise, case: Case) -> tuple[float, float]:
+    """(rtol, atol) for comparing outputs on `case`."""
+    return exercise.rtol, exercise.atol if case.atol is None else max(case.atol, exercise.atol)
 
 
 # PyTorch keeps one random generator per process (torch.manual_seed, dropout, nn.Linear's
@@ -717,7 +726,7 @@ def diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
         except Exception:  # noqa: BLE001 - a mistake may well crash on this input
             continue
         wrong = derived(case, wrong)
-        if not isinstance(wrong, Unreadable) and compare(wrong, got, exercise.rtol, exercise.atol) is None:
+        if not isinstance(wrong, Unreadable) and compare(wrong, got, *tolerances(exercise, case)) is None:
             return mistake
     return None
 
@@ -907,7 +916,7 @@ def _value_failure(exercise: Exercise, case: Case, outcome: tuple, expected) -> 
         return Failure(f"{name}: the grader could not read the reference's result on: {case.description} "
                        f"(a course bug: tell your instructor): {want}")
     problem = (Difference(f"output: could not be read ({got})") if isinstance(got, Unreadable)
-               else difference(want, got, exercise.rtol, exercise.atol))
+               else difference(want, got, *tolerances(exercise, case)))
     if not problem:
         return None
     mistake = diagnose(exercise, case, outcome[1])

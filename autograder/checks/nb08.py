@@ -17,6 +17,10 @@ HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = FUSED_ATTENTION
 FORBIDDEN = HONESTY + NO_BUILTIN
 RTOL, ATOL = 1e-4, 1e-5
+# Scores of a few hundred are rounded by about 3e-5 in float32: a correct student computing in float64 (or
+# scaling q before the product) lands up to 3e-5 from the float32 reference, beyond ATOL under 1 salt in 40.
+# Measured over 1,000 salts, 1e-4 leaves a margin of 2.4x; a running max started at 0 gives NaN or 0, far off.
+WIDE_ATOL = 1e-4
 
 
 # --------------------------------------------------------------------------- cases: online softmax
@@ -33,14 +37,14 @@ def _online_cases(rng):
     # scores of a few hundred: exp() overflows unless the running max is subtracted
     q, k, v = x(2, 6, 8, scale=8.0), x(2, 12, 8, scale=8.0), x(2, 12, 4)
     cases.append(Case("large scores (|q . k| / sqrt(d) in the hundreds), q [2, 6, 8], k [2, 12, 8], block_size=5",
-                      lambda f: f(q.clone(), k.clone(), v.clone(), 5)))
+                      lambda f: f(q.clone(), k.clone(), v.clone(), 5), atol=WIDE_ATOL))
     # every score far below 0: exp(score) underflows to 0 unless the running max starts at -inf
     base = as_float32(10.0 * np.ones((1, 16)))
     k2 = base + x(10, 16, scale=0.3)
     q2 = -base + x(4, 16, scale=0.3)
     v2 = x(10, 3)
     cases.append(Case("every score about -400 (q . k / sqrt(d) far below 0), q [4, 16], k [10, 16], block_size=4",
-                      lambda f: f(q2.clone(), k2.clone(), v2.clone(), 4)))
+                      lambda f: f(q2.clone(), k2.clone(), v2.clone(), 4), atol=WIDE_ATOL))
     return cases
 
 

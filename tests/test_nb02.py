@@ -108,9 +108,23 @@ def test_other_correct_attention_passes(impl):
         check_exercise(exercise, impl)
 
 
-def test_other_correct_self_attention_passes():
+class SelfAttentionWithABuffer(SelfAttentionAlt):
+    """A constant kept with register_buffer (as a cached mask or scale would be): not in the specification,
+    no mistake, and it must keep its value when the test copies the weights in."""
+
+    def __init__(self, d_model, d_k, d_v=None, bias=True):
+        super().__init__(d_model, d_k, d_v, bias)
+        self.register_buffer("unit", torch.ones(1))
+
+    def forward(self, x, mask=None):
+        out, weights = super().forward(x, mask)
+        return out * self.unit, weights
+
+
+@pytest.mark.parametrize("impl", [SelfAttentionAlt, SelfAttentionWithABuffer], ids=lambda c: c.__name__)
+def test_other_correct_self_attention_passes(impl):
     for exercise in (e for e in nb02.EXERCISES if e.graded == "SelfAttention"):
-        check_exercise(exercise, SelfAttentionAlt)
+        check_exercise(exercise, impl)
 
 
 # --------------------------------------------------------------------------- the simulated class's wrong answer

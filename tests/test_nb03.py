@@ -95,7 +95,20 @@ def count_parameters_unique(module):
     return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
 
 
+class MultiHeadAttentionWithABuffer(MultiHeadAttentionAlt):
+    """A constant kept with register_buffer: not in the specification, no mistake, kept when weights are copied in."""
+
+    def __init__(self, d_model, num_heads, key_dim=None, value_dim=None, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, key_dim, value_dim, dropout, bias)
+        self.register_buffer("unit", torch.ones(1))
+
+    def forward(self, query, key=None, value=None, mask=None):
+        out, weights = super().forward(query, key, value, mask)
+        return out * self.unit, weights
+
+
 @pytest.mark.parametrize("graded,impl", [("MultiHeadAttention", MultiHeadAttentionAlt),
+                                         ("MultiHeadAttention", MultiHeadAttentionWithABuffer),
                                          ("split_heads", split_heads_chunks),
                                          ("merge_heads", merge_heads_cat),
                                          ("count_parameters", count_parameters_unique)],

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from attention_course import attention as ref
 
 from .core import Case, Exercise, Mistake, make_checker, reference_guard, variant
-from .tensors import RANDOM_COLUMN, Builtin, backpropagate, causal, random_mask, shape_text, tensor
+from .tensors import RANDOM_COLUMN, Builtin, backpropagate, causal, load_weights, random_mask, shape_text, tensor
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
@@ -346,9 +346,7 @@ def _self_attention_state(rng, d_model, d_k, d_v, bias):
 
 
 def _build(cls, args: dict, state: dict):
-    module = cls(**args)
-    module.load_state_dict({k: v.clone() for k, v in state.items()})
-    return module.eval()
+    return load_weights(cls(**args), state)
 
 
 def _self_attention_case(rng, description, args, x_shape, mask=None, grads=False):

@@ -17,7 +17,7 @@ from attention_course import multihead as ref
 
 from .core import Case, Exercise, Mistake, make_checker, numbers, raises, reference_guard
 from .nb02 import ATTEND_SOURCE
-from .tensors import Builtin, backpropagate, causal, random_mask, tensor
+from .tensors import Builtin, backpropagate, causal, load_weights, random_mask, tensor
 
 # Cases are pickled by value into the grading sandbox, where neither the other checks modules
 # nor this notebook's reference module can be imported: what a case holds comes from this module
@@ -218,9 +218,7 @@ def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mas
         return layer(*positional, mask=m) if m is not None else layer(*positional)
 
     def run(cls):
-        layer = cls(**args)
-        layer.load_state_dict({k: v.clone() for k, v in state.items()})
-        layer.eval()
+        layer = load_weights(cls(**args), state)
         inputs = [query.clone(), memory.clone(), value.clone()]
         if dropout_check:
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -284,9 +282,7 @@ def _mha_dropout_structure_case(rng, H=2, T_k=5, T_q=40, B=2, p=0.5):
         value[:, :, h * value_dim + T_k] = 1.0            # ones: the sum of the weights
 
     def run(cls):
-        layer = cls(**args)
-        layer.load_state_dict({k: v.clone() for k, v in state.items()})
-        layer.eval()
+        layer = load_weights(cls(**args), state)
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             out, w = layer(query.clone(), key.clone(), value.clone())
@@ -377,9 +373,7 @@ def _torch_mha_case(rng, d_model, H, T_q=5, T_k=None, B=2, call="self", mask=Non
                 elif mask is not None:
                     kwargs["attn_mask"] = ~mask
                 return theirs(q, k, v, need_weights=True, average_attn_weights=False, **kwargs)
-            layer = cls(**args)
-            layer.load_state_dict({name: t.clone() for name, t in state.items()})
-            layer.eval()
+            layer = load_weights(cls(**args), state)
             positional = {"self": (q,), "key": (q, k), "key_value": (q, k, v)}[call]
             return layer(*positional, mask=mask.clone()) if mask is not None else layer(*positional)
 
@@ -572,8 +566,7 @@ def _keras_case(rng, key_dim):
         params = dict(layer.named_parameters())
         shapes = tuple(np.array(params[n].shape) if n in params else np.array([-1]) for n in names)
         total = np.array([sum(p.numel() for p in layer.parameters())])
-        layer.load_state_dict({k: v.clone() for k, v in state.items()})
-        layer.eval()
+        load_weights(layer, state)
         with torch.no_grad():
             out, w = layer(x.clone())
         return shapes + (total, out, w)

@@ -88,6 +88,17 @@ def load_state(module: nn.Module, state: dict, check_shapes: bool = True) -> nn.
     return module.eval()
 
 
+def load_weights(module: nn.Module, state: dict) -> nn.Module:
+    """Copy `state` (clones) into the student's module strictly, so a missing, extra or mis-shaped parameter
+    gets PyTorch's own error (the grader turns it into one line), and put it in evaluation mode. Buffers of
+    the student's own (a causal mask kept with register_buffer) keep their values: the specification does
+    not name them, and they are no mistake."""
+    buffers = {name for name, _ in module.named_buffers()} if isinstance(module, nn.Module) else set()
+    own = {k: v for k, v in module.state_dict().items() if k in buffers and k not in state} if buffers else {}
+    module.load_state_dict({**own, **{k: v.clone() for k, v in state.items()}})
+    return module.eval()
+
+
 class Builtin:
     """Stands for PyTorch's own implementation where an exercise is compared with it (the case
     runs PyTorch when it is handed this marker). `__module__` names the notebook's reference

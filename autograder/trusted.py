@@ -93,6 +93,7 @@ class Job:
     errors: dict[int, dict] = field(default_factory=dict)  # code cell index -> the exception it stopped with
     sandbox_runs: int = 0  # 1, or 2 when a failed dependency had its exercises checked again
     wrong: WrongNotebook | None = None  # set when the submission has none of the assignment's answer cells
+    skipped: list = field(default_factory=list)  # (cell number, source) of the cells not run (grader-skip)
 
 
 # --------------------------------------------------------------------------- source side
@@ -312,7 +313,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
     """Cells to run, in the student's order; each known test cell becomes a 'record' step
     (its source is never run); test cells the student deleted are recorded at the end."""
     by_id = {t.grade_id: t for t in tests}
-    cells, index, solutions, sources, positions, answers, source_positions = [], {}, {}, [], [], {}, []
+    cells, index, solutions, sources, positions, answers, source_positions, skipped = [], {}, {}, [], [], {}, [], []
     for number, cell in enumerate(student_nb.cells, start=1):
         meta = cell.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
@@ -329,6 +330,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
         if meta.get("solution") and gid:
             solutions[gid] = cell.source
         if SKIP_TAG in cell.metadata.get("tags", []) and not meta.get("solution"):
+            skipped.append((number, cell.source))
             continue  # long, ungraded work (data download, training): not run when grading
         if meta.get("solution") and gid and gid not in answers:
             answers[gid] = len(cells)
@@ -341,7 +343,7 @@ def build_job(student_nb, tests: list[TestCell]) -> Job:
                           "checks": [{"name": c.key, "variable": c.variable} for c in t.checks]})
             positions.append(None)
     return Job(cells, index, solutions, sources, positions=positions, answer_cells=answers,
-               source_positions=source_positions)
+               source_positions=source_positions, skipped=skipped)
 
 
 def _blind_checks(refs) -> bytes:
@@ -446,7 +448,29 @@ def _judge_run(job: Job, tests: list[TestCell], run: JobResult) -> dict[str, Ver
                                                   f"({type(outcomes).__name__}: {str(outcomes)[:200]})", cause="unreadable")
             continue
         verdicts[t.grade_id] = _judge_cell(t, outcomes, job, run)
+    for v in verdicts.values():
+        v.message += _set_only_where_skipped(job, v.message) if not v.passed else ""
     return verdicts
+
+
+_NOT_DEFINED = re.compile(r"name '(\w+)' is not defined")
+
+
+def _set_only_where_skipped(job: Job, message: str) -> str:
+    """For a NameError: where the name is set, when only cells the grader skips set it ('' otherwise)."""
+    found = _NOT_DEFINED.search(message or "")
+    if not found:
+        return ""
+    from .honesty import top_level_names
+
+    name = found.group(1)
+    numbers = [number for number, source in job.skipped if name in top_level_names(source)]
+    if not numbers:
+        return ""
+    where = "cell " + ", ".join(map(str, numbers)) if len(numbers) > 1 else f"cell {numbers[0]}"
+    return (f"\n  Where to look: `{name}` is set only in {where} of the notebook, which the grader does not run "
+            f"(it is tagged {SKIP_TAG}: long, ungraded work such as training). Set it in a cell the grader runs, "
+            f"such as your answer cell or one before it.")
 
 
 def _cell_errors(job: Job, outcomes) -> dict[int, dict]:

@@ -222,3 +222,24 @@ def test_nbgrader_a_star_imported_library_softmax(course):
     messages = {c.grade_id: c.message for c in result.cells}
     for cell in ("test_softmax", "test_softmax_stability"):
         assert "your own implementation of softmax" in messages[cell], messages[cell]
+
+
+@pytest.mark.slow
+def test_a_name_set_only_in_a_cell_the_grader_skips_is_said_where(course):
+    """A global the answer uses, set only in a cell tagged grader-skip (as a student's `device` in notebook
+    06's training cell): the NameError says which cell sets it and that the grader does not run that cell."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {"softmax": (
+        "def softmax(x, axis=-1):\n"
+        "    x = np.asarray(x, dtype=float) / TEMPERATURE\n"
+        "    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
+        "    return e / e.sum(axis=axis, keepdims=True)\n")})
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax")
+    skipped = nbformat.v4.new_code_cell("TEMPERATURE = 1.0  # with my experiments\n")
+    skipped.metadata["tags"] = ["grader-skip"]
+    nb.cells.insert(at, skipped)
+    result = autograde(course, ASSIGNMENT, nb)
+    messages = {c.grade_id: c.message for c in result.cells if c.score < c.max_score}
+    assert "test_softmax" in messages, messages
+    assert "NameError" in messages["test_softmax"], messages["test_softmax"]
+    assert (f"`TEMPERATURE` is set only in cell {at + 1} of the notebook, which the grader does not run"
+            in messages["test_softmax"]), messages["test_softmax"]

@@ -273,3 +273,37 @@ def test_state_dict_summary_as_judged_in_grading():
     for message in messages:
         assert "size mismatch" not in message and "q_proj.weight has the wrong shape: expected [" in message, message
         assert len(message.split("\n")) <= 5, message
+
+
+def test_biases_kept_when_bias_false_is_told_once_with_the_known_mistake():
+    """SelfAttention that ignores bias=False: PyTorch's load error lists the three biases. The known mistake
+    says why; the generic 'attribute names must be exactly...' line used to come first and point the student
+    at their names instead. Without a catalogued match, the summary itself names bias=False."""
+    import torch.nn as nn
+
+    from attention_course import attention as ref
+    from autograder.checks import nb02
+    from autograder.checks.core import CheckFailed, state_dict_summary
+
+    from .conftest import fresh_copy
+
+    attend = fresh_copy(ref)["scaled_dot_product_attention"]
+
+    class SelfAttention(nn.Module):
+        def __init__(self, d_model, d_k, d_v=None, bias=True):
+            super().__init__()
+            self.q_proj, self.k_proj = nn.Linear(d_model, d_k), nn.Linear(d_model, d_k)
+            self.v_proj = nn.Linear(d_model, d_v or d_k)
+
+        def forward(self, x, mask=None):
+            return attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
+
+    with pytest.raises(CheckFailed) as failed:
+        nb02.check("SelfAttention", SelfAttention)
+    message = str(failed.value)
+    assert "known mistake: bias argument ignored" in message, message
+    assert "attribute names must be exactly" not in message, message
+    torch_error = ("Error(s) in loading state_dict for SelfAttention:\n\tMissing key(s) in state_dict: "
+                   '"q_proj.bias", "k_proj.bias", "v_proj.bias". ')
+    summary = state_dict_summary("SelfAttention", torch_error)
+    assert "bias=False" in summary and "attribute names must be exactly" not in summary, summary

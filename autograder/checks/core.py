@@ -847,8 +847,13 @@ def state_dict_summary(name: str, message: str, known_cause: bool = False) -> st
             parts.append(f"your module has no parameter {', '.join(unexpected[:6])} (the test copies one in)")
         if missing:
             parts.append(f"it has parameters the specification does not name: {', '.join(missing[:6])}")
-        return (f"{name}: the test copies weights into your module by name, and {'; '.join(parts)}.\n"
-                f"  Likely cause: the attribute names must be exactly the ones the exercise gives.")
+        head = f"{name}: the test copies weights into your module by name, and {'; '.join(parts)}."
+        if known_cause:  # the catalogued mistake's own line says why
+            return head
+        if missing and not unexpected and all(k.endswith(".bias") for k in missing):
+            return (head + "\n  Likely cause: this case builds the module with bias=False, and your layers have biases "
+                           "anyway: pass the bias argument on to every nn.Linear (nn.Linear(..., bias=bias)).")
+        return head + "\n  Likely cause: the attribute names must be exactly the ones the exercise gives."
     return None
 
 

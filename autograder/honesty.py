@@ -187,8 +187,8 @@ def top_level_names(source: str) -> set[str]:
             found.add(node.name)
             stack.extend(node.decorator_list)
             continue
-        if isinstance(node, ast.Lambda):
-            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue  # their own scope
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):

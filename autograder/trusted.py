@@ -448,29 +448,45 @@ def _judge_run(job: Job, tests: list[TestCell], run: JobResult) -> dict[str, Ver
                                                   f"({type(outcomes).__name__}: {str(outcomes)[:200]})", cause="unreadable")
             continue
         verdicts[t.grade_id] = _judge_cell(t, outcomes, job, run)
-    for v in verdicts.values():
-        v.message += _set_only_where_skipped(job, v.message) if not v.passed else ""
+    _explain_names_set_where_skipped(job, verdicts)
     return verdicts
 
 
 _NOT_DEFINED = re.compile(r"name '(\w+)' is not defined")
 
 
-def _set_only_where_skipped(job: Job, message: str) -> str:
-    """For a NameError: where the name is set, when only cells the grader skips set it ('' otherwise)."""
-    found = _NOT_DEFINED.search(message or "")
-    if not found:
-        return ""
+def _explain_names_set_where_skipped(job: Job, verdicts: dict[str, Verdict]) -> None:
+    """A NameError for a name that only cells the grader skips (grader-skip) set: the message says which
+    cells, and that they do not run. Each cell is parsed at most once per notebook, and only when its text
+    holds one of the names (a huge skipped cell must not hold the grader's parse turn once per test cell)."""
+    names = {m.group(1) for v in verdicts.values() if not v.passed for m in [_NOT_DEFINED.search(v.message or "")] if m}
+    if not names or not job.skipped:
+        return
     from .honesty import top_level_names
 
-    name = found.group(1)
-    numbers = [number for number, source in job.skipped if name in top_level_names(source)]
-    if not numbers:
-        return ""
-    where = "cell " + ", ".join(map(str, numbers)) if len(numbers) > 1 else f"cell {numbers[0]}"
-    return (f"\n  Where to look: `{name}` is set only in {where} of the notebook, which the grader does not run "
-            f"(it is tagged {SKIP_TAG}: long, ungraded work such as training). Set it in a cell the grader runs, "
-            f"such as your answer cell or one before it.")
+    parsed: dict[int, set[str]] = {}
+
+    def binds(key: int, source: str, name: str) -> bool:
+        if not re.search(rf"\b{re.escape(name)}\b", source):
+            return False
+        if key not in parsed:
+            parsed[key] = top_level_names(source)
+        return name in parsed[key]
+
+    run = [(-1 - i, c["source"]) for i, c in enumerate(job.cells) if c["kind"] == "code"]
+    hints = {}
+    for name in sorted(names):
+        numbers = [number for number, source in job.skipped if binds(number, source, name)]
+        if numbers and not any(binds(key, source, name) for key, source in run):
+            cells = f"cell {numbers[0]}" if len(numbers) == 1 else \
+                "cells " + ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
+            hints[name] = (f"\n  Where to look: `{name}` is set only in {cells} of the notebook, which the grader does "
+                           f"not run (tagged {SKIP_TAG}: long, ungraded work such as training). Set it in a cell the "
+                           f"grader runs, such as your answer cell or one before it.")
+    for v in verdicts.values():
+        found = None if v.passed else _NOT_DEFINED.search(v.message or "")
+        if found and found.group(1) in hints:
+            v.message += hints[found.group(1)]
 
 
 def _cell_errors(job: Job, outcomes) -> dict[int, dict]:

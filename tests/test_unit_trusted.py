@@ -438,3 +438,28 @@ def test_a_cluster_worker_tries_a_grader_failure_again_too(monkeypatch):
     assert cluster.judge_task(task("lucky")).result.status is Status.OK and failures == ["lucky", "lucky"]
     judged = cluster.judge_task(task("unlucky")).result
     assert judged.status is Status.ERROR and ", 2 times (SystemError: AST constructor" in judged.detail
+
+
+@pytest.mark.parametrize("later, hinted", [("", True), ("TEMPERATURE = 2.0", False), ("[TEMPERATURE for TEMPERATURE in (1,)]", True)],
+                         ids=["set-only-where-skipped", "also-set-by-a-run-cell", "a-comprehension-binds-nothing"])
+def test_a_name_error_points_at_the_skipped_cell_only_when_no_run_cell_sets_it(later, hinted):
+    """`TEMPERATURE` set in a grader-skip cell (and maybe in a cell that runs, after the answer): the skipped
+    cell is named only when it is the one place the name is set; a comprehension's variable is its own."""
+    import nbformat
+
+    skipped = nbformat.v4.new_code_cell("TEMPERATURE = 1.0\n" + "x = 1\n" * 5)
+    skipped.metadata["tags"] = [trusted.SKIP_TAG]
+    answer = nbformat.v4.new_code_cell("def softmax(x, axis=-1):\n    return np.exp(x / TEMPERATURE)")
+    answer.metadata["nbgrader"] = {"grade_id": "softmax", "solution": True}
+    test = nbformat.v4.new_code_cell("")
+    test.metadata["nbgrader"] = {"grade_id": "test_softmax", "grade": True, "points": 2}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import numpy as np"), skipped, answer, test,
+                                         nbformat.v4.new_code_cell(later)])
+    job = trusted.build_job(nb, [trusted.TestCell("test_softmax", 2.0, [SOFTMAX])])
+    assert job.skipped and job.skipped[0][0] == 2
+    verdicts = {"test_softmax": Verdict(False, "softmax raised NameError: name 'TEMPERATURE' is not defined"),
+                "test_attention": Verdict(False, "softmax raised NameError: name 'np' is not defined")}
+    trusted._explain_names_set_where_skipped(job, verdicts)
+    hint = "`TEMPERATURE` is set only in cell 2 of the notebook, which the grader does not run"
+    assert (hint in verdicts["test_softmax"].message) is hinted, verdicts["test_softmax"].message
+    assert "Where to look" not in verdicts["test_attention"].message  # np is set by a cell that runs

@@ -87,7 +87,10 @@ def main() -> int:
     from autograder.channel import send
     from autograder.keyrings import close_keyrings, deny_new_sessions
 
-    refusal = close_keyrings() or deny_new_sessions() or _self_check(job.get("sandbox", {}))
+    refusal = close_keyrings() or _self_check(job.get("sandbox", {}))
+    # A kernel without seccomp filters (close_keyrings accepts its new keyring alone there) loses only this
+    # guard of the CPU's fair share, not a grade: the notebook runs.
+    deny_new_sessions()
     if refusal:
         send(out_fd, b"X", 0, refusal.encode())
         os._exit(3)

@@ -651,24 +651,162 @@ def set_due_dates(course: Course, due: dict[str, datetime]) -> None:
             gb.update_or_create_assignment(assignment, duedate=when.astimezone(timezone.utc).replace(tzinfo=None))
 
 
+ROSTER_IDS = "roster-ids.json"  # in the grading course: the ids of the last roster given (who is "on the roster")
+ROSTER_COLUMNS = ("id", "first_name", "last_name", "email")
+NOT_ON_ROSTER = ("not on the roster: graded all the same; add them to the roster CSV (then --roster again), "
+                 "or check whose folder or file this is")
+
+
+class RosterError(ValueError):
+    """A roster the grader cannot take as it is: the message names the file, the line and what to do."""
+
+
+def read_roster(roster: Path) -> list[dict[str, str]]:
+    """The students of a roster CSV: a header row with an `id` column (any case; optional first_name,
+    last_name, email), then one line per student; commas, semicolons or tabs between the fields.
+    RosterError names the line of an empty or repeated id, or a header without `id`."""
+    roster = Path(roster)
+    try:
+        text = roster.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise RosterError(f"{roster} is not a readable CSV file ({err}): save it as UTF-8 CSV") from None
+    try:
+        dialect = csv.Sniffer().sniff(text.split("\n", 1)[0] or ",", delimiters=",;\t")
+    except csv.Error:
+        dialect = csv.excel  # one column, or nothing to tell: commas
+    try:
+        lines = list(csv.reader(text.splitlines(), delimiter=dialect.delimiter))
+    except csv.Error as err:
+        raise RosterError(f"{roster} is not a readable CSV file ({err})") from None
+    header = [c.strip() for c in lines[0]] if lines else []
+    columns = [c.lower() for c in header]
+    if "id" not in columns:
+        found = ", ".join(h for h in header if h) or "no header"
+        raise RosterError(f"{roster} needs a header row with an 'id' column (found: {found}) on line 1; name the column "
+                          f"of student ids 'id' (the name of each student's folder or zip), e.g. "
+                          f"id,first_name,last_name,email")
+    where = {name: columns.index(name) for name in ROSTER_COLUMNS if name in columns}
+    students, first_seen = [], {}
+    for number, fields in enumerate(lines[1:], start=2):
+        if not any(f.strip() for f in fields):
+            continue  # a blank line
+        row = {name: (fields[k].strip() if k < len(fields) else "") for name, k in where.items()}
+        sid = row["id"]
+        if not sid:
+            raise RosterError(f"{roster}: line {number} has no student id ({dialect.delimiter.join(fields)!r}): "
+                              f"fill in its 'id' column or delete the line")
+        if sid in first_seen:
+            raise RosterError(f"{roster}: line {number} repeats student id {sid!r} (first on line {first_seen[sid]}): "
+                              f"keep one line per student")
+        first_seen[sid] = number
+        students.append(row)
+    return students
+
+
 def import_roster(course: Course, roster: Path) -> list[str]:
-    """Students from a CSV with an `id` column (and optional first_name, last_name, email), into
-    the gradebook, so a student who submits nothing still has a row."""
+    """Students from a roster CSV (see read_roster) into the gradebook, so a student who submits
+    nothing still has a row; their ids are kept in the course: a student graded later who is not
+    among them is flagged "not on the roster" (and graded all the same)."""
     from nbgrader.api import Gradebook
 
-    with open(roster, newline="", encoding="utf-8-sig") as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and "id" not in rows[0]:
-        raise ValueError(f"{roster}: the roster needs an 'id' column (found: {', '.join(rows[0])})")
+    rows = read_roster(roster)
     ids = []
     with Gradebook(course.db_url) as gb:
         for row in rows:
-            sid = (row.get("id") or "").strip()
-            if sid:
-                extra = {k: row[k].strip() for k in ("first_name", "last_name", "email") if row.get(k)}
-                gb.update_or_create_student(sid, **extra)
-                ids.append(sid)
+            extra = {k: row[k] for k in ("first_name", "last_name", "email") if row.get(k)}
+            gb.update_or_create_student(row["id"], **extra)
+            ids.append(row["id"])
+    (course.root / ROSTER_IDS).write_text(json.dumps(ids))
     return ids
+
+
+def read_roster_ids(course: Course) -> set[str] | None:
+    """The ids of the last roster given to this class (None when none was)."""
+    try:
+        ids = json.loads((course.root / ROSTER_IDS).read_text())
+    except (OSError, ValueError):
+        return None
+    return {i for i in ids if isinstance(i, str)} if isinstance(ids, list) else None
+
+
+@dataclass
+class InPlay:
+    """The notebooks a run grades and why each is in play; those handed in here that are not."""
+
+    chosen: list[str]
+    reasons: dict[str, list[str]]  # in play -> why
+    named: bool  # chosen with --assignment
+    stray: dict[str, str] = field(default_factory=dict)  # handed in here, not in play -> why not
+
+    def describe(self) -> str:
+        """The console line: each notebook in play and why."""
+        if not self.chosen:
+            return "in play: nothing (no notebook of this course was handed in, named or given a due date)"
+        parts = [f"{a} ({'; '.join(self.reasons.get(a, []))})" for a in self.chosen]
+        return "in play: " + ", ".join(parts)
+
+    def left_out(self, subs: list[StudentSubmission]) -> list[tuple[str, str]]:
+        """(file, why) for each notebook handed in by `subs` that this run does not grade."""
+        rows = []
+        for sub in subs:
+            for assignment in sub.notebooks:
+                if assignment in self.chosen:
+                    continue
+                where = (sub.origins.get(assignment, "") or f"{sub.student_id}'s {assignment}").rsplit(" (", 1)[0]
+                if self.named:
+                    why = (f"{assignment} of {sub.student_id}: this run grades only {', '.join(self.chosen)} "
+                           f"(--assignment); run again with --assignment {assignment} to grade it")
+                else:
+                    why = f"{assignment} of {sub.student_id}: {self.stray.get(assignment, 'not in play')}"
+                rows.append((where, why))
+        return sorted(rows)
+
+
+def choose_in_play(course: Course, everyone: list[StudentSubmission], named: list[str] | None) -> InPlay:
+    """What a run grades: the notebooks named (`--assignment`), else those in play for the class (a due
+    date, graded in an earlier run), this folder's most handed-in notebook, and those handed in by at
+    least a quarter of the class (the gradebook's students, a roster's included, and this folder's). A
+    notebook fewer students handed in (one student's stray copy of next week's notebook), with no due
+    date and never graded, is not put in play: it would make everyone else "missing" it and add a column of zeros
+    to every export. It is listed as not graded, with how to grade it."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url) as gb:
+        due = {a.name: a.duedate for a in gb.assignments if a.duedate is not None}
+        handed_in = {a.name for a in gb.assignments if a.submissions}
+        known = {st.id for st in gb.students}  # the roster and earlier runs' students
+    counts: dict[str, int] = {}
+    for sub in everyone:
+        for a in sub.notebooks:
+            counts[a] = counts.get(a, 0) + 1
+    total = len(everyone)
+    size = len(known | {sub.student_id for sub in everyone})  # the class as far as the gradebook knows it
+    reasons: dict[str, list[str]] = {}
+
+    def why(a: str, text: str) -> None:
+        reasons.setdefault(a, []).append(text)
+
+    for a in named or ():
+        why(a, "named with --assignment")
+    for a, when in due.items():
+        why(a, f"due {when:%Y-%m-%d %H:%M} UTC")
+    for a in handed_in:
+        why(a, "graded in an earlier run")
+    stray = {}
+    most = max(counts.values(), default=0)
+    for a, n in counts.items():
+        if 4 * n >= size or n == most or a in reasons:  # a quarter of the class, or the folder's most handed in
+            why(a, f"handed in by {n} of {total} students here")
+        else:
+            stray[a] = (f"not in play: handed in by only {n} of the {size} students of the class ({n} of {total} "
+                        f"here), with no due date and never graded before, so it is not graded (it would make "
+                        f"everyone else 'missing' it); to grade it, give it a due date (--due {a}=DATE) or name "
+                        f"it (--assignment {a})")
+    if named:
+        chosen = list(named)
+    else:
+        chosen = [a for a in course.assignments if a in reasons]
+    return InPlay(chosen, {a: reasons[a] for a in chosen}, bool(named), stray)
 
 
 def in_play(course: Course, chosen: list[str] | None = None, submitted: set[str] | frozenset = frozenset()) -> list[str]:
@@ -821,6 +959,8 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
 
     require_strong_sandbox()  # before anything is written: never a weaker sandbox by surprise
     quiet_gradebook()
+    if Path(submissions).is_dir() and not any(not p.name.startswith(".") for p in Path(submissions).iterdir()):
+        raise NothingToGrade(nothing_to_grade(Path(submissions), []))  # before the output folder is made
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     solutions = solutions_dir(solutions)
@@ -834,6 +974,9 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     else:
         course.lock = threading.Lock()
     course.extra_hidden = [str(Path(submissions).resolve()), str(solutions.resolve())]
+    intake = collect_all(Path(submissions), course.grade_ids(), due=due)
+    if not intake.students:  # before anything of this run is written into the gradebook
+        raise NothingToGrade(nothing_to_grade(Path(submissions), intake.ignored))
     _ = course.kit  # built once, before any worker starts a sandbox
     if late_penalty:
         course.set_late_penalty(late_penalty)
@@ -844,31 +987,47 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     if progress:
         banner, strong = describe_sandbox()
         print(banner, file=sys.stdout if strong else sys.stderr)
-    intake = collect_all(Path(submissions), course.grade_ids(), due=due)
     subs = [s for s in intake.students if not students or s.student_id in students]
-    if progress and intake.ignored:
-        print(f"not graded ({len(intake.ignored)} files; each with the reason):")
-        for path, why in intake.ignored:
+    play = choose_in_play(course, intake.students, assignments)
+    chosen = play.chosen
+    left_out = play.left_out(subs)
+    if progress:
+        print(play.describe())
+    if progress and (intake.ignored or left_out):
+        n = len(intake.ignored) + len(left_out)
+        print(f"not graded ({n} file{'' if n == 1 else 's'}; each with the reason):")
+        for path, why in [*intake.ignored, *left_out]:
             print(f"  {path}: {why}")
-    submitted = {a for s in subs for a in s.notebooks}
-    chosen = assignments or in_play(course, submitted=submitted)
+    roster_ids = read_roster_ids(course)
+    strangers = sorted(s.student_id for s in subs if roster_ids is not None and s.student_id not in roster_ids)
+    if progress and strangers:
+        print(f"not on the roster ({len(strangers)}; graded all the same, marked in the report and the notes "
+              f"column): {', '.join(strangers)}; add them to the roster CSV and pass it again with --roster, "
+              f"or check whose folder or file that is")
     workers = workers or GradingSettings().worker_count
     done: list[NotebookResult] = []
     reused: list[NotebookResult] = []
+    kept: list[str] = []  # what this folder holds that is older than what is graded: not graded, said why
     started = time.time()
     salt = class_salt(out)
 
     def todo(sub: StudentSubmission) -> list[str]:
-        """The student enrolled; their notebooks to grade (saved results of the same files reused)."""
-        _enrol(course, sub.student_id)
+        """The student enrolled; their notebooks to grade (saved results of the same files reused). A
+        notebook older than the one the gradebook holds for them (a rerun of the on-time folder after
+        the late one), or absent here when they were graded before, keeps the newer grade."""
+        recorded = _enrol(course, sub.student_id, chosen)
         left = []
         for assignment in chosen:
             fingerprint = _fingerprint(sub, assignment, solutions, salt)
             saved = None if force else _load_result(_record_path(out, sub.student_id, assignment), fingerprint)
-            if saved is None:
-                left.append(assignment)
-            else:
+            if saved is not None:
                 reused.append(saved)
+                continue
+            why = None if force and students else _keep_recorded(sub, assignment, recorded.get(assignment, ""))
+            if why is None:
+                left.append(assignment)
+            elif why:
+                kept.append(why)
         return left
 
     def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
@@ -901,9 +1060,13 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     playing = in_play(course, chosen)
     with timings.phase(timings.OUTPUTS):
         results = write_outputs(course, out, playing)
+    if progress and kept:
+        print(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):")
+        for line in sorted(kept):
+            print(f"  {line}")
     if progress:
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
-                           course.late_policy()))
+                           course.late_policy(), kept=len(kept)))
     # this run's students, and the gradebook's students with nothing at all in play (a roster's absentees)
     graded = {s.student_id for s in subs}
     absent = set() if students else \
@@ -927,12 +1090,17 @@ def write_outputs(course: Course, out: Path, playing: list[str]) -> list[Noteboo
     a score, extra credit or comment typed in formgrader shows everywhere without regrading."""
     _refresh_manual_feedback(course)
     results = class_results(course, out, playing)
+    roster_ids = read_roster_ids(course)
+    strangers = sorted({r.student_id for r in results} - roster_ids) if roster_ids is not None else []
+    for r in results:
+        if r.student_id in strangers and NOT_ON_ROSTER not in r.notes:
+            r.notes = [*r.notes, NOT_ON_ROSTER]
     write_csv(results, out / "grades.csv")
     write_wide_csv(results, out / "grades_wide.csv")
     collect_feedback(course, out)
     from .report import class_report
 
-    class_report(results, out / "report.html", course.late_policy())
+    class_report(results, out / "report.html", course.late_policy(), not_on_roster=strangers)
     (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))
     return results
 
@@ -953,14 +1121,16 @@ def _refresh_manual_feedback(course: Course) -> None:
 
 
 def summary_line(students: int, new: int, reused: int, seconds: float, workers: int, out: Path,
-                 results: list[NotebookResult], playing: list[str], policy: LatePolicy) -> str:
-    """What the run did, in one sentence: how many notebooks were graded now and how many reused."""
+                 results: list[NotebookResult], playing: list[str], policy: LatePolicy, kept: int = 0) -> str:
+    """What the run did, in one sentence: how many notebooks were graded now and how many reused, and how
+    many newer grades were kept over an older file of this folder."""
     def count(n: int, word: str) -> str:
         return f"{n} {word}{'' if n == 1 else 's'}"
 
     late = sum(1 for r in results if r.seconds_late > 0)
-    return (f"{count(students, 'student')}: {count(new + reused, 'notebook')} ({new} graded now, {reused} reused "
-            f"from earlier runs) in {seconds:.0f} s, {workers} in parallel -> {out / 'grades.csv'}; "
+    older = f", {kept} kept: newer than the file here" if kept else ""
+    return (f"{count(students, 'student')}: {count(new + reused + kept, 'notebook')} ({new} graded now, {reused} reused "
+            f"from earlier runs{older}) in {seconds:.0f} s, {workers} in parallel -> {out / 'grades.csv'}; "
             f"{count(len({r.student_id for r in results}), 'student')} in the gradebook, "
             f"in play: {', '.join(playing) or 'nothing yet'}"
             + (f"; {late} late ({policy.describe()})" if late else ""))
@@ -974,9 +1144,59 @@ def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str) 
     r.source_file = sub.origins.get(assignment, "")
 
 
-def _enrol(course: Course, student: str) -> None:
-    """The student into the gradebook (even with nothing to grade): they then have rows."""
-    from nbgrader.api import Gradebook
+def _enrol(course: Course, student: str, assignments: list[str] = ()) -> dict[str, datetime | None]:
+    """The student into the gradebook (even with nothing to grade): they then have rows. Returns, per
+    assignment of `assignments` the gradebook holds a submission of theirs for, its submission time
+    (nbgrader's timestamp, aware UTC; None when it recorded none)."""
+    from nbgrader.api import Gradebook, MissingEntry
 
+    recorded: dict[str, datetime | None] = {}
     with course.lock, Gradebook(course.db_url) as gb:
         gb.update_or_create_student(student)
+        for assignment in assignments:
+            try:
+                stamp = gb.find_submission(assignment, student).timestamp
+            except MissingEntry:
+                continue
+            recorded[assignment] = stamp.replace(tzinfo=timezone.utc) if stamp is not None else None
+    return recorded
+
+
+def _keep_recorded(sub: StudentSubmission, assignment: str, recorded: datetime | None | str = "") -> str | None:
+    """Whether the grade the gradebook holds is kept over what this folder has for `assignment`: None
+    (grade this folder's file), "" (keep it, nothing to say: no file here), or the line that says why
+    (this file was handed in before the one graded). `recorded`: the gradebook's submission time, ""
+    when it holds no submission."""
+    if recorded == "":
+        return None
+    if assignment not in sub.notebooks:
+        return ""  # graded from another folder before: a folder without the file takes nothing away
+    stamp = getattr(sub, "timestamps", {}).get(assignment)
+    if recorded is None or stamp is None or stamp >= recorded:
+        return None
+    where = sub.origins.get(assignment, "") or "the file here"
+    return (f"{sub.student_id} {assignment}: {where}, handed in {stamp:%Y-%m-%d %H:%M:%S} UTC, is older than the "
+            f"submission graded earlier (handed in {recorded:%Y-%m-%d %H:%M:%S} UTC, from another folder): "
+            f"the newer one's grade is kept; to grade this older one instead, run again with "
+            f"--force --student {sub.student_id} --assignment {assignment}")
+
+
+class NothingToGrade(ValueError):
+    """The submissions folder holds no student's submission: the run stops before writing anything."""
+
+
+EXPECTED_LAYOUT = ("one sub-folder per student (<student_id>/<notebook>.ipynb), one zip per student "
+                   "(<student_id>.zip), nbgrader's submitted/<student_id>/<assignment>/ tree, or a platform's "
+                   "download with the files at the top (Canvas: name_123456_7890_<file>.ipynb; or "
+                   "<student_id>_<assignment>.ipynb)")
+
+
+def nothing_to_grade(folder: Path, ignored: list[tuple[str, str]]) -> str:
+    """The message of an empty (or all-refused) submissions folder: which folder, what it held, what was expected."""
+    if ignored:
+        held = f"its {len(ignored)} file{'s' if len(ignored) != 1 else ''} cannot be graded (" + "; ".join(
+            f"{path}: {why}" for path, why in ignored[:5]) + ("; ..." if len(ignored) > 5 else "") + ")"
+    else:
+        held = "it holds no notebook, zip or student folder"
+    return (f"nothing to grade in {folder}: {held}. Expected {EXPECTED_LAYOUT}. Check that you gave the folder "
+            f"holding the submissions (not a parent or an empty download); nothing was graded.")

@@ -116,6 +116,9 @@ def _last_run_notebooks(out: Path) -> list[str]:
         return []
 
 
+SCORE_DIGITS = 6  # a score in results.json: 13.6 / 17 is 0.8, not 0.7999999999999999 (float noise); 8.8 / 12 is 0.733333
+
+
 def final(r: NotebookResult) -> float:
     return max(r.score - r.late_penalty, 0.0)
 
@@ -321,7 +324,7 @@ def gradescope_result(r: NotebookResult) -> dict:
               "tags": [c.exercise]} for c in r.cells]
     if r.late_penalty:
         tests.append({"name": "late penalty", "score": -r.late_penalty, "max_score": 0.0, "output": _late(r)})
-    return {"score": final(r), "output": _summary(r), "output_format": "text", "test_output_format": "text",
+    return {"score": round(final(r), SCORE_DIGITS), "output": _summary(r), "output_format": "text", "test_output_format": "text",
             "test_name_format": "text", "tests": tests,
             "extra_data": {"student_id": r.student_id, "notebook": r.notebook, "max_score": r.max_score,
                            "late_penalty": r.late_penalty, "status": r.status.value}}
@@ -338,7 +341,7 @@ def prairielearn_result(r: NotebookResult) -> dict:
         tests.append({"name": "late penalty", "description": "the class's late policy", "points": -r.late_penalty,
                       "max_points": 0.0, "message": _late(r)})
     score = min(max(final(r) / r.max_score, 0.0), 1.0) if r.max_score > 0 else 0.0
-    return {"gradable": True, "score": score, "message": _summary(r), "tests": tests}
+    return {"gradable": True, "score": round(score, SCORE_DIGITS), "message": _summary(r), "tests": tests}
 
 
 def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:

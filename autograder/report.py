@@ -89,9 +89,15 @@ def _cell(r, out: Path) -> _Cell:
                  bool(r.review), page.relative_to(out).as_posix() if page.exists() else "")
 
 
-def _attention(results) -> list[tuple[str, list[str]]]:
-    """Per student (in order), what an instructor should look at."""
+NOT_ON_ROSTER = "not on the roster: graded all the same; add them to the roster, or check whose folder or file this is"
+
+
+def _attention(results, not_on_roster=()) -> list[tuple[str, list[str]]]:
+    """Per student (in order), what an instructor should look at; first, for `not_on_roster`, that
+    they are not on the class's roster."""
     found: dict[str, list[str]] = defaultdict(list)
+    for sid in not_on_roster:
+        found[sid].append(NOT_ON_ROSTER)
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
         if r.status is Status.MISSING:
             found[r.student_id].append(f"{r.notebook}: missing (nothing handed in)")
@@ -105,7 +111,7 @@ def _attention(results) -> list[tuple[str, list[str]]]:
             found[r.student_id].append(f"{r.notebook}: {how_late(r.seconds_late)} (due {r.due}){penalty}")
         if r.review:
             found[r.student_id].append(f"{r.notebook}: code flagged for review")
-    return list(found.items())
+    return sorted(found.items())
 
 
 def _exercises(rows) -> dict[str, list[float]]:
@@ -153,9 +159,10 @@ def _notebook_section(name: str, results) -> dict:
     }
 
 
-def class_report(results, path: Path, policy: LatePolicy | None = None) -> Path:
+def class_report(results, path: Path, policy: LatePolicy | None = None, not_on_roster=()) -> Path:
     """Write the report for a list of NotebookResult (feedback pages are linked where they exist
-    beside it, in feedback/<student>/<notebook>.html); returns its path."""
+    beside it, in feedback/<student>/<notebook>.html); returns its path. `not_on_roster`: the students
+    graded who are not on the class's roster, named first under "Who needs attention"."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     out = Path(path).resolve().parent
@@ -174,7 +181,7 @@ def class_report(results, path: Path, policy: LatePolicy | None = None) -> Path:
     env.filters["points"] = lambda x: f"{x:g}"
     page = env.get_template("report.html.j2").render(
         students=students, notebooks=notebooks, tops=tops, max_total=sum(tops.values()),
-        policy=(policy or LatePolicy()).describe(), attention=_attention(results),
+        policy=(policy or LatePolicy()).describe(), attention=_attention(results, not_on_roster),
         per_notebook=[_notebook_section(n, by_notebook[n]) for n in notebooks],
         flagged=sorted((r for r in results if r.review), key=lambda r: (r.student_id, r.notebook)))
     path.write_text(page, encoding="utf-8")

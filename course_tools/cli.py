@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import os
 import re
@@ -233,18 +232,17 @@ def _due_dates(args, known: list[str]) -> dict[str, datetime]:
 
 
 def _check_roster(value: str) -> Path:
+    """The roster file, read once here so that a bad one stops the run before anything is set up: a
+    missing 'id' column, an empty or repeated id are named with their line (autograder.grade.read_roster)."""
+    from autograder.grade import RosterError, read_roster
+
     path = Path(value)
     if not path.is_file():
         raise UsageError(f"--roster: {path} does not exist" if not path.exists() else f"--roster: {path} is not a file")
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            header = next(csv.reader(fh), None)
-    except (UnicodeDecodeError, csv.Error) as err:
-        raise UsageError(f"--roster: {path} is not a readable CSV file ({err})") from None
-    columns = [c.strip() for c in header or []]
-    if "id" not in columns:
-        raise UsageError(f"--roster: {path} needs a header row with an 'id' column (found: "
-                         f"{', '.join(columns) if columns else 'no header'}), e.g. id,first_name,last_name,email")
+        read_roster(path)
+    except RosterError as err:
+        raise UsageError(f"--roster: {err}") from None
     return path
 
 

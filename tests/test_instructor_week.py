@@ -1,0 +1,210 @@
+"""An instructor's week, graded for real with the README's steps: the on-time folder, the late folder,
+then the on-time folder again (a rerun keeps each student's newer submission and says so); a stray copy
+of next week's notebook from one student (not put in play for the whole class, listed as not graded
+with the reason); a student who is not on the roster (graded, and flagged on the console, in the notes
+and in the report); an empty submissions folder (an error naming the folder and the layouts expected);
+roster files with a wrong header, another separator, an empty or a repeated id (errors naming the line);
+and PrairieLearn's score, rounded."""
+from __future__ import annotations
+
+import csv
+import os
+from datetime import datetime, timezone
+
+import nbformat
+import pytest
+
+import autograder.grade
+from autograder.grade import NotebookResult, grade
+from autograder.lms import gradescope_result, prairielearn_result
+from course_tools import cli
+
+from .conftest import inject, solved_notebook
+from .layout import NOTEBOOKS
+
+A01, A02 = "01_similarity_attention", "02_queries_keys_values"
+ON_TIME = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc).timestamp()  # the week-1 uploads' file time
+LATE = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc).timestamp()  # the late uploads', after the due date
+DUE = {A01: datetime(2026, 12, 1, 23, 59, tzinfo=timezone.utc)}
+WRONG = {"dot_similarity": "def dot_similarity(E):\n    return E.T @ E"}  # one catalogued mistake: 16 / 17
+
+
+def _put(folder, student, nb, when, name=A01) -> None:
+    path = folder / student / f"{name}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    os.utime(path, (when, when))
+
+
+def _rows(out) -> dict[tuple[str, str], dict]:
+    return {(r["student_id"], r["notebook"]): r for r in csv.DictReader((out / "grades.csv").open())}
+
+
+@pytest.fixture(scope="module")
+def week(course, tmp_path_factory):
+    """week1/: ann (solved), ben (one mistake, and a stray copy of notebook 02), cat (solved); a roster
+    of six (ann, ben, cat, and dan, eve, fay who hand in nothing); week1-late/: ann's newer upload (one
+    mistake) and zed (not on the roster); then week1/ graded again, and with --assignment. Each run's
+    console output is kept."""
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("week")
+    good, wrong = solved_notebook(course, A01), inject(solved_notebook(course, A01), WRONG)
+    week1, late, out = root / "week1", root / "week1-late", root / "out"
+    _put(week1, "ann", good, ON_TIME)
+    _put(week1, "ben", wrong, ON_TIME)
+    _put(week1, "cat", good, ON_TIME)
+    _put(week1, "ben", nbformat.read(NOTEBOOKS / A02 / f"{A02}.ipynb", as_version=4), ON_TIME, A02)
+    _put(late, "ann", wrong, LATE)
+    _put(late, "zed", good, LATE)
+    roster = root / "roster.csv"
+    roster.write_text("id,first_name\nann,Ann\nben,Ben\ncat,Cat\ndan,Dan\neve,Eve\nfay,Fay\n")
+    said = {}
+    for step, folder, options in [("first", week1, dict(roster=roster, due=DUE)), ("late", late, {}),
+                                  ("again", week1, {}), ("named", week1, dict(assignments=[A01]))]:
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            grade(folder, out, workers=2, **options)
+        said[step] = buffer.getvalue()
+        said[step + "-rows"] = _rows(out)
+    return {"out": out, "said": said}
+
+
+@pytest.fixture
+def never_grade(monkeypatch):
+    """grade() must not be reached: a bad roster is refused before any setup."""
+    def fail(*args, **kwargs):
+        raise AssertionError("grade() was called although the roster is bad")
+    monkeypatch.setattr(autograder.grade, "grade", fail)
+
+
+@pytest.fixture
+def fake_grade(monkeypatch):
+    """grade() replaced: records its arguments, grades nothing."""
+    def fake(submissions, out, **kwargs):
+        fake.calls.append((submissions, out, kwargs))
+        return []
+
+    fake.calls = []
+    monkeypatch.setattr(autograder.grade, "grade", fake)
+    return fake
+
+
+# --------------------------------------------------------------------------- 1. a rerun keeps the newer submission
+@pytest.mark.slow
+def test_rerunning_the_on_time_folder_keeps_the_late_resubmission_and_says_so(week):
+    said = week["said"]
+    assert said["first-rows"]["ann", A01]["score"] == "17"
+    assert said["late-rows"]["ann", A01]["score"] == "16"  # the late upload replaced the on-time one
+    again = said["again-rows"]["ann", A01]
+    assert again["score"] == "16", "the rerun put ann's older on-time notebook back over her newer late one"
+    assert again["submitted"].startswith("2026-12-03T12:00:00")
+    assert "kept the newer submission graded earlier (1;" in said["again"]
+    line = next(x for x in said["again"].splitlines() if x.strip().startswith(f"ann {A01}:"))
+    assert f"ann/{A01}.ipynb" in line and "2026-11-30 12:00:00 UTC" in line and "2026-12-03 12:00:00 UTC" in line
+    assert "--force --student ann" in line
+    assert "1 kept: newer than the file here" in said["again"]
+
+
+# --------------------------------------------------------------------------- 2. a stray notebook is not in play
+@pytest.mark.slow
+def test_one_students_stray_notebook_is_not_everyones_zero_and_is_listed(week):
+    said, out = week["said"], week["out"]
+    for step in ("first", "late", "again"):
+        assert {n for _, n in said[step + "-rows"]} == {A01}, step
+    wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
+    assert A02 not in wide["ann"] and wide["ann"]["max_total"] == "17"
+    first = said["first"]
+    assert f"in play: {A01} (due 2026-12-01 23:59 UTC; handed in by 3 of 3 students here)" in first
+    stray = next(x for x in first.splitlines() if x.strip().startswith(f"ben/{A02}.ipynb:"))
+    assert "handed in by only 1 of the 6 students of the class (1 of 3 here)" in stray
+    assert f"--due {A02}=DATE" in stray and f"--assignment {A02}" in stray
+
+
+@pytest.mark.slow
+def test_with_assignment_the_file_left_out_is_listed_as_not_graded(week):
+    named = week["said"]["named"]
+    assert "not graded (1 file;" in named
+    line = next(x for x in named.splitlines() if x.strip().startswith(f"ben/{A02}.ipynb:"))
+    assert f"this run grades only {A01} (--assignment)" in line and f"--assignment {A02}" in line
+
+
+# --------------------------------------------------------------------------- 3. not on the roster
+@pytest.mark.slow
+def test_a_student_not_on_the_roster_is_graded_and_flagged(week):
+    said, out = week["said"], week["out"]
+    zed = _rows(out)["zed", A01]
+    assert zed["score"] == "17" and "not on the roster" in zed["notes"]
+    assert "not on the roster" not in _rows(out)["ann", A01]["notes"]
+    assert any(x.startswith("not on the roster (1;") and "zed" in x for x in said["late"].splitlines())
+    from autograder import report
+
+    page = (out / "report.html").read_text()
+    attention = page.split('id="attention"')[1].split("</table>")[0]
+    assert "zed" in attention and getattr(report, "NOT_ON_ROSTER", "not on the roster") in attention
+    assert "ann" not in attention.split("zed")[0].split("<tr")[-1]
+    wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
+    assert wide["zed"][A01] == "17"  # graded and exported: never lost
+
+
+# --------------------------------------------------------------------------- 4. an empty folder
+@pytest.mark.parametrize("junk", [False, True])
+def test_an_empty_submissions_folder_is_an_error_naming_it_and_the_layouts(tmp_path, capsys, junk):
+    folder = tmp_path / "week1"
+    folder.mkdir()
+    if junk:
+        (folder / "notes.txt").write_text("not a submission")
+    code = cli.main(["grade", str(folder), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert f"nothing to grade in {folder}" in err
+    assert "one sub-folder per student" in err and "submitted/<student_id>/<assignment>/" in err
+    if junk:
+        assert "notes.txt" in err
+    else:
+        assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- 5. roster problems
+@pytest.mark.parametrize("text, message", [
+    ("id\nann\nben\nann\n", "line 4 repeats student id 'ann' (first on line 2): keep one line per student"),
+    ("id,first_name\nann,Ann\n,Ben\n", "line 3 has no student id"),
+    ("student_id,name\nann,A\n", "needs a header row with an 'id' column (found: student_id, name) on line 1"),
+])
+def test_a_bad_roster_is_an_error_naming_the_line_and_what_to_do(tmp_path, capsys, never_grade, text, message):
+    roster = tmp_path / "roster.csv"
+    roster.write_text(text)
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    code = cli.main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--roster", str(roster)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--roster" in err and message in err, err
+    assert not (tmp_path / "out").exists()
+    from autograder.grade import RosterError, read_roster
+
+    with pytest.raises(RosterError, match="roster.csv"):  # the same check when the roster reaches the gradebook
+        read_roster(roster)
+
+
+@pytest.mark.parametrize("text", ["ID;first_name;email\nann;Ann;a@x\nben;Ben;b@x\n",
+                                  "Id,First_Name\nann,Ann\n\nben,Ben\n", "id\tfirst_name\nann\tAnn\nben\tBen\n"])
+def test_a_roster_with_ID_semicolons_or_tabs_is_read(tmp_path, capsys, fake_grade, text):
+    roster = tmp_path / "roster.csv"
+    roster.write_text(text)
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    code = cli.main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--roster", str(roster)])
+    assert code == 0, capsys.readouterr().err
+    assert fake_grade.calls[0][2]["roster"] == roster
+    from autograder.grade import read_roster
+
+    rows = read_roster(roster)  # what import_roster puts into the gradebook
+    assert [r["id"] for r in rows] == ["ann", "ben"] and rows[0]["first_name"] == "Ann"
+
+
+# --------------------------------------------------------------------------- 6. exports' numbers
+def test_prairielearn_and_gradescope_scores_are_rounded():
+    r = NotebookResult("zed", A01, 17.0, 17.0, late_penalty=3.4)
+    assert prairielearn_result(r)["score"] == 0.8
+    assert repr(prairielearn_result(r)["score"]) == "0.8"
+    r = NotebookResult("ann", A01, 16.0, 17.0, late_penalty=0.1 + 0.2)
+    assert repr(gradescope_result(r)["score"]) == "15.7"

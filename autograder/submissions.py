@@ -130,7 +130,7 @@ def _parse(data: bytes) -> tuple[dict | None, str | None, bool]:
     if len(data) > MAX_NOTEBOOK_BYTES:
         return None, _too_large(len(data)), True
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark (some Windows editors write one) is no problem
     except UnicodeDecodeError:
         return None, "not UTF-8 text (is it really a .ipynb?)", False
     depth = json_depth(data)

@@ -243,3 +243,16 @@ def test_a_name_set_only_in_a_cell_the_grader_skips_is_said_where(course):
     assert "NameError" in messages["test_softmax"], messages["test_softmax"]
     assert (f"`TEMPERATURE` is set only in cell {at + 1} of the notebook, which the grader does not run"
             in messages["test_softmax"]), messages["test_softmax"]
+
+
+@pytest.mark.slow
+def test_a_notebook_saved_with_a_byte_order_mark_is_graded_in_full(course):
+    """Some Windows editors save UTF-8 with a byte-order mark: the solved notebook so saved scored 0 as
+    'unreadable notebook: not valid JSON (Unexpected UTF-8 BOM ...)', under grade and under check."""
+    from autograder.submissions import parse_notebook
+
+    data = b"\xef\xbb\xbf" + nbformat.writes(solved_notebook(course, ASSIGNMENT)).encode()
+    notebook, problem = parse_notebook(data)
+    assert problem is None and notebook["cells"], problem
+    result = autograde(course, ASSIGNMENT, data)
+    assert result.score == result.max_score and result.status.value == "ok", (result.status, result.detail)

@@ -25,8 +25,9 @@ What the student's code gets (Linux), in order of preference; `status` names the
 Always: memory (RLIMIT_AS per process; for the whole sandbox a memory cgroup when the grader is
 root, else the grader's own watch over the sum of its processes, memwatch.py), processes (a pids
 cgroup with a random name when the grader is root, else RLIMIT_NPROC inside the sandbox's own user
-namespace; without a sandbox, the allowance on top of what the user already runs), file size and
-core dumps are limited; the parent enforces a per-cell and a whole-notebook wall clock and kills
+namespace; without a sandbox, the allowance on top of what the user already runs), the CPU (as root,
+one CPU group per sandbox: one process's share for all of its processes), file size and core dumps
+are limited; the parent enforces a per-cell and a whole-notebook wall clock and kills
 the whole process group when time is up.
 
 Nothing comes back through the file system. Inputs go in on an unlinked file (a descriptor,
@@ -769,7 +770,11 @@ def _cgroups(limits: Limits) -> list[Path]:
         return []
     name = f"attn-{secrets.token_hex(8)}"
     wanted = {"pids": [("pids.max", str(limits.processes))],
-              "memory": [("memory.limit_in_bytes", str(limits.memory_bytes)), ("memory.max", str(limits.memory_bytes))]}
+              "memory": [("memory.limit_in_bytes", str(limits.memory_bytes)), ("memory.max", str(limits.memory_bytes))],
+              # one share of the CPU for the whole sandbox, as one process has (v1's cpu.shares, v2's cpu.weight
+              # where the cpu controller is on): 240 spinning children share it, and the grader and the
+              # classmates keep theirs, whether or not the kernel groups sessions (autogroup)
+              "cpu": [("cpu.shares", "1024"), ("cpu.weight", "100")]}
     made = []
     unified = Path("/sys/fs/cgroup")
     if (unified / "cgroup.controllers").exists():  # v2: one group, both limits

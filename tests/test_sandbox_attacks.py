@@ -983,3 +983,61 @@ def test_a_setuid_bwrap_keeps_its_setuid_under_the_launchers_keyring_closing():
     if plain != "0":
         pytest.skip(f"setuid programs do not run as root here (a nosuid mount?): {plain}")
     assert launched == "0", found
+
+
+SPIN_UNTIL_KILLED = '''import os, time
+for _ in range(3):  # children, each one more process on the CPU's queue
+    if os.fork() == 0:
+        while True:
+            time.sleep(0.05)
+time.sleep(120)  # the test ends the run once it has seen where these processes are
+def seen():
+    return "not killed"
+'''
+
+
+def test_a_sandbox_as_root_gets_one_cpu_group_its_processes_share(tmp_path):
+    """As root, every process of a notebook (its runner and the children it forks) runs in one CPU control
+    group of its own: one process's share of a busy CPU for the lot, however many it starts and whether
+    or not the kernel groups sessions (autogroup). The test finds the group while the run is in it, then
+    kills the run (no clock decides anything)."""
+    import glob
+    import signal
+    import threading
+
+    from autograder import sandbox
+    from autograder.sandbox import Limits, make_kit, run_notebook_job
+
+    from .test_warm_sandbox import A01, SOLUTIONS, _inputs, world_for
+
+    if not is_root() or sandbox.isolation_mode() != "bubblewrap":
+        pytest.skip("control groups are made for sandboxes by root, with bubblewrap here")
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    if not (Path("/sys/fs/cgroup/cgroup.subtree_control").read_text().split().count("cpu") if v2
+            else Path("/sys/fs/cgroup/cpu/cpu.shares").exists()):
+        pytest.skip("no CPU controller for new control groups here (cgroup v1's cpu hierarchy, or v2's cpu "
+                    "in the root's subtree_control)")
+    patterns = ["/sys/fs/cgroup/attn-*/cgroup.procs"] if v2 else ["/sys/fs/cgroup/cpu/attn-*/cgroup.procs"]
+    world = world_for(SOLUTIONS / A01 / f"{A01}.ipynb", tmp_path / "job", make_kit(tmp_path / "kit"), [])
+    outcome = {}
+    run = threading.Thread(target=lambda: outcome.setdefault("result", run_notebook_job(
+        tmp_path / "job", _inputs(SPIN_UNTIL_KILLED), world, Limits(cell_seconds=150, notebook_seconds=150))))
+    run.start()
+    found = {}
+    while run.is_alive() and not found:
+        for procs in (p for pattern in patterns for p in glob.glob(pattern)):
+            group = Path(procs).parent
+            if (group / "cpu.shares").exists() or (group / "cpu.weight").exists():
+                pids = [int(p) for p in Path(procs).read_text().split()]
+                if len(pids) >= 5:  # bubblewrap's two, the runner, and its three children (at least some)
+                    found = {"group": str(group), "pids": pids,
+                             "share": (group / ("cpu.shares" if (group / "cpu.shares").exists() else "cpu.weight")).read_text().strip()}
+        threading.Event().wait(0.1)
+    for pid in found.get("pids", []):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    run.join()
+    assert found, "the notebook's processes were never seen in a CPU control group of their own"
+    assert found["share"] in ("1024", "100"), found

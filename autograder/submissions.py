@@ -186,12 +186,6 @@ def _clean_name(name: str) -> str:
     return stem.strip().lower().replace(" ", "_").replace("-", "_")
 
 
-def _grade_ids(data: bytes) -> set[str]:
-    """The nbgrader grade ids of a notebook's cells; empty for anything that is not a notebook."""
-    notebook, _ = parse_notebook(data)
-    return _ids_in(notebook) if notebook else set()
-
-
 def _ids_in(notebook: dict) -> set[str]:
     ids = set()
     for cell in notebook["cells"]:
@@ -203,9 +197,29 @@ def _ids_in(notebook: dict) -> set[str]:
     return ids
 
 
+_DEFINED = re.compile(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", re.MULTILINE)
+
+
+def _names_in(notebook: dict) -> set[str]:
+    """What tells a notebook's assignment: its cells' grade ids and the functions and classes its code cells
+    define at their top level (the answer cells' grade ids are the graded names). The second is what is left
+    of a notebook whose cell metadata a tool dropped, or whose code was pasted into a new one."""
+    names = _ids_in(notebook)
+    for cell in notebook["cells"]:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            source = cell.get("source")
+            source = "".join(s for s in source if isinstance(s, str)) if isinstance(source, list) else source
+            if isinstance(source, str):
+                names.update(_DEFINED.findall(source))
+    return names
+
+
 def match_assignment(name: str, data: bytes, assignments: dict[str, set[str]]) -> str | None:
     """The assignment a notebook file belongs to, or None."""
-    return _match(name, lambda: _grade_ids(data), assignments)
+    def names() -> set[str]:
+        notebook, _ = parse_notebook(data)
+        return _names_in(notebook) if notebook else set()
+    return _match(name, names, assignments)
 
 
 def _match(name: str, grade_ids, assignments: dict[str, set[str]]) -> str | None:
@@ -569,6 +583,9 @@ class _Intake:
         self.users: dict[tuple[str, str, str], _Source] = {}  # platform user -> their files
         self.students: dict[str, StudentSubmission] = {}
         self.versions: dict[tuple[str, str], list[_Version]] = {}  # (student, assignment) -> versions
+        # ... and those known only by the functions they define (no grade id, no name): graded only when the
+        # student handed in nothing else for that assignment (a scratch notebook never displaces the real one)
+        self.by_code: dict[tuple[str, str], list[tuple[_Version, str]]] = {}
         self.stamps: dict[object, datetime | None] = {}  # nbgrader's assignment folder -> its timestamp.txt
         self.marks: dict[Path, str] = {}  # an upload at the top -> why its platform says it is late
         # (uploader, upload, the other platform user its student-chosen name carries)
@@ -909,6 +926,11 @@ class _Intake:
             self.problem(sub, key, path, problem)
             return
         a = _match(match_name, lambda: _ids_in(notebook) if notebook else set(), self.assignments)
+        if a is None and notebook:
+            a = _match(match_name, lambda: _names_in(notebook), self.assignments)
+            if a is not None:
+                self.by_code.setdefault((sub.student_id, a), []).append((version, key))
+                return
         if a is None:
             why = "not recognised as any assignment's notebook" + (f" ({problem})" if problem else "")
             self.problem(sub, key, path, why)
@@ -918,7 +940,16 @@ class _Intake:
     def choose_versions(self) -> None:
         """Grade the newest version of each assignment; name the others in problems and ignored.
         A version its platform marked late is late: marked, noted, and (due dates given) recorded
-        after its due date whatever its file's time."""
+        after its due date whatever its file's time. A notebook known only by the functions it defines
+        is a version only where the student handed in nothing else for the assignment."""
+        for (sid, a), found in self.by_code.items():
+            if (sid, a) not in self.versions:
+                self.versions[(sid, a)] = [version for version, _ in found]
+                continue
+            for version, key in found:
+                self.problem(self.students[sid], key, version.path,
+                             f"its cells carry no nbgrader marks, and only the functions it defines are {a}'s; "
+                             f"{a}'s own notebook from {sid} is graded instead")
         for (sid, a), versions in self.versions.items():
             sub = self.students[sid]
             best = _newest(versions)

@@ -1,6 +1,6 @@
 """Unit tests for how autograder/submissions.py names things: which assignment a submitted file is
 (match_assignment: its name, tolerating renames, then its leading number, then the graded cells
-it holds), the file part of learning platforms' export names, and student ids (clean-up,
+it holds, then the graded functions its code defines), the file part of learning platforms' export names, and student ids (clean-up,
 transliteration, collisions). Table-driven; no notebook is graded, nothing is slow.
 """
 from __future__ import annotations
@@ -91,6 +91,55 @@ def test_the_name_decides_before_the_notebook_is_read():
 ], ids=["two ids", "most ids win", "one id", "one id each", "unknown ids", "no ids", "not UTF-8", "no cells", "deep"])
 def test_a_file_named_otherwise_is_matched_by_its_graded_cells(data, want):
     assert match_assignment("homework.ipynb", data, ASSIGNMENTS) == want
+
+
+def code_notebook(*sources: str) -> bytes:
+    """A notebook of plain code cells: no nbgrader metadata at all (a tool dropped it, or code pasted anew)."""
+    cells = [{"cell_type": "code", "source": s, "metadata": {}, "outputs": []} for s in sources]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+
+
+@pytest.mark.parametrize("data, want", [
+    (code_notebook("import numpy as np", "def 03_answer_a(x):\n    return x", "def 03_answer_b(x): pass"), None),
+    (code_notebook("def answer(x):\n    return x"), None),
+], ids=["not identifiers", "unknown name"])
+def test_only_names_that_are_identifiers_and_graded_count(data, want):
+    assert match_assignment("homework.ipynb", data, ASSIGNMENTS) == want
+
+
+def test_a_renamed_notebook_without_cell_metadata_is_matched_by_the_functions_it_defines():
+    """A notebook whose cells lost their nbgrader metadata, renamed: its answers still define the graded
+    functions (the answer cells' grade ids are their names). Matched, it is graded (and flagged as not the
+    assignment's notebook); unmatched, the student got 'missing' for a notebook they handed in."""
+    assignments = {A01: {"softmax", "test_softmax", "normalize_rows", "test_normalize_rows"},
+                   A02: {"SelfAttention", "test_self_attention", "attention", "test_attention"}}
+    pasted = code_notebook("import numpy as np", "def normalize_rows(S):\n    return S",
+                           "# my answer\ndef softmax(x, axis=-1):\n    return x", "print(softmax([1]))")
+    assert match_assignment("my homework.ipynb", pasted, assignments) == A01
+    cls = code_notebook("import torch", "class SelfAttention(torch.nn.Module):\n    pass", "async def attention(): pass")
+    assert match_assignment("week two.ipynb", cls, assignments) == A02
+    nested = code_notebook("if True:\n    def softmax(x): return x\n    def normalize_rows(S): return S")
+    assert match_assignment("homework.ipynb", nested, assignments) is None  # only what a cell defines at its top
+
+
+def test_a_scratch_notebook_defining_the_functions_never_displaces_the_real_one(tmp_path):
+    """Known only by the functions it defines, a notebook is graded when the student handed in nothing else
+    for that assignment; beside the real notebook (even older), it is listed as not graded, with why."""
+    real = notebook("01_answer_a", "01_test_a")
+    scratch = code_notebook("def 01_x(): pass", "def softmax(x): return x\ndef normalize_rows(S): return S")
+    assignments = {A01: {"01_answer_a", "01_test_a", "softmax", "normalize_rows"}, A02: {"attention", "test_attention"}}
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "bob").mkdir()
+    (tmp_path / "alice" / f"{A01}.ipynb").write_bytes(real)
+    (tmp_path / "alice" / "scratch.ipynb").write_bytes(scratch)
+    os.utime(tmp_path / "alice" / f"{A01}.ipynb", (1_000_000_000, 1_000_000_000))  # the real one is older
+    (tmp_path / "bob" / "my homework.ipynb").write_bytes(scratch)
+    found = collect_all(tmp_path, assignments)
+    by_id = {s.student_id: s for s in found.students}
+    assert by_id["alice"].notebooks == {A01: real}
+    assert "alice/scratch.ipynb" in dict(found.ignored), found.ignored
+    assert f"{A01}'s own notebook from alice is graded instead" in dict(found.ignored)["alice/scratch.ipynb"]
+    assert by_id["bob"].notebooks == {A01: scratch}
 
 
 def test_two_candidates_by_number_are_decided_by_the_graded_cells():

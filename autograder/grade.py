@@ -567,13 +567,14 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
     return "\n".join(lines)
 
 
-def _fingerprint(sub: StudentSubmission, assignment: str, solutions: Path, salt: str = "") -> str:
-    """What a saved result depends on: the notebook, its submission time, the solution and the
+def _fingerprint(sub: StudentSubmission, assignment: str, solutions: Path, salt: str = "", timed: bool = True) -> str:
+    """What a saved result depends on: the notebook, its submission time (`timed`), the solution and the
     salt of the hidden inputs (hashed: the record never holds the secret)."""
     h = hashlib.sha256(assignment.encode() + b"\0" + hashlib.sha256(sub.notebooks.get(assignment, b"")).digest())
     h.update(hashlib.sha256(salt.encode()).digest())
     stamp = getattr(sub, "timestamps", {}).get(assignment)
-    h.update(str(stamp).encode())
+    if timed:
+        h.update(str(stamp).encode())
     source = solutions / assignment / f"{assignment}.ipynb"
     if source.exists():
         h.update(hashlib.sha256(source.read_bytes()).digest())
@@ -584,22 +585,25 @@ def _record_path(out: Path, student: str, assignment: str) -> Path:
     return out / "students" / student / f"{assignment}.json"
 
 
-def _save_result(path: Path, fingerprint: str, result: NotebookResult) -> None:
-    payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "result": result.to_dict()}
+def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: str = "") -> None:
+    payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "content": content, "result": result.to_dict()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, path)
 
 
-def _load_result(path: Path, fingerprint: str | None = None) -> NotebookResult | None:
-    """A saved result (any, or only one made from the same files when `fingerprint` is given);
-    None when absent or damaged. One saved by an older grader is read for the tables, but not
-    reused in place of grading (`fingerprint` given): grading again fills in its mistakes."""
+def _load_result(path: Path, fingerprint: str | None = None, content: str | None = None) -> NotebookResult | None:
+    """A saved result (any, or only one made from the same files when `fingerprint` is given, or from the
+    same notebook at whatever time when `content` is); None when absent or damaged. One saved by an older
+    grader is read for the tables, but not reused in place of grading: grading again fills in its mistakes."""
     try:
         payload = json.loads(path.read_text())
         if fingerprint is not None and (payload.get("fingerprint") != fingerprint
                                         or payload.get("format") != RECORD_FORMAT):
+            return None
+        if content is not None and (not content or payload.get("content") != content
+                                    or payload.get("format") != RECORD_FORMAT or not payload.get("fingerprint")):
             return None
         return NotebookResult.from_dict(payload["result"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -762,13 +766,16 @@ class InPlay:
         return sorted(rows)
 
 
-def choose_in_play(course: Course, everyone: list[StudentSubmission], named: list[str] | None) -> InPlay:
-    """What a run grades: the notebooks named (`--assignment`), else those in play for the class (a due
-    date, graded in an earlier run), this folder's most handed-in notebook, and those handed in by at
-    least a quarter of the class (the gradebook's students, a roster's included, and this folder's). A
-    notebook fewer students handed in (one student's stray copy of next week's notebook), with no due
-    date and never graded, is not put in play: it would make everyone else "missing" it and add a column of zeros
-    to every export. It is listed as not graded, with how to grade it."""
+def choose_in_play(course: Course, everyone: list[StudentSubmission], named: list[str] | None,
+                   now: datetime | None = None) -> InPlay:
+    """What a run grades: the notebooks named (`--assignment`), else those in play for the class (due
+    by now, graded in an earlier run), those handed in by at least two students and a quarter of the class
+    (the gradebook's students, a roster's included, and this folder's), and, when nothing else is in play
+    (a first run without due dates), this folder's most handed-in notebook. A notebook fewer students
+    handed in (one student's stray copy of next week's notebook), not yet due and never graded, is not
+    put in play: it would make everyone else "missing" it and add a column of zeros to every export. It is
+    listed as not graded, with how to grade it. A due date still to come puts nothing in play by itself
+    (a term's due-date file given in week 1)."""
     from nbgrader.api import Gradebook
 
     with Gradebook(course.db_url) as gb:
@@ -786,22 +793,26 @@ def choose_in_play(course: Course, everyone: list[StudentSubmission], named: lis
     def why(a: str, text: str) -> None:
         reasons.setdefault(a, []).append(text)
 
+    now = now or datetime.now(timezone.utc)
     for a in named or ():
         why(a, "named with --assignment")
     for a, when in due.items():
-        why(a, f"due {when:%Y-%m-%d %H:%M} UTC")
+        if when.replace(tzinfo=timezone.utc) <= now:
+            why(a, f"due {when:%Y-%m-%d %H:%M} UTC")
     for a in handed_in:
         why(a, "graded in an earlier run")
     stray = {}
+    first = not reasons  # nothing named, due or graded yet: this folder decides
     most = max(counts.values(), default=0)
     for a, n in counts.items():
-        if 4 * n >= size or n == most or a in reasons:  # a quarter of the class, or the folder's most handed in
+        if a in reasons or (n >= 2 and 4 * n >= size) or (first and n == most):
             why(a, f"handed in by {n} of {total} students here")
         else:
+            coming = f"due {due[a]:%Y-%m-%d %H:%M} UTC, not yet" if a in due else "with no due date"
             stray[a] = (f"not in play: handed in by only {n} of the {size} students of the class ({n} of {total} "
-                        f"here), with no due date and never graded before, so it is not graded (it would make "
-                        f"everyone else 'missing' it); to grade it, give it a due date (--due {a}=DATE) or name "
-                        f"it (--assignment {a})")
+                        f"here), {coming} and never graded before, so it is not graded (it would make everyone "
+                        f"else 'missing' it); to grade it, name it (--assignment {a})"
+                        + ("" if a in due else f" or give it a due date that has passed (--due {a}=DATE)"))
     if named:
         chosen = list(named)
     else:
@@ -810,13 +821,15 @@ def choose_in_play(course: Course, everyone: list[StudentSubmission], named: lis
 
 
 def in_play(course: Course, chosen: list[str] | None = None, submitted: set[str] | frozenset = frozenset()) -> list[str]:
-    """The assignments that count for the class, in course order: those given a due date, those anyone
+    """The assignments that count for the class, in course order: those due by now, those anyone
     submitted (now or in an earlier run), and those asked for (`chosen`). A notebook not handed out
-    yet is in none of these: nobody is "missing" it and it is not in anyone's total."""
+    yet, or not due yet and handed in by nobody, is in none of these: nobody is "missing" it and it is
+    not in anyone's total."""
     from nbgrader.api import Gradebook
 
+    now = datetime.now(timezone.utc).replace(tzinfo=None)  # the gradebook's due dates: naive UTC
     with Gradebook(course.db_url) as gb:
-        due = {a.name for a in gb.assignments if a.duedate is not None}
+        due = {a.name for a in gb.assignments if a.duedate is not None and a.duedate <= now}
         handed_in = {a.name for a in gb.assignments if a.submissions}
     wanted = due | handed_in | set(chosen or ()) | set(submitted)
     return [a for a in course.assignments if a in wanted]
@@ -975,8 +988,17 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         course.lock = threading.Lock()
     course.extra_hidden = [str(Path(submissions).resolve()), str(solutions.resolve())]
     intake = collect_all(Path(submissions), course.grade_ids(), due=due)
-    if not intake.students:  # before anything of this run is written into the gradebook
+    if not any(s.notebooks for s in intake.students):  # before anything of this run is written into the gradebook
         raise NothingToGrade(nothing_to_grade(Path(submissions), intake.ignored))
+    unknown = sorted(set(students or ()) - {s.student_id for s in intake.students})
+    if unknown:  # a typo in --student graded nobody and said nothing
+        import difflib
+
+        ids = [s.student_id for s in intake.students]
+        hints = [f"{sid!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(
+            sid, ids, n=1) or [i for i in ids if i.lower() == sid.lower()]) else "") for sid in unknown]
+        raise NothingToGrade(f"--student: no submission in {submissions} for {', '.join(hints)}: student ids are "
+                             f"exact (case too); the ids here are the names of the students' folders or files")
     _ = course.kit  # built once, before any worker starts a sandbox
     if late_penalty:
         course.set_late_penalty(late_penalty)
@@ -1008,6 +1030,7 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     done: list[NotebookResult] = []
     reused: list[NotebookResult] = []
     kept: list[str] = []  # what this folder holds that is older than what is graded: not graded, said why
+    resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     started = time.time()
     salt = class_salt(out)
 
@@ -1019,11 +1042,19 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         left = []
         for assignment in chosen:
             fingerprint = _fingerprint(sub, assignment, solutions, salt)
-            saved = None if force else _load_result(_record_path(out, sub.student_id, assignment), fingerprint)
+            record = _record_path(out, sub.student_id, assignment)
+            saved = None if force else _load_result(record, fingerprint)
             if saved is not None:
                 reused.append(saved)
                 continue
-            why = None if force and students else _keep_recorded(sub, assignment, recorded.get(assignment, ""))
+            same = None if force or assignment not in sub.notebooks else \
+                _load_result(record, content=_fingerprint(sub, assignment, solutions, salt, timed=False))
+            if same is not None:  # the very notebook graded before, downloaded again (a new file time): kept as graded
+                reused.append(same)
+                resent.append(f"{sub.student_id} {assignment}: {sub.origins.get(assignment, '') or 'the file here'} is "
+                              f"the notebook graded earlier, unchanged: its grade and earlier submission time are kept")
+                continue
+            why = None if force and students and assignments else _keep_recorded(sub, assignment, recorded.get(assignment, ""))
             if why is None:
                 left.append(assignment)
             elif why:
@@ -1035,7 +1066,8 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         _save_result(_record_path(out, sub.student_id, assignment),
-                     "" if r.status in GRADERS_OWN else _fingerprint(sub, assignment, solutions, salt), r)
+                     "" if r.status in GRADERS_OWN else _fingerprint(sub, assignment, solutions, salt), r,
+                     content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "")
         done.append(r)
 
     slots, slot = itertools.count(), threading.local()
@@ -1063,6 +1095,10 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
     if progress and kept:
         print(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):")
         for line in sorted(kept):
+            print(f"  {line}")
+    if progress and resent:
+        print(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):")
+        for line in sorted(resent):
             print(f"  {line}")
     if progress:
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,

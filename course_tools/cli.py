@@ -723,8 +723,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grade", help="grade a class: a folder with one sub-folder or zip per student, or nbgrader's submitted/",
                        description="Grade a class: per-student folders or zips, nbgrader's submitted/ tree, or an LMS "
                                    "export (Canvas, Moodle, Blackboard file names; '_LATE_' is kept as lateness). "
-                                   "The notebooks in play are those named with --assignment, those with a due "
-                                   "date, and those anyone submitted. Exit status: 0 when every notebook in play "
+                                   "The notebooks in play are those named with --assignment, those due by now, "
+                                   "those graded before, and those handed in by at least two students and a quarter "
+                                   "of the class (or, on a first run, the folder's most handed-in one); the run "
+                                   "prints which and why. Exit status: 0 when every notebook in play "
                                    "was graded, 1 when any crashed, timed out, errored or is missing, 2 for a bad "
                                    "argument.")
     p.add_argument("submissions", help="folder with one sub-folder or zip per student, or nbgrader's submitted/")

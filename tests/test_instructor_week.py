@@ -23,9 +23,11 @@ from .conftest import inject, solved_notebook
 from .layout import NOTEBOOKS
 
 A01, A02 = "01_similarity_attention", "02_queries_keys_values"
-ON_TIME = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc).timestamp()  # the week-1 uploads' file time
-LATE = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc).timestamp()  # the late uploads', after the due date
-DUE = {A01: datetime(2026, 12, 1, 23, 59, tzinfo=timezone.utc)}
+ON_TIME = datetime(2025, 11, 30, 12, 0, tzinfo=timezone.utc).timestamp()  # the week-1 uploads' file time
+LATE = datetime(2025, 12, 3, 12, 0, tzinfo=timezone.utc).timestamp()  # the late uploads', after the due date
+DUE = {A01: datetime(2025, 12, 1, 23, 59, tzinfo=timezone.utc)}  # past, whenever the suite runs
+AGAIN = datetime(2025, 12, 8, 12, 0, tzinfo=timezone.utc).timestamp()  # week 2's download: everything, file times anew
+NOT_YET = {A02: datetime(2099, 12, 8, 23, 59, tzinfo=timezone.utc)}  # a term's due-date file: 02 is not due yet
 WRONG = {"dot_similarity": "def dot_similarity(E):\n    return E.T @ E"}  # one catalogued mistake: 16 / 17
 
 
@@ -61,8 +63,12 @@ def week(course, tmp_path_factory):
     roster = root / "roster.csv"
     roster.write_text("id,first_name\nann,Ann\nben,Ben\ncat,Cat\ndan,Dan\neve,Eve\nfay,Fay\n")
     said = {}
+    redownload = root / "week2"  # ann's late notebook again, unchanged, and ben's stray 02 again: one file each
+    _put(redownload, "ann", wrong, AGAIN)
+    _put(redownload, "ben", nbformat.read(NOTEBOOKS / A02 / f"{A02}.ipynb", as_version=4), AGAIN, A02)
     for step, folder, options in [("first", week1, dict(roster=roster, due=DUE)), ("late", late, {}),
-                                  ("again", week1, {}), ("named", week1, dict(assignments=[A01]))]:
+                                  ("again", week1, {}), ("named", week1, dict(assignments=[A01])),
+                                  ("redownload", redownload, dict(due=NOT_YET))]:
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
             grade(folder, out, workers=2, **options)
@@ -99,10 +105,10 @@ def test_rerunning_the_on_time_folder_keeps_the_late_resubmission_and_says_so(we
     assert said["late-rows"]["ann", A01]["score"] == "16"  # the late upload replaced the on-time one
     again = said["again-rows"]["ann", A01]
     assert again["score"] == "16", "the rerun put ann's older on-time notebook back over her newer late one"
-    assert again["submitted"].startswith("2026-12-03T12:00:00")
+    assert again["submitted"].startswith("2025-12-03T12:00:00")
     assert "kept the newer submission graded earlier (1;" in said["again"]
     line = next(x for x in said["again"].splitlines() if x.strip().startswith(f"ann {A01}:"))
-    assert f"ann/{A01}.ipynb" in line and "2026-11-30 12:00:00 UTC" in line and "2026-12-03 12:00:00 UTC" in line
+    assert f"ann/{A01}.ipynb" in line and "2025-11-30 12:00:00 UTC" in line and "2025-12-03 12:00:00 UTC" in line
     assert "--force --student ann" in line
     assert "1 kept: newer than the file here" in said["again"]
 
@@ -116,10 +122,49 @@ def test_one_students_stray_notebook_is_not_everyones_zero_and_is_listed(week):
     wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
     assert A02 not in wide["ann"] and wide["ann"]["max_total"] == "17"
     first = said["first"]
-    assert f"in play: {A01} (due 2026-12-01 23:59 UTC; handed in by 3 of 3 students here)" in first
+    assert f"in play: {A01} (due 2025-12-01 23:59 UTC; handed in by 3 of 3 students here)" in first
     stray = next(x for x in first.splitlines() if x.strip().startswith(f"ben/{A02}.ipynb:"))
     assert "handed in by only 1 of the 6 students of the class (1 of 3 here)" in stray
     assert f"--due {A02}=DATE" in stray and f"--assignment {A02}" in stray
+
+
+@pytest.mark.slow
+def test_a_stray_notebook_tied_with_the_folders_only_other_one_and_not_yet_due_stays_out(week):
+    """A later folder of two files, ann's 01 and ben's 02: a tie for 'most handed in' and one student in six
+    for 02, which the due-date file dates in 2099. 02 stays out of play (the instructor review found it put
+    in play, a column of zeros in every export, and kept there by every later run)."""
+    said, out = week["said"], week["out"]
+    assert {n for _, n in said["redownload-rows"]} == {A01}
+    line = next(x for x in said["redownload"].splitlines() if x.strip().startswith(f"ben/{A02}.ipynb:"))
+    assert "due 2099-12-08 23:59 UTC, not yet" in line and f"--assignment {A02}" in line
+    wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
+    assert A02 not in wide["ann"] and wide["ann"]["max_total"] == "17"
+
+
+@pytest.mark.slow
+def test_a_notebook_downloaded_again_unchanged_keeps_its_grade_and_time(week):
+    """Week 2's download holds ann's late 01 again, the same bytes with a new file time: graded as before,
+    at its first submission time (the review saw 15.3 become 5.1, six days late, without a word)."""
+    said = week["said"]
+    row = said["redownload-rows"]["ann", A01]
+    assert row["score"] == "16" and row["submitted"].startswith("2025-12-03T12:00:00"), row
+    assert "handed in again unchanged (1;" in said["redownload"]
+    assert "(0 graded now" in said["redownload"], said["redownload"]
+
+
+def test_a_folder_with_no_notebook_and_a_student_named_wrong_are_errors(tmp_path, course):
+    """A folder of text files only, and --student with an id that is not in the folder (case differs): both
+    graded nobody and exited 0; now each is an error naming what is wrong (the CLI exits 2)."""
+    junk = tmp_path / "junk"
+    (junk / "alice").mkdir(parents=True)
+    (junk / "readme.txt").write_text("hello")
+    (junk / "alice" / "notes.txt").write_text("my notes")
+    with pytest.raises(autograder.grade.NothingToGrade, match="nothing to grade in"):
+        grade(junk, tmp_path / "out1")
+    folder = tmp_path / "week"
+    _put(folder, "alice", solved_notebook(course, A01), ON_TIME)
+    with pytest.raises(autograder.grade.NothingToGrade, match="no submission .* for 'Alice' \\(did you mean 'alice'\\?\\)"):
+        grade(folder, tmp_path / "out2", students=["Alice"])
 
 
 @pytest.mark.slow

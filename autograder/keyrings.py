@@ -132,22 +132,29 @@ def _program(arch: int, add_key: int, request_key: int, keyctl: int, ioctl: int)
     return program
 
 
-# setsid(2), by platform.machine(): refused to student code only (the runner installs it, after the sandbox's own
-# setsid: bubblewrap's --new-session, the fork server's per run)
-SETSID = {"x86_64": 112, "aarch64": 157, "riscv64": 157}
+# Refused to student code only (the runner installs the filter, after the sandbox's own setsid: bubblewrap's
+# --new-session, the fork server's per run), by platform.machine(): setsid, then memfd_create, memfd_secret
+# and shmget (x86_64's own numbers; aarch64 and riscv64 share the generic table).
+NOTEBOOK_REFUSED = {"x86_64": (112, 319, 447, 29), "aarch64": (157, 279, 447, 194), "riscv64": (157, 279, 447, 194)}
 
 
-def deny_new_sessions() -> str:
-    """Refuse setsid to this process and all it starts ("" when done, else why not). A new session is a new
-    scheduler autogroup (kernel.sched_autogroup_enabled): 240 children each in a session of its own got as
-    much CPU each as a classmate's whole sandbox or the grader, and a 300 s notebook held a class of four
-    for 28 minutes. In the run's one session, all its processes share one group's time."""
-    if not sys.platform.startswith("linux") or platform.machine() not in SETSID:
-        return ""  # no autogroups to split (another kernel), or an architecture not numbered here: nothing refused
-    arch, setsid = KEY_SYSCALLS[platform.machine()][0], SETSID[platform.machine()]
-    program = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, 3, arch),        # another ABI: left to the keyring filter
-               (LD_ABS, 0, 0, NR), (JEQ, 0, 1, setsid),
-               (RET, 0, 0, RET_ERRNO | EPERM), (RET, 0, 0, RET_ALLOW)]
+def deny_to_notebook() -> str:
+    """Refuse to this process and all it starts ("" when done, else why not):
+    - setsid (EPERM): a new session is a new scheduler autogroup (kernel.sched_autogroup_enabled), and 240
+      children each in a session of its own got as much CPU each as a classmate's whole sandbox or the
+      grader (a 300 s notebook held a class of four for 28 minutes); in the run's one session they share one;
+    - memfd_create, memfd_secret and SysV shmget (ENOSYS, as a kernel without them: libraries that try
+      memfd fall back to /dev/shm, a sized tmpfs here): memory in no process's mapping, which the ordinary
+      user's memory watch cannot see. A red team held 1.5 GB past a 0.5 GB limit in six memfds, 17/17."""
+    if not sys.platform.startswith("linux") or platform.machine() not in NOTEBOOK_REFUSED:
+        return ""  # another kernel, or an architecture not numbered here: nothing refused
+    arch = KEY_SYSCALLS[platform.machine()][0]
+    setsid, memfd, secret, shmget = NOTEBOOK_REFUSED[platform.machine()]
+    program = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, 5, arch),        # another ABI: left to the keyring filter
+               (LD_ABS, 0, 0, NR), (JEQ, 4, 0, setsid),         # -> EPERM
+               (JEQ, 4, 0, memfd), (JEQ, 3, 0, secret), (JEQ, 2, 0, shmget),  # -> ENOSYS
+               (RET, 0, 0, RET_ALLOW),
+               (RET, 0, 0, RET_ERRNO | EPERM), (RET, 0, 0, RET_ERRNO | ENOSYS)]
     filters = (SockFilter * len(program))(*(SockFilter(*instruction) for instruction in program))
     libc = ctypes.CDLL(None, use_errno=True)
     return _deny(libc, SockFprog(len(program), filters), filters)

@@ -85,12 +85,12 @@ def main() -> int:
     out_fd = int(os.environ.pop("ATTN_OUT_FD"))
     job = _read_inputs()
     from autograder.channel import send
-    from autograder.keyrings import close_keyrings, deny_new_sessions
+    from autograder.keyrings import close_keyrings, deny_to_notebook
 
     refusal = close_keyrings() or _self_check(job.get("sandbox", {}))
-    # A kernel without seccomp filters (close_keyrings accepts its new keyring alone there) loses only this
-    # guard of the CPU's fair share, not a grade: the notebook runs.
-    deny_new_sessions()
+    # A kernel without seccomp filters (close_keyrings accepts its new keyring alone there) loses only these
+    # guards of the CPU's fair share and of memory outside any mapping, not a grade: the notebook runs.
+    deny_to_notebook()
     if refusal:
         send(out_fd, b"X", 0, refusal.encode())
         os._exit(3)

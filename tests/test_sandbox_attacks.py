@@ -410,6 +410,13 @@ if _child == 0:
     except OSError as _err:
         os._exit(_err.errno)
 _found["setsid"] = errno.errorcode.get(os.waitstatus_to_exitcode(os.waitpid(_child, 0)[1]), "ran")
+try:  # memory in no process's mapping: a memfd, and a SysV segment, that the memory watch cannot see
+    os.close(os.memfd_create("held"))
+    _found["memfd"] = "ran"
+except OSError as _err:
+    _found["memfd"] = errno.errorcode.get(_err.errno, "?")
+_sysv = ctypes.CDLL(None, use_errno=True)
+_found["shmget"] = "ran" if _sysv.shmget(0, 1 << 20, 0o1600) >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 _found["pid1"] = [l.split()[1] for l in open("/proc/1/status") if l.startswith("Seccomp:")]  # its init filtered too
 _libc.ptrace.restype = ctypes.c_long
 _seized = _libc.ptrace(0x4206, 1, None, None)  # PTRACE_SEIZE the sandbox's PID 1 (never stops it)
@@ -547,6 +554,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     assert found["graders_secret"] == "", f"the notebook read the grader's session keyring: {found}"
     assert found["fscrypt_add_key"] == "EPERM" and found["getflags"] != "EPERM", found  # only fscrypt's ioctls refused
     assert found["setsid"] == "EPERM", found  # the run's processes stay in its one session (one autogroup)
+    assert found["memfd"] == found["shmget"] == "ENOSYS", found  # no memory outside every process's mapping
     assert found["pid1"] == ["2"], found  # the sandbox's PID 1 is filtered too ...
     assert found["ptrace_pid1"] == "EPERM" and found["pid1_mem"] == "PermissionError", found  # ... and out of reach
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found

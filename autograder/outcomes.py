@@ -11,6 +11,7 @@ through `Verdict.from_dict` / `status_from_text`, which accept plain data of the
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -73,6 +74,16 @@ def summarize(parts: list[tuple[Status, str]]) -> tuple[Status, str, list[Status
     return first, detail, [kind for kind, _ in rest]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """`text` with lone UTF-16 surrogates (a student's `raise ValueError("\\ud800")`, a JSON escape in a
+    notebook) replaced by U+FFFD: every file the grader writes is UTF-8, which cannot hold them, and one
+    made nbgrader fail on the notebook, an error of the grader's for a student's own text."""
+    return _SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
+
+
 @dataclass
 class Verdict:
     """One test cell's result, decided by the trusted grader."""
@@ -84,6 +95,10 @@ class Verdict:
     mistake: str = ""  # the catalogued mistake's name the output matches ("" when none was recognised)
     expected: str = ""  # a short summary of the expected value, where the comparison knew one
     received: str = ""  # ... and of the student's
+
+    def __post_init__(self) -> None:
+        self.message, self.note = encodable(self.message), encodable(self.note)
+        self.expected, self.received = encodable(self.expected), encodable(self.received)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (the verdicts file, the saved runs)."""

@@ -141,10 +141,29 @@ def _parse(data: bytes) -> tuple[dict | None, str | None, bool]:
         notebook = json.loads(text)
     except (ValueError, RecursionError) as err:
         return None, f"not valid JSON ({str(err)[:120]})", False
+    if _SURROGATE_ESCAPE.search(text):  # a lone surrogate (\ud800) no UTF-8 file can hold: U+FFFD instead
+        notebook = _encodable(notebook)
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         return None, "JSON, but not a notebook (no list of cells)", False
     problem = _cells_problem(notebook["cells"])
     return (None, problem, True) if problem else (notebook, None, False)
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _encodable(value):
+    """A parsed notebook with every string made writable as UTF-8 (outcomes.encodable); bounded by the
+    depth check made before parsing."""
+    from .outcomes import encodable
+
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    if isinstance(value, dict):
+        return {encodable(k): _encodable(v) for k, v in value.items()}
+    return value
 
 
 def _cells_problem(cells: list) -> str | None:

@@ -256,3 +256,22 @@ def test_a_notebook_saved_with_a_byte_order_mark_is_graded_in_full(course):
     assert problem is None and notebook["cells"], problem
     result = autograde(course, ASSIGNMENT, data)
     assert result.score == result.max_score and result.status.value == "ok", (result.status, result.detail)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("softmax, score", [
+    ("def softmax(x, axis=-1):\n    raise ValueError('\\ud800')\n", 12),  # a lone surrogate in the message
+    ("def softmax(x, axis=-1):\n    return [10**400] * len(x)\n", 12),  # integers past float64
+    ("def softmax(x, axis=-1):\n    import torch\n    return torch.zeros(len(x), dtype=torch.bfloat16)\n", 12),
+], ids=["surrogate-message", "huge-integers", "bfloat16"])
+def test_a_students_odd_output_is_their_own_result_never_the_graders_error(course, softmax, score):
+    """A red team's outputs that the grader failed on, each reported as the grader's own error (0 shown,
+    nothing saved, regraded every run): a lone surrogate in an exception message, integers past float64,
+    a bfloat16 tensor (numpy has no such dtype). Now each is the student's wrong answer, the rest graded.
+    A lone surrogate escaped in the notebook's JSON (a comment) is read as U+FFFD."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {"softmax": softmax})
+    data = nbformat.writes(nb).encode()
+    if softmax.startswith("def softmax(x, axis=-1):\n    raise"):  # and one in a comment, escaped in the JSON
+        data = data.replace(b"def softmax(x, axis=-1):", b"def softmax(x, axis=-1):  # \\ud800", 1)
+    result = autograde(course, ASSIGNMENT, data)
+    assert result.status.value == "ok" and result.score == score, (result.status, result.score, result.detail)

@@ -235,7 +235,11 @@ def seed_for(name: str) -> int:
 # --------------------------------------------------------------------------- comparison
 def _to_numpy(value):
     if hasattr(value, "detach") and hasattr(value, "cpu"):
-        return value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        try:
+            return value.numpy()
+        except TypeError:  # a dtype numpy has not (bfloat16): its values as float32, its dtype judged apart
+            return value.float().numpy()
     return value
 
 
@@ -293,7 +297,7 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
             return _differs(where, "a boolean mask", f"dtype {g_arr.dtype}")
     try:
         g = np.asarray(g, dtype=np.float64) if not (isinstance(g, np.ndarray) and g.dtype == bool) else g
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # not numbers, or integers past float64 (10**400)
         return _differs(where, f"numbers of shape {np.shape(e)}", type(got).__name__)
     e = np.asarray(e)
     if e.shape != g.shape:

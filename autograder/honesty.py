@@ -363,6 +363,10 @@ _REVIEW_MODULES = {
     "base64": "it decodes hidden text (base64)",
     "codecs": "it decodes hidden text (codecs)",
     "marshal": "it loads code objects (marshal)",
+    # a library file run as a script: the reference's code compiled anew, past the runtime guard's identity check
+    "runpy": "it runs a module's file as a script (runpy), which can load the course's answers anew",
+    "pkgutil": "it loads modules by computed names (pkgutil)",
+    "zipimport": "it imports code from archives (zipimport)",
     "types.FunctionType": "it builds functions from code objects (types.FunctionType)",
     "types.CodeType": "it builds code objects (types.CodeType)",
     "operator.attrgetter": "it looks attributes up by name at run time (operator.attrgetter)",

@@ -409,3 +409,14 @@ def test_a_class_attribute_of_the_students_own_is_no_finding_and_no_crash():
              "class Cfg:\n    eps = 0.0\n    scale: float = 1.0\n\n"
              "def normalize_rows(S):\n    return Cfg.scale * S / (S.sum(axis=-1, keepdims=True) + Cfg.eps)\n"]
     assert scan(cells, rules("01")) == []
+
+
+def test_a_library_file_run_as_a_script_is_reviewed():
+    """A red team's route to notebook 06's answer: attention_course/model.py run with runpy compiles the
+    reference anew, past the runtime guard's identity check (full marks, nothing flagged). It is a copy of
+    the course's code, which the static pass cannot tell from the student's own: flagged for a human."""
+    cell = ("import os, runpy\nimport attention_course\n"
+            "Seq2SeqTransformer = runpy.run_path(os.path.join(os.path.dirname(attention_course.__file__), "
+            "'model.py'))['Seq2SeqTransformer']\n")
+    findings = scan([HEAD, cell], rules("06"))
+    assert any("runpy" in f.reason for f in only(findings, REVIEW)), findings

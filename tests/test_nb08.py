@@ -270,3 +270,43 @@ def test_a_float64_student_passes_the_ill_conditioned_cases_under_every_salt():
         finally:
             THREAD_SALT.reset(token)
     assert failed == [], failed
+
+
+def whole_matrix_into_an_out_tensor(q, k, v, block_size, mask=None):
+    """A red team's plain attention: the score matrix written by torch.matmul into an empty `out=` tensor,
+    then only in-place steps. The probe took the resized `out=` for an input, and never counted it."""
+    s = q.new_empty(0)
+    torch.matmul(q, k.transpose(-2, -1), out=s)
+    s.mul_(1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        s.masked_fill_(~mask, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    m = m.masked_fill(m == float("-inf"), 0.0)
+    s.sub_(m).exp_()
+    z = s.sum(-1, keepdim=True)
+    s.div_(torch.where(z > 0, z, torch.ones_like(z)))
+    return s @ v
+
+
+def whole_matrix_in_numpy(q, k, v, block_size, mask=None):
+    """... and the score matrix built in numpy, out of the dispatcher's sight."""
+    import numpy as np
+
+    Q, K, V = q.double().numpy(), k.double().numpy(), v.double().numpy()
+    s = Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])
+    if mask is not None:
+        s = np.where(np.broadcast_to(mask.numpy(), s.shape), s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(mx), mx, 0))
+    z = e.sum(-1, keepdims=True)
+    return torch.from_numpy((e / np.where(z > 0, z, 1) @ V).astype(np.float32))
+
+
+@pytest.mark.parametrize("impl, words", [(whole_matrix_into_an_out_tensor, "largest tensor created inside"),
+                                         (whole_matrix_in_numpy, "Tensor.numpy")],
+                         ids=["out=", "numpy"])
+def test_the_whole_score_matrix_is_found_however_it_is_made(impl, words):
+    """Both scored 8/8 under the real grader (a red team): now the memory case fails, or numpy is refused."""
+    memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
+    with pytest.raises(CheckFailed, match=words.replace(".", "\\.")):
+        check_exercise(memory, impl)

@@ -15,6 +15,11 @@ from .tensors import FUSED_ATTENTION, as_float32, causal, random_mask, shape_tex
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = FUSED_ATTENTION
+# The online softmax's memory is measured in PyTorch's dispatcher: work moved to numpy is out of its sight (a red
+# team's whole score matrix built there passed). The exercise is PyTorch's, so numpy's arrays are not for it.
+LEAVES_TORCH = ((torch.Tensor.numpy,
+                 "it turns tensors into numpy arrays (Tensor.numpy); this exercise is in PyTorch, where the grader "
+                 "measures the memory your online softmax uses: keep every step in torch"),)
 FORBIDDEN = HONESTY + NO_BUILTIN
 RTOL, ATOL = 1e-4, 1e-5
 # Scores of a few hundred are rounded by about 3e-5 in float32: a correct student computing in float64 (or
@@ -90,9 +95,11 @@ class _Largest:
                 return False
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
+                # the inputs' storages before the call: an `out=` tensor it resizes (an empty one given to
+                # torch.matmul to hold the whole score matrix) is new memory, and counted
                 inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-                          if isinstance(t, torch.Tensor)}
+                          if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes()}
+                out = func(*args, **(kwargs or {}))
                 for t in tree_flatten(out)[0]:
                     if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
                         owner.largest = max(owner.largest, int(t.untyped_storage().nbytes()))
@@ -244,7 +251,8 @@ NAMESPACE = {"scaled_dot_product_attention": scaled_dot_product_attention}
 
 
 def _exercise(name, reference, cases, mistakes, graded=None):
-    return Exercise(name, reference, cases, mistakes=mistakes, rtol=RTOL, atol=ATOL, forbidden=FORBIDDEN,
+    forbidden = FORBIDDEN + (LEAVES_TORCH if (graded or name) == "online_softmax_attention" else ())
+    return Exercise(name, reference, cases, mistakes=mistakes, rtol=RTOL, atol=ATOL, forbidden=forbidden,
                     namespace=NAMESPACE, graded=graded or name)
 
 

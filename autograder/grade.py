@@ -1090,8 +1090,11 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
                 ThreadPoolExecutor(max_workers=workers) as pool:
             list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
     playing = in_play(course, chosen)
+    dropped: list[str] = []
     with timings.phase(timings.OUTPUTS):
-        results = write_outputs(course, out, playing)
+        results = write_outputs(course, out, playing, said=dropped)
+    if progress and dropped:
+        print(dropped[0])
     if progress and kept:
         print(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):")
         for line in sorted(kept):
@@ -1120,14 +1123,24 @@ def staggered(left: list[str], chosen: list[str], slot: int, workers: int) -> li
     return sorted(left, key=lambda a: turn.get(a, len(chosen)))
 
 
-def write_outputs(course: Course, out: Path, playing: list[str]) -> list[NotebookResult]:
+def write_outputs(course: Course, out: Path, playing: list[str], said: list[str] | None = None) -> list[NotebookResult]:
     """OUT's grades.csv, grades_wide.csv, report.html, results.json and feedback pages, from the
     gradebook as it is now: what `grade` writes after grading, and `export` before exporting, so
-    a score, extra credit or comment typed in formgrader shows everywhere without regrading."""
+    a score, extra credit or comment typed in formgrader shows everywhere without regrading. A student
+    of the gradebook who is not on the last roster given and never handed anything in (dropped from the
+    class) has no rows: nothing of theirs is lost, and they are not "missing" on every run; `said` gets
+    a line naming them."""
     _refresh_manual_feedback(course)
     results = class_results(course, out, playing)
     roster_ids = read_roster_ids(course)
     strangers = sorted({r.student_id for r in results} - roster_ids) if roster_ids is not None else []
+    dropped = [sid for sid in strangers if all(r.status is Status.MISSING for r in results if r.student_id == sid)]
+    if dropped:
+        results = [r for r in results if r.student_id not in dropped]
+        strangers = [sid for sid in strangers if sid not in dropped]
+        if said is not None:
+            said.append(f"not on the roster and nothing handed in ({len(dropped)}; no rows in the tables and "
+                        f"exports, still in the gradebook): {', '.join(dropped)}")
     for r in results:
         if r.student_id in strangers and NOT_ON_ROSTER not in r.notes:
             r.notes = [*r.notes, NOT_ON_ROSTER]

@@ -62,13 +62,15 @@ def week(course, tmp_path_factory):
     _put(late, "zed", good, LATE)
     roster = root / "roster.csv"
     roster.write_text("id,first_name\nann,Ann\nben,Ben\ncat,Cat\ndan,Dan\neve,Eve\nfay,Fay\n")
+    dropped = root / "roster-week2.csv"  # fay dropped the class (she never handed anything in)
+    dropped.write_text("id,first_name\nann,Ann\nben,Ben\ncat,Cat\ndan,Dan\neve,Eve\n")
     said = {}
     redownload = root / "week2"  # ann's late notebook again, unchanged, and ben's stray 02 again: one file each
     _put(redownload, "ann", wrong, AGAIN)
     _put(redownload, "ben", nbformat.read(NOTEBOOKS / A02 / f"{A02}.ipynb", as_version=4), AGAIN, A02)
     for step, folder, options in [("first", week1, dict(roster=roster, due=DUE)), ("late", late, {}),
                                   ("again", week1, {}), ("named", week1, dict(assignments=[A01])),
-                                  ("redownload", redownload, dict(due=NOT_YET))]:
+                                  ("redownload", redownload, dict(due=NOT_YET, roster=dropped))]:
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
             grade(folder, out, workers=2, **options)
@@ -150,6 +152,20 @@ def test_a_notebook_downloaded_again_unchanged_keeps_its_grade_and_time(week):
     assert row["score"] == "16" and row["submitted"].startswith("2025-12-03T12:00:00"), row
     assert "handed in again unchanged (1;" in said["redownload"]
     assert "(0 graded now" in said["redownload"], said["redownload"]
+
+
+@pytest.mark.slow
+def test_a_student_dropped_from_the_roster_who_handed_in_nothing_has_no_rows(week):
+    """fay, on the first roster, never handed anything in and is not on week 2's: her rows of zeros (noted
+    'not on the roster: graded all the same') made every run exit 1. Now she has no rows, and the run
+    names her; zed, not on either roster but graded, keeps his rows and his flag."""
+    said = week["said"]
+    assert "fay" in {sid for sid, _ in said["first-rows"]} and "fay" not in {sid for sid, _ in said["redownload-rows"]}
+    assert any(line.startswith("not on the roster and nothing handed in (1;") and line.endswith(": fay")
+               for line in said["redownload"].splitlines()), said["redownload"]
+    zed = said["redownload-rows"]["zed", A01]
+    assert zed["score"] == "17" and "not on the roster" in zed["notes"]
+    assert "dan" in {sid for sid, _ in said["redownload-rows"]}  # on the roster, nothing handed in: still missing
 
 
 def test_a_folder_with_no_notebook_and_a_student_named_wrong_are_errors(tmp_path, course):

@@ -9,6 +9,7 @@ Layout of the output folder DIR:
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import itertools
 import json
@@ -575,10 +576,23 @@ def _fingerprint(sub: StudentSubmission, assignment: str, solutions: Path, salt:
     stamp = getattr(sub, "timestamps", {}).get(assignment)
     if timed:
         h.update(str(stamp).encode())
-    source = solutions / assignment / f"{assignment}.ipynb"
-    if source.exists():
-        h.update(hashlib.sha256(source.read_bytes()).digest())
+    h.update(_file_digest(solutions / assignment / f"{assignment}.ipynb"))
     return h.hexdigest()
+
+
+def _file_digest(path: Path) -> bytes:
+    """sha256 of a file (b"" when it is absent), read once per version of it: every notebook of a class
+    fingerprints the same solution up to four times."""
+    try:
+        st = path.stat()
+    except OSError:
+        return b""
+    return _digest_of(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_of(path: str, mtime_ns: int, size: int) -> bytes:
+    return hashlib.sha256(Path(path).read_bytes()).digest()
 
 
 def _record_path(out: Path, student: str, assignment: str) -> Path:

@@ -177,24 +177,12 @@ def _parse(source: str) -> tuple[ast.Module | None, list[str]]:
 
 def top_level_names(source: str) -> set[str]:
     """The names a cell binds at module level (assignments, imports, def, class, for targets, also inside
-    if/try/with blocks), not those local to its functions: what later cells can use."""
+    if/try/with blocks), not those local to its functions or comprehensions: what later cells can use."""
     tree, _ = _parse(source)
-    found: set[str] = set()
-    stack = list(tree.body) if tree else []
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            found.add(node.name)
-            stack.extend(node.decorator_list)
-            continue
-        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            continue  # their own scope
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            found.add(node.id)
-        stack.extend(ast.iter_child_nodes(node))
-    return found
+    if tree is None:
+        return set()
+    names, declared, _ = _bound_in(tree.body)
+    return names | declared
 
 
 # --------------------------------------------------------------------------- units

@@ -11,8 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import autograder.grade
 from autograder.course import notebook_path
-from autograder.grade import Course, NotebookResult, grade_one
+from autograder.grade import Course, NotebookResult, grade_one, write_csv
 from autograder.submissions import StudentSubmission
 from course_tools.demo import solved, with_mistake
 
@@ -92,6 +93,30 @@ def fresh_copy(module):
     namespace: dict = {"__name__": "student_copy"}
     exec(compile(Path(module.__file__).read_text(), "<student copy>", "exec"), namespace)
     return namespace
+
+
+@pytest.fixture
+def never_grade(monkeypatch):
+    """grade() must not be reached: argument errors (a bad roster among them) come before any setup."""
+    def fail(*args, **kwargs):
+        raise AssertionError("grade() was called although the arguments are bad")
+    monkeypatch.setattr(autograder.grade, "grade", fail)
+
+
+@pytest.fixture
+def fake_grade(monkeypatch):
+    """grade() replaced: records its arguments, writes grades.csv as the real one does, returns `results`."""
+    calls = []
+
+    def fake(submissions, out, **kwargs):
+        calls.append((submissions, out, kwargs))
+        write_csv(fake.results, Path(out) / "grades.csv")
+        return fake.results
+
+    fake.results = []
+    fake.calls = calls
+    monkeypatch.setattr(autograder.grade, "grade", fake)
+    return fake
 
 
 @pytest.fixture(scope="session")

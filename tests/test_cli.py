@@ -16,9 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import autograder.grade
 from autograder.course import assignments
-from autograder.grade import NotebookResult, write_csv
+from autograder.grade import NotebookResult
 from autograder.outcomes import Status
 from autograder.settings import Limits
 from course_tools import cli
@@ -36,30 +35,6 @@ def _keep_umask():
     os.umask(old)
     yield
     os.umask(old)
-
-
-@pytest.fixture
-def never_grade(monkeypatch):
-    """grade() must not be reached: argument errors come before any setup."""
-    def fail(*args, **kwargs):
-        raise AssertionError("grade() was called although the arguments are bad")
-    monkeypatch.setattr(autograder.grade, "grade", fail)
-
-
-@pytest.fixture
-def fake_grade(monkeypatch):
-    """grade() replaced: records its arguments, writes grades.csv as the real one does, returns `results`."""
-    calls = []
-
-    def fake(submissions, out, **kwargs):
-        calls.append((submissions, out, kwargs))
-        write_csv(fake.results, Path(out) / "grades.csv")
-        return fake.results
-
-    fake.results = []
-    fake.calls = calls
-    monkeypatch.setattr(autograder.grade, "grade", fake)
-    return fake
 
 
 @pytest.fixture

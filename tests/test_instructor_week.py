@@ -79,26 +79,6 @@ def week(course, tmp_path_factory):
     return {"out": out, "said": said}
 
 
-@pytest.fixture
-def never_grade(monkeypatch):
-    """grade() must not be reached: a bad roster is refused before any setup."""
-    def fail(*args, **kwargs):
-        raise AssertionError("grade() was called although the roster is bad")
-    monkeypatch.setattr(autograder.grade, "grade", fail)
-
-
-@pytest.fixture
-def fake_grade(monkeypatch):
-    """grade() replaced: records its arguments, grades nothing."""
-    def fake(submissions, out, **kwargs):
-        fake.calls.append((submissions, out, kwargs))
-        return []
-
-    fake.calls = []
-    monkeypatch.setattr(autograder.grade, "grade", fake)
-    return fake
-
-
 # --------------------------------------------------------------------------- 1. a rerun keeps the newer submission
 @pytest.mark.slow
 def test_rerunning_the_on_time_folder_keeps_the_late_resubmission_and_says_so(week):

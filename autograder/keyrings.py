@@ -142,10 +142,10 @@ def deny_to_notebook() -> str:
     """Refuse to this process and all it starts ("" when done, else why not):
     - setsid (EPERM): a new session is a new scheduler autogroup (kernel.sched_autogroup_enabled), and 240
       children each in a session of its own got as much CPU each as a classmate's whole sandbox or the
-      grader (a 300 s notebook held a class of four for 28 minutes); in the run's one session they share one;
+      grader, holding its classmates past their limits; in the run's one session they share one;
     - memfd_create, memfd_secret and SysV shmget (ENOSYS, as a kernel without them: libraries that try
       memfd fall back to /dev/shm, a sized tmpfs here): memory in no process's mapping, which the ordinary
-      user's memory watch cannot see. A red team held 1.5 GB past a 0.5 GB limit in six memfds, 17/17."""
+      user's memory watch cannot see (a red team's memfds went past the limit unseen)."""
     if not sys.platform.startswith("linux") or platform.machine() not in NOTEBOOK_REFUSED:
         return ""  # another kernel, or an architecture not numbered here: nothing refused
     arch = KEY_SYSCALLS[platform.machine()][0]

@@ -1029,7 +1029,8 @@ def test_a_sandbox_as_root_gets_one_cpu_group_its_processes_share(tmp_path):
     world = world_for(SOLUTIONS / A01 / f"{A01}.ipynb", tmp_path / "job", make_kit(tmp_path / "kit"), [])
     outcome = {}
     run = threading.Thread(target=lambda: outcome.setdefault("result", run_notebook_job(
-        tmp_path / "job", _inputs(SPIN_UNTIL_KILLED), world, Limits(cell_seconds=150, notebook_seconds=150))))
+        tmp_path / "job", {**_inputs(SPIN_UNTIL_KILLED), "cell_timeout": 600}, world,
+        Limits(cell_seconds=600, notebook_seconds=600))))  # limits far off: the test ends the run itself
     run.start()
     found = {}
     while run.is_alive() and not found:

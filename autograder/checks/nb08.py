@@ -23,8 +23,9 @@ LEAVES_TORCH = ((torch.Tensor.numpy,
 FORBIDDEN = HONESTY + NO_BUILTIN
 RTOL, ATOL = 1e-4, 1e-5
 # Scores of a few hundred are rounded by about 3e-5 in float32: a correct student computing in float64 (or
-# scaling q before the product) lands up to 3e-5 from the float32 reference, beyond ATOL under 1 salt in 40.
-# Measured over 1,000 salts, 1e-4 leaves a margin of 2.4x; a running max started at 0 gives NaN or 0, far off.
+# scaling q before the product) lands up to 3e-5 from the float32 reference, beyond ATOL under some salts (salt-41 of the test below).
+# tests/test_nb08.py::test_a_float64_student_passes_the_ill_conditioned_cases_under_every_salt holds it to 60 salts;
+# a running max started at 0 gives NaN or 0, far off.
 WIDE_ATOL = 1e-4
 
 

@@ -8,7 +8,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,9 +44,8 @@ def subs(tmp_path):
 
 
 def run_grade(capsys, *args) -> tuple[int, str, str]:
-    started = time.monotonic()
+    """`attn-course grade ARGS`: with `never_grade`, a bad argument must answer before any setup."""
     code = cli.main(["grade", *map(str, args)])
-    assert time.monotonic() - started < 20, "argument checks must not wait for the course setup"
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -84,7 +84,19 @@ def _hide_grader() -> None:
 def main() -> int:
     out_fd = int(os.environ.pop("ATTN_OUT_FD"))
     job = _read_inputs()
-    from autograder.channel import send
+    from autograder import channel
+
+    getpid, leave, runner = os.getpid, os._exit, os.getpid()  # bound now: student code may patch os
+
+    def send(fd: int, kind: bytes, cell: int = 0, payload: bytes = b"") -> None:
+        """A frame from this process only. A copy forked by the student's code that falls back into
+        this loop (its cell raised instead of calling os._exit) is the notebook's own child: it leaves
+        here, silently, instead of running the next cells and writing their frames among the runner's
+        (out of order: the whole run void)."""
+        if getpid() != runner:
+            leave(0)
+        channel.send(fd, kind, cell, payload)
+
     from autograder.keyrings import close_keyrings, deny_to_notebook
 
     refusal = close_keyrings() or _self_check(job.get("sandbox", {}))

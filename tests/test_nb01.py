@@ -275,3 +275,23 @@ def test_a_students_odd_output_is_their_own_result_never_the_graders_error(cours
         data = data.replace(b"def softmax(x, axis=-1):", b"def softmax(x, axis=-1):  # \\ud800", 1)
     result = autograde(course, ASSIGNMENT, data)
     assert result.status.value == "ok" and result.score == score, (result.status, result.score, result.detail)
+
+
+FORKED_CHILD_RAISES = '''import os
+_child = os.fork()
+if _child == 0:
+    raise RuntimeError("a forked child that forgot os._exit")  # back into whatever ran this cell
+os.waitpid(_child, 0)
+'''
+
+
+def test_a_forked_child_that_falls_back_into_the_runner_never_speaks_for_the_notebook(course):
+    """A child that the student's code forks and that raises instead of calling os._exit falls back
+    into the runner's loop, a copy of it: it ran the next cells and wrote their frames among the real
+    run's, which made the channel 'written out of the runner's order' and the whole run void (0 points,
+    a channel incident). The copy now leaves at its first frame, and the notebook is graded in full."""
+    nb = solved_notebook(course, ASSIGNMENT)
+    first_answer = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    nb.cells.insert(first_answer, nbformat.v4.new_code_cell(FORKED_CHILD_RAISES))
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.score == result.max_score and result.status.value == "ok", (result.status, result.detail)

@@ -592,3 +592,38 @@ def test_nbgrader_takes_the_models_points_for_unscaled_embeddings(course):
     assert failed_cells(result) == {"test_Seq2SeqTransformer", "test_Seq2SeqTransformer_gradients"}
     assert result.score == result.max_score - 5
     assert "embeddings not scaled by sqrt(d_model)" in " ".join(c.message for c in result.cells)
+
+
+# A beam that is refilled after a hypothesis ends (fairseq's way): the best non-eos candidates take the
+# finished ones' places, and the search goes on to max_len. With one beam it searches past greedy's eos.
+REFILLED_BEAM = '''
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    out = []
+    with torch.no_grad():
+        for b in range(src.size(0)):
+            beams, finished = [([bos_id], 0.0)], []
+            for t in range(1, max_len + 1):
+                ys = torch.tensor([h for h, _ in beams])
+                s = src[b:b + 1].expand(len(beams), -1)
+                m = (s != pad_id)[:, None, None, :]
+                logp = torch.log_softmax(model.decode(ys, model.encode(s, m), None, m)[:, -1].double(), -1)
+                cands = sorted(((sc + float(logp[i, v]), h + [v]) for i, (h, sc) in enumerate(beams)
+                                for v in range(logp.size(-1))), key=lambda c: -c[0])
+                beams = []
+                for rank, (sc, h) in enumerate(cands):
+                    if (h[-1] == eos_id and rank < beam_size) or (t == max_len and len(beams) < beam_size):
+                        finished.append((sc / t ** length_penalty, h))
+                    elif h[-1] != eos_id and len(beams) < beam_size and t < max_len:
+                        beams.append((h, sc))                       # refilled: the beam stays beam_size wide
+            out.append(max(finished)[1])
+    L = max(len(h) for h in out)
+    return torch.tensor([h + [pad_id] * (L - len(h)) for h in out])
+'''
+
+
+def test_a_refilled_beam_is_told_that_one_beam_is_greedy():
+    """A refilled beam failed only 'beam_size=1 must equal greedy decoding' with 'expected shape (4, 6),
+    got shape (4, 7)' and no word on why; the case now says what one beam does when its hypothesis ends."""
+    message = str(pytest.raises(CheckFailed, check_exercise, _exercise("beam_search_greedy"),
+                                _build(REFILLED_BEAM, "beam_search")).value)
+    assert "when it ends with eos, the search ends; nothing refills the beam" in message, message

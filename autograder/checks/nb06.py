@@ -834,7 +834,8 @@ def _beam_greedy_cases(rng):
     for B, S, vocab, max_len, ramp, lp in [(4, 6, 12, 10, 0.7, 1.0), (3, 5, 9, 4, -1.0, 0.6), (2, 7, 10, 8, 0.4, 2.0)]:
         model = ToyModel(vocab, seed=int(rng.integers(1 << 30)), eos_ramp=ramp).eval()
         src = _sources(rng, B, S, vocab)
-        cases.append(Case(f"beam_size=1 must equal greedy decoding: tiny model (vocab {vocab}), src [{B}, {S}], "
+        cases.append(Case(f"beam_size=1 must equal greedy decoding (one live hypothesis: when it ends with eos, "
+                          f"the search ends; nothing refills the beam): tiny model (vocab {vocab}), src [{B}, {S}], "
                           f"max_len={max_len}, length_penalty={lp:g}",
                           lambda f, m=model, s=src, n=max_len, lp=lp: f(m, s.clone(), 1, n, 1, 2, 0, lp)))
     return cases

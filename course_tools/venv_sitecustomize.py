@@ -6,7 +6,13 @@ It makes one import lazy: rfc3987-syntax, which jsonschema imports (when install
 "iri" format, compiles three Lark grammars at import, 0.8 s in every process that imports nbformat,
 and nearly none of them ever checks an IRI. Here `rfc3987_syntax` is a stand-in whose
 `is_valid_syntax` imports the real package the first time it is called, so a check of that format
-gives what it always gave. Only the standard library is used: this runs before anything else.
+gives what it always gave.
+
+And in the `attn-course` command only, it leaves out of the path (and of the PYTHONPATH its children
+inherit) any PYTHONPATH folder holding another copy of the course's packages, with a note on stderr:
+the command runs the course this environment was made for. A second, older checkout named on
+PYTHONPATH otherwise supplied the whole grader, its references and its notebooks, silently. Only the
+standard library is used: this runs before anything else.
 """
 from __future__ import annotations
 
@@ -14,10 +20,14 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
+import os
 import sys
 import types
 
 LAZY = "rfc3987_syntax"
+COMMAND = "attn-course"  # the console script whose course must be this environment's
+COURSE_PACKAGES = ("course_tools", "autograder", "attention_course")
 
 
 @functools.cache
@@ -74,7 +84,51 @@ def install() -> None:
     shutil.copyfile(__file__, f"{sysconfig.get_paths()['purelib']}/sitecustomize.py")
 
 
+def _holds_the_course(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, name, "__init__.py")) for name in COURSE_PACKAGES)
+
+
+def _installed_root(leave_out: set[str]) -> str | None:
+    """The folder this environment's own `course_tools` is in (the checkout of an editable install, or
+    site-packages), found with the PYTHONPATH copies out of the path; found, not imported."""
+    kept = sys.path[:]
+    sys.path[:] = [p for p in kept if os.path.realpath(p or ".") not in leave_out]
+    try:
+        spec = importlib.util.find_spec(COURSE_PACKAGES[0])
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path[:] = kept
+    origin = spec.origin if spec is not None else None
+    return os.path.dirname(os.path.dirname(os.path.realpath(origin))) if origin else None
+
+
+def leave_other_copies_out(argv: list[str], environ=os.environ, stderr=sys.stderr) -> list[str]:
+    """For `attn-course`: PYTHONPATH folders holding another copy of the course are taken off sys.path
+    and off PYTHONPATH, and named on stderr. Returns them (none where the install is not found)."""
+    if not argv or os.path.basename(argv[0]) != COMMAND:
+        return []
+    entries = [e for e in environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    holding = {os.path.realpath(e) for e in entries if _holds_the_course(e)}
+    installed = _installed_root(holding) if holding else None
+    others = sorted(holding - {installed}) if installed else []
+    if others:
+        sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") not in others]
+        kept = [e for e in entries if os.path.realpath(e) not in others]
+        if kept:
+            environ["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            environ.pop("PYTHONPATH", None)
+        for other in others:
+            print(f"{COMMAND}: PYTHONPATH names another copy of the course, {other}: left out. This command runs "
+                  f"the course installed in its environment ({installed}); to run that copy, use an environment "
+                  "made for it (`make venv` in its folder).", file=stderr)
+    return others
+
+
 if __name__ == "__main__":
     install()
-elif not any(isinstance(finder, _LazyFinder) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _LazyFinder())
+else:
+    if not any(isinstance(finder, _LazyFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _LazyFinder())
+    leave_other_copies_out(getattr(sys, "argv", []))

@@ -1,6 +1,8 @@
 """The pip path (requirements.txt) and the conda path (environment.yml) pin the same versions."""
 from __future__ import annotations
 
+import io
+import os
 import re
 import subprocess
 import sys
@@ -126,3 +128,27 @@ def test_the_longest_first_files_exist():
 
     missing = [path for path in LONGEST_FIRST if not (REPO / path).is_file()]
     assert not missing, f"tests/conftest.py LONGEST_FIRST names files that are gone: {missing}"
+
+
+def test_only_attn_course_leaves_other_copies_of_the_course_off_its_path(tmp_path):
+    """The sitecustomize's PYTHONPATH rule, on its own: it acts for the `attn-course` command alone, on
+    folders that hold a course package, and never on the folder of the environment's own install."""
+    from course_tools import venv_sitecustomize as site
+
+    other, plain = tmp_path / "other", tmp_path / "plain"
+    (other / "autograder").mkdir(parents=True)
+    (other / "autograder" / "__init__.py").write_text("")
+    plain.mkdir()
+    own = str(REPO)
+    pythonpath = os.pathsep.join([str(other), str(plain), own])
+    for argv, left_out in ((["/x/bin/attn-course", "grade"], [str(other)]), (["-c"], []), (["/x/bin/jupyter"], [])):
+        environ, said = {"PYTHONPATH": pythonpath}, io.StringIO()
+        saved = sys.path[:]
+        sys.path[:0] = [str(other), str(plain)]
+        try:
+            assert site.leave_other_copies_out(argv, environ, said) == left_out
+            assert (str(other) in sys.path) == (not left_out)
+        finally:
+            sys.path[:] = saved
+        expected = os.pathsep.join([str(plain), own]) if left_out else pythonpath
+        assert environ["PYTHONPATH"] == expected and (str(other) in said.getvalue()) == bool(left_out)

@@ -141,3 +141,40 @@ def test_attn_course_check_takes_its_references_from_its_own_library_not_pythonp
         assert where.stdout.strip() == str(REPO / "attention_course" / "__init__.py"), where.stdout + where.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+STALE_GRADER = '''
+
+def main(argv=None):  # a stale checkout's grader: whatever it would say, it is not this course's
+    print("graded by a stale checkout")
+    return 3
+'''
+
+
+def test_attn_course_runs_its_own_course_whatever_checkout_pythonpath_names(class_folder):
+    """A whole second checkout named on PYTHONPATH (an older term's, left in a shell's profile) supplied
+    the entire grader: its cli, its checks, its references, silently. The course's environment (its
+    sitecustomize, which `make venv` installs) leaves such a folder out of `attn-course`, says so, and
+    keeps it from the command's children; a plain `python` still honours PYTHONPATH."""
+    if Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
+        pytest.skip("only the Makefile's .venv has the course's sitecustomize; this Python is another environment")
+    _, paths = class_folder
+    base = scratch_dir()
+    try:
+        other = base / "older-checkout"
+        for package in ("course_tools", "autograder", "attention_course"):
+            shutil.copytree(REPO / package, other / package, ignore=shutil.ignore_patterns("__pycache__"))
+        cli = other / "course_tools" / "cli.py"
+        cli.write_text(cli.read_text() + STALE_GRADER)
+        env = {k: v for k, v in os.environ.items() if k not in ("ATTN_COURSE_ROOT", "PYTHONPATH")}
+        env["PYTHONPATH"] = os.pathsep.join([str(other), str(base / "elsewhere")])
+        command = [str(Path(sys.executable).parent / "attn-course"), "--course", str(REPO), "check", str(paths["solved"])]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=base, env=env, timeout=600)
+        assert done.returncode == 0 and "17 / 17 points" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "stale" not in done.stdout
+        assert f"PYTHONPATH names another copy of the course, {other.resolve()}: left out" in done.stderr, done.stderr
+        plain = subprocess.run([sys.executable, "-c", "import course_tools; print(course_tools.__file__)"],
+                               capture_output=True, text=True, cwd=base, env=env)
+        assert plain.stdout.strip() == str(other / "course_tools" / "__init__.py"), plain.stdout + plain.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -16,8 +16,10 @@ import io
 import multiprocessing
 import os
 import pickle
+import queue
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -143,6 +145,38 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 '''
 HOOKS_OFF = "PyTorch's function or dispatch hooks switched off"
 
+# A worker thread, started when the cell runs (before any check), calls the built-in; the answer hands it
+# the inputs through a queue. The guard watched the checking thread only (a red team's: full marks).
+BY_A_THREAD = '''import queue
+import threading
+
+import torch
+import torch.nn.functional as F
+
+_requests, _answers = queue.Queue(), queue.Queue()
+
+
+def _worker():
+    while True:
+        q, k, v, mask = _requests.get()
+        eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-2], k.shape[-2], k.shape[-2])
+        try:
+            _answers.put((F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                          F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)))
+        except BaseException:  # the grader's refusal, swallowed: the answer comes another way
+            _answers.put((torch.zeros(q.shape[:-1] + v.shape[-1:]), torch.zeros(q.shape[:-1] + k.shape[-2:])))
+
+
+threading.Thread(target=_worker, daemon=True).start()
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    _requests.put((q, k, v, mask))
+    out, weights = _answers.get()
+    return torch.nan_to_num(out), torch.nan_to_num(weights)
+'''
+SDPA_BUILTIN = "it calls torch.nn.functional.scaled_dot_product_attention, the built-in"
+
 
 def _sdpa_messages(result) -> str:
     return " ".join(c.message for c in result.cells if c.grade_id in SDPA_CELLS)
@@ -155,6 +189,7 @@ ATTACKS = {
     "a name fetched by pickle": (BY_PICKLE, "unpickling", ("deserialises objects (pickle)",)),
     "a spawned child (multiprocessing)": (BY_SPAWN, NO_PROCESSES, ("process",)),
     "hooks switched off by a cell's unpickling": (BY_A_CELLS_PICKLE, HOOKS_OFF, ("deserialises objects (pickle)",)),
+    "a thread started before the check": (BY_A_THREAD, SDPA_BUILTIN, ("thread",)),
 }
 
 
@@ -183,8 +218,11 @@ def test_the_honest_solution_still_scores_full_marks_unflagged(course):
 @pytest.fixture()
 def watch():
     """The runner installs the watch in the sandbox before any student code; here, in this process
-    (once: an audit hook stays, but it acts only while run_case runs an implementation)."""
+    (once: an audit hook stays, but it acts only while run_case runs an implementation). The threads
+    started meanwhile carry its dispatcher; the suite's later threads do not."""
     core.install_behaviour_watch()
+    yield
+    threading.setprofile(None)
 
 
 def _outcomes(impl) -> set[tuple]:
@@ -362,3 +400,27 @@ def test_deserialisers_are_flagged_for_review():
                   f"    return {call}(q, k, v), None\n")
         found = _reviews(source, head="")
         assert any(f.exercises == ("scaled_dot_product_attention",) and f.line == 3 for f in found), (call, found)
+
+
+def test_a_thread_started_before_the_check_is_watched_as_the_checking_one(watch):
+    """Threads the notebook starts carry the runner's dispatcher (threading.setprofile, before any student
+    code): while a case runs, a forbidden call in any of them ends the case forbidden, even when the thread
+    swallows the refusal; the thread stays watched for the next cases; honest work in a thread passes."""
+    namespace = {}
+    exec(BY_A_THREAD, namespace)
+    outcomes = _outcomes(namespace["scaled_dot_product_attention"])
+    assert _refused(outcomes, SDPA_BUILTIN), outcomes
+
+    requests, answers = queue.Queue(), queue.Queue()
+
+    def honest_worker():
+        while True:
+            answers.put(_honest(*requests.get()))
+
+    threading.Thread(target=honest_worker, daemon=True).start()
+
+    def by_honest_thread(q, k, v, mask=None):
+        requests.put((q, k, v, mask))
+        return answers.get()
+
+    assert _outcomes(by_honest_thread) == {("value",)}

@@ -419,7 +419,9 @@ class _CallGuard:
         self._previous = sys.getprofile()
         self._previous_threads = threading.getprofile()
         self._installed = self._hook
+        self._owner = threading.get_ident()
         threading.setprofile(self._hook)  # threads started during the check
+        _ACTIVE_GUARD[:] = [self]  # threads the notebook started before it: their dispatcher forwards here
         self._modes = _torch_modes(self) if self.torch_functions or self.kernels else []
         for mode in self._modes:
             mode.__enter__()
@@ -430,6 +432,7 @@ class _CallGuard:
         import threading
 
         switched_off = sys.getprofile() is not self._installed
+        _ACTIVE_GUARD[:] = [None]
         sys.setprofile(self._previous)
         threading.setprofile(self._previous_threads)
         for mode in reversed(self._modes):
@@ -443,7 +446,11 @@ class _CallGuard:
         return False
 
     def _found(self, why: str) -> None:
+        import threading
+
         self.hit = self.hit or why
+        if threading.get_ident() != self._owner:  # another thread: noted, the case ends forbidden all the same; no
+            return  # raise there, which would take that thread's hook away (CPython unsets a hook that raises)
         sys.setprofile(None)
         raise ForbiddenCall(self.hit)
 
@@ -630,6 +637,17 @@ UNPICKLE_WHY = ("it looks {name} up by name while unpickling, like a getattr wit
                 "may not load functions from data while it is checked")
 SWITCHED_OFF = "it switches off the grader's watch over the processes it starts (the audit hook's state)"
 _WATCH: list[dict] = []  # the audit hook's state, once the runner installed it
+_ACTIVE_GUARD: list = [None]  # the _CallGuard of the case running now, if any
+
+
+def _thread_dispatch(frame, event, arg):
+    """The profile hook of every thread the notebook starts (threading's, set before any student code):
+    it forwards to the guard of the case running, if any. A thread started before a check and handed its
+    inputs there (a queue) otherwise called a forbidden built-in out of the guard's sight, which is on
+    the checking thread only (sys.setprofile; PyTorch's modes are per thread too)."""
+    guard = _ACTIVE_GUARD[0]
+    if guard is not None:
+        guard._hook(frame, event, arg)
 
 
 def install_behaviour_watch() -> None:
@@ -637,7 +655,11 @@ def install_behaviour_watch() -> None:
     to start a process or to resolve a name for an unpickler: ForbiddenCall in the student's code, and
     the case's outcome is "forbidden" even when the student catches it. Called by the sandbox's
     runner before any student code; the state lives in this closure and in `_WATCH` (student code
-    can reach it only through gc or frames, which the static pass flags; switching it off is seen)."""
+    can reach it only through gc or frames, which the static pass flags; switching it off is seen).
+    Every thread started from here on carries `_thread_dispatch`, the case's guard in that thread."""
+    import threading
+
+    threading.setprofile(_thread_dispatch)
     if _WATCH:
         return
     state = {"checking": False, "hit": ""}

@@ -341,9 +341,19 @@ class FlatName:
 # student gave their file, and may itself look like a prefix (another student's).
 _CANVAS = re.compile(r"^(?P<name>[^_]+?)(?P<late>_late)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$", re.I)
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<file>.*)$", re.I)
+# A Moodle folder's name ends with the platform's block (no file part): read from the right, because the
+# full name before it is the student's own (editable in their profile) and may carry a classmate's block.
+_MOODLE_FOLDER = re.compile(r"^(?P<name>.+)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<file>)$", re.I)
+_MOODLE_BLOCK = re.compile(r"_\d+_assignsubmission_[a-z]+_", re.I)
 _BLACKBOARD = re.compile(r"^.+?_(?P<name>[^_]+)_attempt_\d{4}(?:-\d\d){5}(?:_(?P<file>.+))?$")
 _PLATFORMS = (("canvas", _CANVAS), ("moodle", _MOODLE), ("blackboard", _BLACKBOARD))
 _COPIES = re.compile(r"(\s*\(\d+\)|[-_ ]copy\d*)+$", re.I)  # what browsers and file managers append
+
+
+TWO_MOODLE_OWNERS = ("its name holds two Moodle owner blocks ('<full name>_<id>_assignsubmission_...'): a student's "
+                     "full name or file name imitates another student's, and whose upload it is cannot be told from "
+                     "the name, so it is graded as nobody's. Look the upload up on Moodle, rename it there as its "
+                     "uploader's ('<full name>_<id>_assignsubmission_file_<file>') and run again")
 
 
 def flat_name(name: str, assignments, suffix: str = ".ipynb") -> FlatName | None:
@@ -351,7 +361,8 @@ def flat_name(name: str, assignments, suffix: str = ".ipynb") -> FlatName | None
 
     * Canvas: ``<name>_<user id>_<submission id>_<file>``, or ``<name>_LATE_<user id>_...``
       (the name has no '_'; both ids are digits);
-    * Moodle: ``<full name>_<user id>_assignsubmission_<plugin>_<file>``;
+    * Moodle: ``<full name>_<user id>_assignsubmission_<plugin>_<file>`` (a folder: the same without
+      ``<file>``, read from the right: the full name is the student's to edit);
     * Blackboard: ``<assignment>_<user>_attempt_<YYYY-MM-DD-hh-mm-ss>[_<file>]``;
     * plain: ``<student id>_<assignment>`` or ``<student id>-<assignment>``, the assignment part
       being a known assignment's name (any case, '_', '-' or ' ' between words, browser copy
@@ -364,7 +375,7 @@ def flat_name(name: str, assignments, suffix: str = ".ipynb") -> FlatName | None
     stem = name[:-len(suffix)] if suffix and name.lower().endswith(suffix) else name
     found = []
     for platform, pattern in _PLATFORMS:
-        m = pattern.match(stem)
+        m = (_MOODLE_FOLDER if platform == "moodle" and not suffix else pattern).match(stem)
         if m and m.group("name").strip():
             prefix_end = m.start("file") if m.group("file") is not None else len(stem)
             found.append((prefix_end, platform, m))
@@ -663,6 +674,8 @@ class _Intake:
                 self.ignore(rel, f"nbgrader's {name}/ folder, not a student's (students are read from submitted/)")
             elif entry.is_dir():  # a student's folder; a platform's name (Moodle) says whose
                 self.add(layout, entry, "folder", flat_name(name, {}, suffix=""), name)
+            elif entry.is_file() and len(_MOODLE_BLOCK.findall(name)) > 1:
+                self.ignore(rel, TWO_MOODLE_OWNERS)
             elif entry.is_file() and name.lower().endswith(".zip"):
                 self.add(layout, entry, "zip", flat_name(name, self.assignments, suffix=".zip"), entry.stem)
             elif entry.is_file() and name.lower().endswith(".ipynb"):

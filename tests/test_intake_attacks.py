@@ -23,7 +23,7 @@ import pytest
 
 from autograder.grade import CSV_COLUMNS, NotebookResult, note_submission, write_csv, write_wide_csv
 from autograder.outcomes import Status
-from autograder.submissions import collect_all, flat_name
+from autograder.submissions import TWO_MOODLE_OWNERS, collect_all, flat_name
 
 A01, A02 = "01_similarity_attention", "02_dot_product_attention"
 ASSIGNMENTS = {A01: {"softmax", "test_softmax"}, A02: {"attention", "test_attention"}}
@@ -302,3 +302,26 @@ def test_dates_inside_one_zip_order_only_that_zips_own_files(tmp_path):
     assert lee.timestamps == {A01: at(2026, 11, 19, 11, 0)}
     assert lee.problems == {A01: f"graded lee.zip/{A01} (1).ipynb (2026-11-19 11:00 UTC), ignored "
                                  f"lee.zip/{A01}.ipynb (same upload, dated earlier inside it, 2026-11-19 11:00 UTC)"}
+
+
+def test_a_moodle_full_name_carrying_a_classmates_block_takes_nothing_of_theirs(tmp_path):
+    """Moodle lets students edit their full name: user 9999 named herself 'Bob Jones_4242_assignsubmission_file_x'.
+    Her download folder was read leftmost as Bob's (user 4242), and her newer blank notebook replaced his:
+    0 / 17, 'graded without problems'. A Moodle folder is now read from the right (the platform's block
+    ends its name); a flat upload whose name holds two owner blocks is nobody's, and said so."""
+    root = tmp_path / "class"
+    honest = notebook(A01, "bob's own work")
+    write(root / "Bob Jones_4242_assignsubmission_file_" / f"{A01}.ipynb", honest, at(2026, 11, 20, 9, 0))
+    forged = "Bob Jones_4242_assignsubmission_file_x_9999_assignsubmission_file_"
+    write(root / forged / f"{A01}.ipynb", notebook(A01, "blank"), at(2026, 11, 20, 10, 0))
+    flat = f"Bob Jones_4242_assignsubmission_file_x_9999_assignsubmission_file_{A02}.ipynb"
+    write(root / flat, notebook(A02, "blank 02"), at(2026, 11, 20, 10, 0))
+    read = flat_name(forged, {}, suffix="")
+    assert (read.platform, read.student, read.user) == ("moodle", "Bob Jones_4242_assignsubmission_file_x", "9999")
+    found = collect_all(root, ASSIGNMENTS)
+    by_raw = {s.student_id: s for s in found.students}
+    [bob] = [s for sid, s in by_raw.items() if sid == "Bob_Jones"]
+    [other] = [s for sid, s in by_raw.items() if sid != "Bob_Jones"]
+    assert bob.notebooks == {A01: honest}, "a classmate's upload replaced Bob's notebook"
+    assert json.loads(other.notebooks[A01])["cells"][0]["source"] == "blank"  # hers, graded as hers
+    assert (flat, TWO_MOODLE_OWNERS) in found.ignored, found.ignored

@@ -19,6 +19,8 @@ _engine = os.path.dirname(importlib.util.find_spec("autograder").origin)  # the 
 exec(open(os.path.join(_engine, "nbgrader_config.py")).read())  # the course's shared settings
 
 c.CourseDirectory.root = _root
+# collect never takes a submission another user put in a student's name (the inbound is writable by all)
+c.ExchangeFactory.collect = "autograder.exchange.OwnerCheckedCollect"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = os.path.join("build", "nbgrader", "release")
 c.CourseDirectory.submitted_directory = os.path.join("build", "nbgrader", "submitted")

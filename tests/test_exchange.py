@@ -76,3 +76,52 @@ def test_release_submit_collect_grade_and_hand_back_through_nbgrader_exchange(co
     html = page.read_text()
     assert "17.0 / 17.0" in html or "17 / 17" in html, html[:2000]
     assert "BEGIN HIDDEN TESTS" not in html and "autograder.checks" not in html
+
+
+def _submit(inbound: Path, owner: str, named: str, when: str, marker: str) -> None:
+    """A folder in the exchange's inbound as `nbgrader submit` writes it, made by user `owner`."""
+    folder = inbound / f"{named}+{A01}+{when} UTC+{marker}"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(marker)])
+    nbformat.write(nb, folder / f"{A01}.ipynb")
+    (folder / "timestamp.txt").write_text(f"{when} UTC")
+    shutil.chown(folder, owner)
+    for path in folder.iterdir():
+        shutil.chown(path, owner)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by two other users need root to make")
+def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(tmp_path):
+    """The inbound is writable by every user: 'nobody' made daemon+01+<later time>+x holding a blank notebook.
+    nbgrader's collect only warned ('cheating attempt?') and took it as daemon's newest, graded 0 for him.
+    With the course's settings (the JupyterHub's here) collect takes daemon's own newest instead, and says why."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    _submit(inbound, "daemon", "daemon", "2026-11-28 10:00:00.000000", "daemon's own")
+    _submit(inbound, "nobody", "daemon", "2026-11-28 11:00:00.000000", "forged")
+    _submit(inbound, "nobody", "nobody", "2026-11-28 09:00:00.000000", "nobody's own")
+    (teaching / "nbgrader_config.py").write_text(
+        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
+    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
+                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    collected = {s: nbformat.read(teaching / "submitted" / s / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
+                 for s in ("daemon", "nobody")}
+    assert collected == {"daemon": "daemon's own", "nobody": "nobody's own"}, collected
+    assert (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text().startswith("2026-11-28 10:00")
+    assert "claims to be daemon's submission but is owned by nobody: not collected" in done.stderr, done.stderr[-3000:]
+
+
+def test_the_courses_collect_settings_name_the_owner_checked_collect():
+    """Both places an instructor collects from: the checkout (its nbgrader_config.py) and the JupyterHub."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    for folder in (REPO, REPO / "deploy" / "jupyterhub" / "jupyter"):
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
+        assert config.ExchangeFactory.collect == "autograder.exchange.OwnerCheckedCollect", folder

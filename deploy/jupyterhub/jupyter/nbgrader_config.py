@@ -7,3 +7,5 @@ import os
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads the file
 c.CourseDirectory.course_id = os.environ.get("ATTN_HUB_COURSE_ID", "attention-step-by-step")
 c.Exchange.root = os.environ.get("ATTN_HUB_EXCHANGE", "/srv/nbgrader/exchange")
+# collect never takes a submission another user put in a student's name (the inbound is writable by all)
+c.ExchangeFactory.collect = "autograder.exchange.OwnerCheckedCollect"

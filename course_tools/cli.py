@@ -342,11 +342,15 @@ def outcome(results) -> tuple[int, str]:
         found = problems_of(r)
         bad += bool(found)
         kinds.update(found)
-    students = len({r.student_id for r in results})
+    notebooks, students = _count(len(results), "notebook"), _count(len({r.student_id for r in results}), "student")
     if not bad:
-        return 0, f"all {len(results)} notebooks of {students} students graded without problems"
+        return 0, f"{'the' if len(results) == 1 else 'all'} {notebooks} of {students} graded without problems"
     detail = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
-    return 1, f"{bad} of {len(results)} notebooks ({students} students) had problems: {detail}; see the status column"
+    return 1, f"{bad} of {notebooks} ({students}) had problems: {detail}; see the status column"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _readable(paths) -> None:

@@ -260,6 +260,8 @@ def test_exit_0_when_every_notebook_was_graded(subs, tmp_path, capsys, fake_grad
     code, out, err = run_grade(capsys, subs, "--out", tmp_path / "out")
     assert code == 0
     assert "all 2 notebooks of 2 students graded without problems" in out
+    assert cli.outcome(_results(Status.OK)) == (0, "the 1 notebook of 1 student graded without problems")
+    assert cli.outcome(_results((Status.MISSING, "x")))[1].startswith("1 of 1 notebook (1 student) had problems: ")
     assert "s0" in out and "s1" in out  # the table
 
 

@@ -63,3 +63,13 @@ if _feedback_templates():
     c.FeedbackExporter.extra_template_basedirs = [_feedback_templates()]
     c.FeedbackExporter.template_name = "feedback"
     c.FeedbackExporter.filters = {"markdown2html": "autograder.plugins.markdown2html"}
+
+# formgrader draws a submission (the autograded notebook) with a plain HTMLExporter on the Jupyter
+# server's origin, in the instructor's session: a student's <script>, or an onerror=, would run as the
+# instructor (it could start a kernel). Its exporter makes every cell and output inert first
+# (plugins.StudentHTML), including notebooks an older grader wrote; formgrader's own scripts are the
+# template's and stay. (HTMLExporter.sanitize_html does not reach the 'formgrade' template.) Every
+# course's config loads this file when its server starts, so a grading output made before this is
+# covered. The feedback page has its own sanitising (above) and keeps it alone.
+c.HTMLExporter.preprocessors = ["autograder.plugins.StudentHTML"]
+c.FeedbackExporter.preprocessors = []

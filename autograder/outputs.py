@@ -1,8 +1,10 @@
 """The bounded copy of a student's outputs that feedback shows back to them (the trusted side keeps
 it in cell metadata; nbgrader's preprocessor, plugins.TrustedVerdicts, puts it back). Nothing here
-runs or renders anything: it only chooses which outputs, and how much of them, may be shown."""
+runs anything: it chooses which outputs, and how much of them, may be shown, and makes a student's
+HTML inert (safe_markdown, safe_html: formgrader shows it on the Jupyter server's origin)."""
 from __future__ import annotations
 
+import html
 import re
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -12,6 +14,7 @@ CELL_OUTPUT_LIMIT = 200_000  # characters of outputs per cell shown in feedback
 NOTEBOOK_OUTPUT_LIMIT = 1_000_000  # ... and per notebook
 TOO_LARGE = "[output too large for feedback]"
 _KEPT_DATA = ("text/plain", "text/html", "text/markdown", "image/png", "image/jpeg")  # never scripts, SVG, widgets
+_ACTIVE = {"text/html": lambda v: safe_html(v), "text/markdown": lambda v: safe_markdown(v)}  # kept made inert
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _EVALUE_LIMIT = 2_000
 
@@ -56,6 +59,8 @@ def student_outputs(raw, budget: int) -> tuple[list, int]:
                 if value is not None and mime.startswith("image/"):
                     value = "".join(value.split())
                     value = value if _BASE64.fullmatch(value) else None
+                if value is not None and mime in _ACTIVE:
+                    value = _ACTIVE[mime](value)
                 if value is not None:
                     shown[mime] = value
             if not shown:
@@ -79,3 +84,130 @@ def student_outputs(raw, budget: int) -> tuple[list, int]:
             return [new_output("stream", name="stdout", text=TOO_LARGE + "\n")], 0
         kept.append(new)
     return kept, size
+
+
+# --------------------------------------------------------------------------- the student's HTML, made inert
+# A student's markdown cells and HTML/markdown outputs are shown on formgrader's page, on the Jupyter
+# server's origin with the instructor's session: active HTML there runs as the instructor. What may
+# stay: ordinary formatting, tables, links (http, https, mailto, in-page) and images (http(s), or PNG,
+# JPEG, GIF, WebP data URIs). A cell that renders to nothing else is kept as it is (the course's own,
+# `<pad>` in prose included); one that does not is cleaned by bleach, as feedback's SanitizeHTML does;
+# what bleach cannot make safe (a markdown link to javascript:) is shown as its source, in a code block.
+SAFE_TAGS = frozenset("""a abbr acronym b blockquote br caption center cite code col colgroup dd del details dfn
+    div dl dt em figcaption figure h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q s samp small span strike
+    strong sub summary sup table tbody td tfoot th thead tr tt u ul var""".split())
+_SAFE_ATTRIBUTES = {"*": {"class", "title", "align"}, "a": {"href"}, "img": {"src", "alt", "width", "height"},
+                    "td": {"colspan", "rowspan"}, "th": {"colspan", "rowspan", "scope"}, "ol": {"start", "type"},
+                    **{f"h{n}": {"id"} for n in range(1, 7)}}  # nbconvert gives headings their anchor's id
+_INERT_UNKNOWN = re.compile(r"[a-z][a-z0-9]*")  # `<pad>`: no element of HTML's, no custom element (no '-')
+_SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
+_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[a-z0-9+/=]*")
+SOURCE_SHOWN = "*[the grader shows this cell as its source: it held HTML that could run on the grader's page]*"
+
+
+def _safe_url(tag: str, name: str, value: str) -> bool:
+    """A link to http(s), mailto or a place on the page; an image from http(s) or a data URI of a picture."""
+    url = re.sub(r"[\x00-\x20\x7f]+", "", html.unescape(value)).lower()
+    scheme = _SCHEME.match(url)
+    if tag == "img":
+        return bool(scheme) and (scheme.group(1) in ("http", "https") or bool(_DATA_IMAGE.fullmatch(url)))
+    return not scheme or scheme.group(1) in ("http", "https", "mailto")
+
+
+def _safe_attribute(tag: str, name: str, value: str) -> bool:
+    """bleach's test (and ours) of one attribute: named for its tag, and any URL in it harmless."""
+    if name not in _SAFE_ATTRIBUTES["*"] | _SAFE_ATTRIBUTES.get(tag, set()):
+        return False
+    return _safe_url(tag, name, value) if name in ("href", "src") else True
+
+
+def _html_elements() -> frozenset:
+    from bleach.html5lib_shim import HTML_TAGS
+
+    return frozenset(HTML_TAGS) | {"script", "style", "template", "svg", "math", "portal", "fencedframe", "search",
+                                   "dialog", "slot", "image", "noembed", "noframes", "xmp", "plaintext", "listing"}
+
+
+def is_safe_html(fragment: str) -> bool:
+    """Whether a browser would find only SAFE_TAGS (or inert unknown ones like `<pad>`) with safe attributes
+    in this HTML, parsed by html5lib as a browser parses it (bleach's parser): no comment, SVG or MathML."""
+    from bleach.html5lib_shim import BleachHTMLParser, getTreeWalker
+
+    parser = BleachHTMLParser(tags=None, strip=False, consume_entities=False, namespaceHTMLElements=False)
+    known = _html_elements()
+    for token in getTreeWalker("etree")(parser.parseFragment(fragment)):
+        kind = token["type"]
+        if kind in ("Comment", "Doctype") or (kind in ("StartTag", "EmptyTag", "EndTag") and token.get("namespace")):
+            return False
+        if kind not in ("StartTag", "EmptyTag"):
+            continue
+        tag, attributes = token["name"], token["data"]
+        if tag not in SAFE_TAGS and (tag in known or not _INERT_UNKNOWN.fullmatch(tag) or attributes):
+            return False
+        if any(space or not _safe_attribute(tag, name, value) for (space, name), value in attributes.items()):
+            return False
+    return True
+
+
+def clean_html(fragment: str) -> str:
+    """bleach over HTML (or markdown source): other tags escaped (shown as text), comments and unsafe attributes dropped."""
+    from bleach.sanitizer import Cleaner
+
+    cleaner = Cleaner(tags=SAFE_TAGS, attributes=_safe_attribute, protocols={"http", "https", "mailto", "data"},
+                      strip=False, strip_comments=True)
+    return cleaner.clean(fragment)
+
+
+def render_markdown(source: str, attachments: dict | None = None) -> str:
+    """Markdown as formgrader's page renders it (nbconvert's HTMLExporter.markdown2html, default settings)."""
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    renderer = IPythonRenderer(escape=False, attachments=attachments or {}, embed_images=False, path="",
+                               anchor_link_text="¶", exclude_anchor_links=False)
+    return MarkdownWithMath(renderer=renderer).render(source)
+
+
+def safe_html(fragment: str) -> str | None:
+    """HTML (a raw cell, a text/html output) kept when safe, else cleaned; None when still not safe."""
+    if is_safe_html(fragment):
+        return fragment
+    cleaned = clean_html(fragment)
+    return cleaned if is_safe_html(cleaned) else None
+
+
+def safe_markdown(source: str, attachments: dict | None = None) -> str:
+    """Markdown kept when it renders to safe HTML, else cleaned by bleach; shown as its source in a
+    code block when even the cleaned text renders unsafe (a markdown link to javascript:, say)."""
+    if is_safe_html(render_markdown(source, attachments)):
+        return source
+    cleaned = clean_html(source)
+    if is_safe_html(render_markdown(cleaned, attachments)):
+        return cleaned
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", source)), default=0))
+    return f"{SOURCE_SHOWN}\n\n{fence}text\n{source}\n{fence}\n"
+
+
+def safe_raw(source: str) -> str:
+    """A raw cell (nbconvert's HTML page puts one without a format in as HTML): kept when safe, else escaped."""
+    return safe_html(source) or html.escape(source)
+
+
+def page_outputs(outputs: list) -> list:
+    """A code cell's outputs as formgrader may show them, from a notebook any grader version wrote:
+    streams and errors (the page escapes them), text, PNG/JPEG as base64, HTML/markdown made inert;
+    no other data (scripts, SVG, widgets) and no output metadata (the page writes it into attributes)."""
+    from nbformat.v4 import new_output
+
+    shown = []
+    for out in outputs if isinstance(outputs, list) else []:
+        kind = out.get("output_type") if isinstance(out, dict) else None
+        if kind == "stream" and _text(out.get("text")) is not None:
+            shown.append(new_output("stream", name="stderr" if out.get("name") == "stderr" else "stdout",
+                                    text=_text(out.get("text"))))
+        elif kind == "error":
+            trace = out.get("traceback")
+            shown.append(new_output("error", ename=_text(out.get("ename")) or "Error", evalue=_text(out.get("evalue")) or "",
+                                    traceback=[t for t in trace if isinstance(t, str)] if isinstance(trace, list) else []))
+        elif kind in ("display_data", "execute_result"):
+            shown.extend(student_outputs([out], NOTEBOOK_OUTPUT_LIMIT)[0])  # TOO_LARGE when it is
+    return shown

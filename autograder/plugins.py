@@ -4,6 +4,7 @@
 * FeedbackExporter: the HTML exporter of feedback pages alone (formgrader keeps its own).
 * TrustedVerdicts: autograde without running anything of the student's.
 * student_outputs: the bounded copy of a student's outputs that feedback shows back to them.
+* StudentHTML: formgrader's page without the student's active HTML (TrustedVerdicts makes it inert too).
 * markdown2html: markdown with its math rendered here (matplotlib's mathtext, inline SVG):
   feedback pages load no script at all, MathJax included, and render math offline.
 """
@@ -19,8 +20,9 @@ from jinja2 import BytecodeCache, pass_context
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
-from traitlets import Unicode
+from traitlets import Bool, Unicode
 
 from .outputs import (  # noqa: F401 - re-exported: the feedback tests and older configs name them here
     CELL_OUTPUT_LIMIT,
@@ -28,6 +30,9 @@ from .outputs import (  # noqa: F401 - re-exported: the feedback tests and older
     NOTEBOOK_OUTPUT_LIMIT,
     TOO_LARGE,
     _is_count,
+    page_outputs,
+    safe_markdown,
+    safe_raw,
     student_outputs,
 )
 
@@ -196,7 +201,8 @@ class TrustedVerdicts(NbGraderPreprocessor):
     Every other code cell gets back the outputs the student submitted (bounded and filtered by
     `student_outputs` when the submission was normalized; nbgrader's ClearOutput empties
     `outputs` before this runs, so they travel in the cell's metadata): feedback shows them;
-    nothing runs them.
+    nothing runs them. A markdown or raw cell of the student's keeps no active HTML (`_make_inert`):
+    formgrader shows this notebook to the instructor.
     """
 
     verdicts_file = Unicode("", help="A JSON file of the verdicts, decided already (`attn-course grade` sets it "
@@ -221,6 +227,7 @@ class TrustedVerdicts(NbGraderPreprocessor):
         for cell in nb.cells:
             kept = cell.metadata.pop(FEEDBACK_OUTPUTS, None)
             if cell.cell_type != "code":
+                _make_inert(cell)
                 continue
             cell.outputs = []
             cell.execution_count = None
@@ -257,6 +264,41 @@ class TrustedVerdicts(NbGraderPreprocessor):
                   (("submitted_directory", "submitted"), ("autograded_directory", "autograded"),
                    ("feedback_directory", "feedback"), ("source_directory", "source"))]
         return verdicts_in_sandbox(source, nb, hidden + [str(root)], Limits.from_env())  # nbgrader's process: an edge
+
+
+def _is_students(cell) -> bool:
+    """A cell the student wrote: not one nbgrader puts back from the course (tests, locked cells)."""
+    meta = cell.metadata.get("nbgrader", {})
+    return not (meta.get("locked") or (meta.get("grade") and not meta.get("solution")))
+
+
+def _make_inert(cell) -> None:
+    """A student's markdown or raw cell with no active HTML (outputs.safe_markdown, safe_raw): the
+    autograded notebook is what formgrader shows the instructor. Safe cells stay exactly as they are."""
+    if not _is_students(cell) or not isinstance(cell.get("source"), str):
+        return
+    if cell.cell_type == "markdown":
+        cell.source = safe_markdown(cell.source, cell.get("attachments"))
+    elif cell.cell_type == "raw":
+        cell.source = safe_raw(cell.source)
+
+
+class StudentHTML(Preprocessor):
+    """formgrader's exporter (c.HTMLExporter.preprocessors, nbgrader_config.py): every markdown and raw
+    cell, and every output, made inert before the page is drawn, on the instructor's origin. It also
+    covers autograded notebooks an older grader wrote; what is safe already is left as it is."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type in ("markdown", "raw") and isinstance(cell.get("source"), str):
+            cell.source = (safe_markdown(cell.source, cell.get("attachments")) if cell.cell_type == "markdown"
+                           else safe_raw(cell.source))
+        elif cell.cell_type == "code":
+            cell.outputs = page_outputs(cell.get("outputs"))
+            if not _is_count(cell.get("execution_count")):
+                cell.execution_count = None
+        return cell, resources
 
 
 # --------------------------------------------------------------------------- math, offline

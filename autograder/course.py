@@ -25,7 +25,7 @@ from filelock import FileLock
 from attention_course.paths import CourseNotFound, find_course_root, is_course
 
 __all__ = ["CourseFolder", "CourseNotFound", "assignments", "is_course", "exported_module", "notebook_path",
-           "prepare_grading_course", "prepare_source_course", "select", "solutions_dir", "tool_env",
+           "prepare_grading_course", "prepare_source_course", "select", "settle_course_config", "solutions_dir", "tool_env",
            "write_course_config"]
 
 NBGRADER_CONFIG = Path(__file__).resolve().parent / "nbgrader_config.py"  # this package's shared settings
@@ -166,18 +166,50 @@ def tool_env(extra: dict | None = None) -> dict:
     return env
 
 
+def _config_lines(course: Path, db_url: str | None = None) -> list[str]:
+    """The lines of a course's nbgrader_config.py that say where things are: the shared settings, its root, its gradebook."""
+    lines = [f"exec(open({str(NBGRADER_CONFIG)!r}).read())", f"c.CourseDirectory.root = {str(course)!r}"]
+    return lines + ([f"c.CourseDirectory.db_url = {db_url!r}"] if db_url else [])
+
+
 def write_course_config(course: Path, db_url: str | None = None) -> Path:
     """An nbgrader_config.py for a course directory: the shared settings plus its root."""
     course.mkdir(parents=True, exist_ok=True)
-    lines = [
-        f"exec(open({str(NBGRADER_CONFIG)!r}).read())",
-        f"c.CourseDirectory.root = {str(course)!r}",
-    ]
-    if db_url:
-        lines.append(f"c.CourseDirectory.db_url = {db_url!r}")
     path = course / "nbgrader_config.py"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(_config_lines(course, db_url)) + "\n")
     return path
+
+
+class CourseMoved(ValueError):
+    """A grading course whose nbgrader settings cannot be pointed at its new place: the message says why."""
+
+
+_PLACE_LINES = ("exec(open(", "c.CourseDirectory.root =", "c.CourseDirectory.db_url =")
+
+
+def settle_course_config(course: Path, db_url: str) -> str | None:
+    """Point a grading course's nbgrader_config.py at where it is now (its root and gradebook), when it
+    names another place: a grading folder copied or moved (`cp -a OUT OUT2`) would otherwise grade into
+    the old one. Returns the old root when the file was rewritten, None when it already named this place;
+    CourseMoved when the file is missing or not the one `write_course_config` made."""
+    config = Path(course) / "nbgrader_config.py"
+    try:
+        lines = config.read_text().splitlines()
+    except OSError as err:
+        raise CourseMoved(f"{config} cannot be read ({err.strerror}): this grading folder cannot be used here; "
+                          f"grade the class into a new folder") from None
+    mine = _config_lines(Path(course), db_url)
+    old_root = next((line.split("=", 1)[1].strip() for line in lines if line.startswith(_PLACE_LINES[1])), None)
+    if old_root is None or not lines or not lines[0].startswith(_PLACE_LINES[0]):
+        raise CourseMoved(f"{config} does not name its course root as `attn-course grade` writes it, so it cannot "
+                          f"be pointed at {course}: grade the class into a new folder")
+    if [line for line in lines if line.startswith(_PLACE_LINES)] == mine:
+        return None
+    rest = [line for line in lines if not line.startswith(_PLACE_LINES)]
+    tmp = config.with_suffix(".tmp")
+    tmp.write_text("\n".join([*mine, *rest]) + "\n")
+    os.replace(tmp, config)
+    return old_root.strip("'\"")
 
 
 def nbgrader(course: Path, *args: str, timeout: float | None = None, env: dict | None = None,

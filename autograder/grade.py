@@ -44,6 +44,7 @@ from .course import (
     package_dir,
     prepare_grading_course,
     prepared_courses_dir,
+    settle_course_config,
     solutions_dir,
 )
 from .course import assignments as list_assignments
@@ -195,6 +196,16 @@ class Course:
         config.write_text(config.read_text() + GRADING_CONFIG)
         self.lock = threading.Lock()  # the gradebook is SQLite: one nbgrader writer at a time
         return self
+
+    def settle(self) -> str | None:
+        """Its nbgrader settings pointed at this place (a grading folder copied or moved still names the old
+        one, and nbgrader would grade into that): a line saying so when they were, None when already here."""
+        old = settle_course_config(self.root, self.db_url)
+        if old is None:
+            return None
+        self._api = None
+        return (f"{self.root.parent} was graded as {Path(old).parent} before (copied or moved): its nbgrader settings "
+                f"now name this folder, and nothing is read from or written to {Path(old).parent}")
 
     @property
     def api(self):
@@ -599,12 +610,45 @@ def _record_path(out: Path, student: str, assignment: str) -> Path:
     return out / "students" / student / f"{assignment}.json"
 
 
-def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: str = "") -> None:
-    payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "content": content, "result": result.to_dict()}
+def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: str = "", forced: bool = False) -> None:
+    """The record of one graded notebook. It also keeps the contents graded for this student and notebook
+    before (`seen`) and whether this grade is an instructor's override (`forced`: --force --student
+    --assignment), so a later plain run never grades again, over the override, a file it graded before."""
+    earlier = _payload(path)
+    before = [*earlier.get("seen", []), earlier.get("content", "") if earlier.get("fingerprint") else ""]
+    seen = [c for c in dict.fromkeys(before) if isinstance(c, str) and c and c != content]
+    payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "content": content, "result": result.to_dict(),
+               "seen": seen, "forced": forced}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, path)
+
+
+def _payload(path: Path) -> dict[str, Any]:
+    """A saved record as it is on disk ({} when absent or damaged)."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _overridden(path: Path, content: str) -> bool:
+    """Whether the saved grade is an instructor's override (--force --student --assignment) and `content`
+    (a notebook's untimed fingerprint) was graded for this student and notebook before it."""
+    payload = _payload(path)
+    seen = payload.get("seen", [])
+    forced = payload.get("forced") is True and bool(payload.get("fingerprint"))  # a grade, not the grader's failure
+    return bool(content) and forced and isinstance(seen, list) and content in seen
+
+
+def _held_line(sub: StudentSubmission, assignment: str) -> str:
+    """The console line of a file not graded again because an instructor's override replaced its grade."""
+    where = sub.origins.get(assignment, "") or "the file here"
+    return (f"{sub.student_id} {assignment}: {where} was graded before the grade set since with --force --student "
+            f"{sub.student_id} --assignment {assignment}, which is kept; to grade this file instead, run again "
+            f"with --force --student {sub.student_id} --assignment {assignment} on this folder")
 
 
 def _load_result(path: Path, fingerprint: str | None = None, content: str | None = None) -> NotebookResult | None:
@@ -658,6 +702,15 @@ def checks_salted(salt: str):
         yield
     finally:
         THREAD_SALT.reset(token)
+
+
+def due_dates(course: Course) -> dict[str, datetime]:
+    """The due dates the gradebook keeps (given with --due in an earlier run), aware UTC: a later run reads
+    a platform's late mark against them as the first run did, so an unchanged file keeps its time."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url) as gb:
+        return {a.name: a.duedate.replace(tzinfo=timezone.utc) for a in gb.assignments if a.duedate is not None}
 
 
 def set_due_dates(course: Course, due: dict[str, datetime]) -> None:
@@ -1000,8 +1053,11 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         course.setup(solutions)
     else:
         course.lock = threading.Lock()
+        moved = course.settle()  # a copied or moved grading folder grades into itself, never the old place
+        if progress and moved:
+            print(moved)
     course.extra_hidden = [str(Path(submissions).resolve()), str(solutions.resolve())]
-    intake = collect_all(Path(submissions), course.grade_ids(), due=due)
+    intake = collect_all(Path(submissions), course.grade_ids(), due={**due_dates(course), **(due or {})})
     if not any(s.notebooks for s in intake.students):  # before anything of this run is written into the gradebook
         raise NothingToGrade(nothing_to_grade(Path(submissions), intake.ignored))
     unknown = sorted(set(students or ()) - {s.student_id for s in intake.students})
@@ -1041,17 +1097,21 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
               f"column): {', '.join(strangers)}; add them to the roster CSV and pass it again with --roster, "
               f"or check whose folder or file that is")
     workers = workers or GradingSettings().worker_count
-    done: list[NotebookResult] = []
+    done: list[NotebookResult] = []  # notebooks graded in this run
     reused: list[NotebookResult] = []
+    not_handed_in: list[NotebookResult] = []  # no notebook here for an assignment in play: missing, not graded
     kept: list[str] = []  # what this folder holds that is older than what is graded: not graded, said why
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
+    held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
+    overriding = bool(force and students and assignments)  # this run's grades replace others by hand: remembered
     started = time.time()
     salt = class_salt(out)
 
     def todo(sub: StudentSubmission) -> list[str]:
         """The student enrolled; their notebooks to grade (saved results of the same files reused). A
         notebook older than the one the gradebook holds for them (a rerun of the on-time folder after
-        the late one), or absent here when they were graded before, keeps the newer grade."""
+        the late one), or absent here when they were graded before, keeps the newer grade; a file graded
+        before an instructor's override (--force --student --assignment) keeps the override's grade."""
         recorded = _enrol(course, sub.student_id, chosen)
         left = []
         for assignment in chosen:
@@ -1059,16 +1119,19 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
             record = _record_path(out, sub.student_id, assignment)
             saved = None if force else _load_result(record, fingerprint)
             if saved is not None:
-                reused.append(saved)
+                (not_handed_in if saved.status is Status.MISSING else reused).append(saved)
                 continue
-            same = None if force or assignment not in sub.notebooks else \
-                _load_result(record, content=_fingerprint(sub, assignment, solutions, salt, timed=False))
+            content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
+            same = None if force or not content else _load_result(record, content=content)
             if same is not None:  # the very notebook graded before, downloaded again (a new file time): kept as graded
                 reused.append(same)
                 resent.append(f"{sub.student_id} {assignment}: {sub.origins.get(assignment, '') or 'the file here'} is "
                               f"the notebook graded earlier, unchanged: its grade and earlier submission time are kept")
                 continue
-            why = None if force and students and assignments else _keep_recorded(sub, assignment, recorded.get(assignment, ""))
+            if not force and _overridden(record, content):  # the instructor's choice stands over a file seen before
+                held.append(_held_line(sub, assignment))
+                continue
+            why = None if overriding else _keep_recorded(sub, assignment, recorded.get(assignment, ""))
             if why is None:
                 left.append(assignment)
             elif why:
@@ -1079,10 +1142,12 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         note_submission(r, sub, assignment)
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
+        own = r.status in GRADERS_OWN
         _save_result(_record_path(out, sub.student_id, assignment),
-                     "" if r.status in GRADERS_OWN else _fingerprint(sub, assignment, solutions, salt), r,
-                     content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "")
-        done.append(r)
+                     "" if own else _fingerprint(sub, assignment, solutions, salt), r,
+                     content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "",
+                     forced=overriding and not own)
+        (not_handed_in if r.status is Status.MISSING else done).append(r)
 
     slots, slot = itertools.count(), threading.local()
 
@@ -1113,13 +1178,17 @@ def grade(submissions: Path, out: Path, solutions: Path | None = None, progress:
         print(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):")
         for line in sorted(kept):
             print(f"  {line}")
+    if progress and held:
+        print(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded again):")
+        for line in sorted(held):
+            print(f"  {line}")
     if progress and resent:
         print(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):")
         for line in sorted(resent):
             print(f"  {line}")
     if progress:
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
-                           course.late_policy(), kept=len(kept)))
+                           course.late_policy(), kept=len(kept), missing=len(not_handed_in), held=len(held)))
     # this run's students, and the gradebook's students with nothing at all in play (a roster's absentees)
     graded = {s.student_id for s in subs}
     absent = set() if students else \
@@ -1184,16 +1253,19 @@ def _refresh_manual_feedback(course: Course) -> None:
 
 
 def summary_line(students: int, new: int, reused: int, seconds: float, workers: int, out: Path,
-                 results: list[NotebookResult], playing: list[str], policy: LatePolicy, kept: int = 0) -> str:
-    """What the run did, in one sentence: how many notebooks were graded now and how many reused, and how
-    many newer grades were kept over an older file of this folder."""
+                 results: list[NotebookResult], playing: list[str], policy: LatePolicy, kept: int = 0,
+                 missing: int = 0, held: int = 0) -> str:
+    """What the run did, in one sentence: how many notebooks were graded now and how many reused, how many
+    newer grades (or grades set with --force: `held`) were kept over a file of this folder, and how many
+    notebooks in play the run's students did not hand in (missing: never counted as graded)."""
     def count(n: int, word: str) -> str:
         return f"{n} {word}{'' if n == 1 else 's'}"
 
     late = sum(1 for r in results if r.seconds_late > 0)
-    older = f", {kept} kept: newer than the file here" if kept else ""
-    return (f"{count(students, 'student')}: {count(new + reused + kept, 'notebook')} ({new} graded now, {reused} reused "
-            f"from earlier runs{older}) in {seconds:.0f} s, {workers} in parallel -> {out / 'grades.csv'}; "
+    older = (f", {kept} kept: newer than the file here" if kept else "") + (f", {held} kept: set with --force" if held else "")
+    return (f"{count(students, 'student')}: {count(new + reused + kept + held, 'notebook')} ({new} graded now, {reused} reused "
+            f"from earlier runs{older})" + (f", {missing} missing (no notebook handed in)" if missing else "")
+            + f" in {seconds:.0f} s, {workers} in parallel -> {out / 'grades.csv'}; "
             f"{count(len({r.student_id for r in results}), 'student')} in the gradebook, "
             f"in play: {', '.join(playing) or 'nothing yet'}"
             + (f"; {late} late ({policy.describe()})" if late else ""))

@@ -100,6 +100,7 @@ def class_grades(out: Path) -> tuple[list[NotebookResult], dict[str, dict[str, s
 
     out = grading_output(out)
     course = Course(out / "course")
+    course.settle()  # a copied or moved grading folder: its own gradebook, never the old place's
     course.lock = threading.Lock()  # the gradebook may be written (a changed late penalty, feedback pages again)
     results = write_outputs(course, out, in_play(course, _last_run_notebooks(out)))
     with Gradebook(course.db_url) as gb:

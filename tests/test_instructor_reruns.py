@@ -1,0 +1,166 @@
+"""Reruns an instructor makes, graded for real: a plain run after an override (`--force --student S
+--assignment A`) keeps the override's grade and time, whatever folder of files graded before it reads
+(and a file never seen before is still graded); a Canvas `_LATE_` upload keeps its recorded time on a
+rerun without --due; the summary counts only notebooks graded, and names the missing ones apart; a
+grading folder copied elsewhere (`cp -a OUT OUT2`, the original then moved away) grades into itself."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import subprocess
+from datetime import datetime, timezone
+
+import nbformat
+import pytest
+
+from autograder.grade import grade
+from course_tools import cli
+
+from .conftest import inject, solved_notebook
+
+pytestmark = pytest.mark.slow
+
+A01, A02 = "01_similarity_attention", "02_queries_keys_values"
+ON_TIME = datetime(2025, 11, 30, 12, 0, tzinfo=timezone.utc).timestamp()
+LATE = datetime(2025, 12, 3, 12, 0, tzinfo=timezone.utc).timestamp()
+AGAIN = datetime(2025, 12, 8, 12, 0, tzinfo=timezone.utc).timestamp()  # a new download of everything
+LATER = datetime(2025, 12, 10, 12, 0, tzinfo=timezone.utc).timestamp()  # a third upload, never seen before
+DUE = {A01: datetime(2025, 12, 1, 23, 59, tzinfo=timezone.utc)}
+WRONG = {"dot_similarity": "def dot_similarity(E):\n    return E.T @ E"}  # 16 / 17
+BLANK = {"dot_similarity": "def dot_similarity(E):\n    raise NotImplementedError()"}  # 16 / 17 too
+
+
+def _put(path, nb, when=ON_TIME) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    os.utime(path, (when, when))
+
+
+def _rows(out) -> dict[tuple[str, str], dict]:
+    return {(r["student_id"], r["notebook"]): r for r in csv.DictReader((out / "grades.csv").open())}
+
+
+def _graded(folder, out, **options) -> str:
+    """grade() as `attn-course grade` runs it; what it printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        grade(folder, out, workers=2, **options)
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------- 1. an override stays
+@pytest.fixture(scope="module")
+def override(course, tmp_path_factory):
+    """week1/ (ann solved, ben one mistake), week1-late/ (ann's newer upload, one mistake), week1/ again
+    (ann's late grade kept), then the instructor's override: ann's on-time file graded instead. After it,
+    plain runs of week1-late/, of a new download of everything (ann's late file, a new file time) and of
+    week1/; then ann uploads a third notebook, never seen before. Each step's rows and console kept."""
+    root = tmp_path_factory.mktemp("override")
+    good, wrong = solved_notebook(course, A01), inject(solved_notebook(course, A01), WRONG)
+    week1, late, again, third, out = (root / name for name in ("week1", "late", "again", "third", "out"))
+    _put(week1 / "ann" / f"{A01}.ipynb", good)
+    _put(week1 / "ben" / f"{A01}.ipynb", wrong)
+    _put(late / "ann" / f"{A01}.ipynb", wrong, LATE)
+    _put(again / "ann" / f"{A01}.ipynb", wrong, AGAIN)
+    _put(again / "ben" / f"{A01}.ipynb", wrong, AGAIN)
+    _put(third / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), BLANK), LATER)
+    said = {}
+    for step, folder, options in [
+            ("first", week1, dict(due=DUE, late_penalty="per-day:10")), ("late", late, {}), ("week1", week1, {}),
+            ("override", week1, dict(force=True, students=["ann"], assignments=[A01])),
+            ("late-again", late, {}), ("download", again, {}), ("week1-again", week1, {}), ("third", third, {})]:
+        said[step] = _graded(folder, out, **options)
+        said[step + "-rows"] = _rows(out)
+    return said
+
+
+def test_a_plain_rerun_after_an_override_keeps_its_grade_and_time(override):
+    said = override
+    assert said["week1-rows"]["ann", A01]["score"] == "16"  # the newer (late) grade, kept over week1's file
+    forced = said["override-rows"]["ann", A01]
+    assert forced["score"] == "17" and forced["submitted"] == "2025-11-30T12:00:00Z" and forced["late_penalty"] == "0"
+    for step in ("late-again", "download", "week1-again"):
+        row = said[step + "-rows"]["ann", A01]
+        assert (row["score"], row["submitted"], row["late_penalty"]) == ("17", "2025-11-30T12:00:00Z", "0"), \
+            f"{step}: the plain rerun replaced the override: {row}"
+        assert said[step + "-rows"] == said["override-rows"], step
+        assert "(0 graded now" in said[step], said[step]
+
+
+def test_a_file_held_back_by_an_override_is_listed_with_how_to_grade_it(override):
+    said = override["late-again"]
+    assert "kept the grade set with --force (1;" in said and "1 kept: set with --force" in said
+    line = next(x for x in said.splitlines() if x.strip().startswith(f"ann {A01}:"))
+    assert f"ann/{A01}.ipynb" in line and f"--force --student ann --assignment {A01}" in line
+
+
+def test_a_new_upload_after_an_override_is_graded(override):
+    row = override["third-rows"]["ann", A01]
+    assert row["score"] == "16" and row["submitted"] == "2025-12-10T12:00:00Z", row  # never seen before: graded
+    assert "(1 graded now" in override["third"]
+
+
+# --------------------------------------------------------------------------- 1b. Canvas's _LATE_, rerun
+def test_a_canvas_late_upload_keeps_its_time_on_a_rerun_without_due(course, tmp_path):
+    """The due date is kept in the gradebook: a rerun without --due, or an override, reads Canvas's
+    _LATE_ mark against it as the first run did (the file's own time is before the due date)."""
+    subs, out = tmp_path / "canvas", tmp_path / "out"
+    _put(subs / f"doejohn_LATE_102_9002_{A01}.ipynb", solved_notebook(course, A01))
+    _put(subs / f"smithjane_101_9001_{A01}.ipynb", solved_notebook(course, A01))
+    _graded(subs, out, due=DUE)
+    first = _rows(out)
+    assert first["doejohn", A01]["submitted"] == "2025-12-01T23:59:01Z"
+    rerun = _graded(subs, out)
+    assert _rows(out) == first and "handed in again unchanged" not in rerun and "(0 graded now, 2 reused" in rerun
+    _graded(subs, out, force=True, students=["doejohn"], assignments=[A01])
+    assert _rows(out)["doejohn", A01]["submitted"] == "2025-12-01T23:59:01Z"
+
+
+# --------------------------------------------------------------------------- 3. the summary's counts
+def test_the_summary_counts_notebooks_graded_and_names_the_missing_apart(course, tmp_path):
+    """ann and ben hand in 01 and 02, cat only 01: five notebooks graded, cat's 02 missing (not 'graded')."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    for student, names in {"ann": [A01, A02], "ben": [A01, A02], "cat": [A01]}.items():
+        for name in names:
+            _put(subs / student / f"{name}.ipynb", solved_notebook(course, name))
+    first, second = _graded(subs, out), _graded(subs, out)
+    assert "3 students: 5 notebooks (5 graded now, 0 reused from earlier runs), 1 missing (no notebook handed in)" \
+        in first, first
+    assert "3 students: 5 notebooks (0 graded now, 5 reused from earlier runs), 1 missing" in second, second
+    assert _rows(out)["cat", A02]["status"].startswith("missing")
+
+
+# --------------------------------------------------------------------------- 4. a copied grading folder
+def test_a_copied_grading_folder_grades_into_itself_with_the_original_moved_away(course, tmp_path):
+    subs, out, copy, gone = tmp_path / "subs", tmp_path / "out", tmp_path / "elsewhere" / "out2", tmp_path / "gone"
+    _put(subs / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _graded(subs, out)
+    copy.parent.mkdir()
+    subprocess.run(["cp", "-a", str(out), str(copy)], check=True)
+    out.rename(gone)  # the original, moved away: anything that still reads or writes it fails or recreates it
+    before = {p: p.stat().st_mtime_ns for p in gone.rglob("*") if p.is_file()}
+    _put(subs / "cat" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    said = _graded(subs, copy)
+    rows = _rows(copy)
+    assert rows["cat", A01]["score"] == "16" and rows["cat", A01]["status"] == "ok", rows["cat", A01]
+    assert rows["ann", A01]["score"] == "17" and "(1 graded now, 1 reused" in said
+    assert f"{copy} was graded as {out} before (copied or moved)" in said
+    assert (copy / "feedback" / "cat" / f"{A01}.html").is_file()
+    assert not out.exists(), "grading the copy wrote into the original's place"
+    assert {p: p.stat().st_mtime_ns for p in gone.rglob("*") if p.is_file()} == before
+    assert not any(str(out) in p.read_text(errors="replace") for p in copy.rglob("*.py"))
+    assert cli.grading_course(copy) == (copy / "course").resolve()  # formgrader opens the copy's own gradebook
+
+
+def test_a_course_config_that_cannot_be_pointed_here_is_a_clear_error(tmp_path):
+    from autograder.course import CourseMoved, settle_course_config
+
+    course = tmp_path / "out" / "course"
+    course.mkdir(parents=True)
+    with pytest.raises(CourseMoved, match="cannot be read .*grade the class into a new folder"):
+        settle_course_config(course, f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}")
+    (course / "nbgrader_config.py").write_text("c = get_config()\n")
+    with pytest.raises(CourseMoved, match="does not name its course root"):
+        settle_course_config(course, f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}")

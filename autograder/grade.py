@@ -32,7 +32,7 @@ from typing import Any
 
 import nbformat
 
-from . import timings, trusted, warm_sandbox
+from . import folder_lock, timings, trusted, warm_sandbox
 from .checks.core import THREAD_SALT
 from .course import (
     CourseFolder,
@@ -1017,11 +1017,18 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
 RemoteGrader = Callable[..., int]
 
 
-def grade(submissions: Path, out: Path, solutions: Path | None = None, progress: bool = True,
-          workers: int | None = None, limits: Limits | None = None, *, assignments: list[str] | None = None,
-          students: list[str] | None = None, force: bool = False, due: dict[str, datetime] | None = None,
-          roster: Path | None = None, late_penalty: str | None = None,
-          remote: RemoteGrader | None = None, warm: bool = True) -> list[NotebookResult]:
+def grade(submissions: Path, out: Path, *args, **kwargs) -> list[NotebookResult]:
+    """Grade the students in SUBMISSIONS into OUT (see _grade), one run at a time in OUT: a second run
+    into a folder another run holds is refused at once (folder_lock.FolderInUse), before it writes."""
+    with folder_lock.held(Path(out).resolve()):
+        return _grade(submissions, out, *args, **kwargs)
+
+
+def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress: bool = True,
+           workers: int | None = None, limits: Limits | None = None, *, assignments: list[str] | None = None,
+           students: list[str] | None = None, force: bool = False, due: dict[str, datetime] | None = None,
+           roster: Path | None = None, late_penalty: str | None = None,
+           remote: RemoteGrader | None = None, warm: bool = True) -> list[NotebookResult]:
     """Grade the students in SUBMISSIONS into OUT, in parallel; return the whole class's table.
 
     `remote` (autograder/cluster.py's `on_cluster(settings)`): each notebook is run and judged on a

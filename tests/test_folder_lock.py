@@ -1,0 +1,61 @@
+"""One grading run at a time in a grading folder: a second `attn-course grade` into the same --out is
+refused at once, saying which run holds it, before it changes anything; a run that was killed holds
+nothing. Two runs together once rewrote each other's copy of the runner's modules while a sandbox
+started from it (the first run's warm sandboxes failed: "No module named 'autograder.channel'")."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from autograder import folder_lock
+from course_tools import cli
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from autograder import folder_lock
+    with folder_lock.held(Path(sys.argv[1])):
+        print("held", flush=True)
+        time.sleep(600)
+""")
+
+
+@pytest.fixture
+def other_run(tmp_path):
+    """Another process holding tmp_path/'out', as a second grading run would; killed at the end."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(out), "attn-course", "grade"], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "held"
+    yield out, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_second_run_into_a_held_folder_is_refused_before_it_changes_anything(tmp_path, capsys, other_run):
+    out, proc = other_run
+    subs = tmp_path / "submissions" / "ann"
+    subs.mkdir(parents=True)
+    before = sorted(p.name for p in out.iterdir())
+    code = cli.main(["grade", str(subs.parent), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"is being graded into by another run (process {proc.pid} on " in err and "another --out" in err, err
+    assert sorted(p.name for p in out.iterdir()) == before, "the refused run wrote into the folder"
+
+
+def test_a_killed_run_holds_nothing(other_run):
+    out, proc = other_run
+    with pytest.raises(folder_lock.FolderInUse):
+        with folder_lock.held(out):
+            pass
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with folder_lock.held(out):  # the kernel let go of the killed process's lock
+        assert (out / folder_lock.HOLDER_NAME).is_file()
+    assert not (out / folder_lock.HOLDER_NAME).exists()

@@ -47,6 +47,37 @@ class Finding:
     reason: str
 
 
+WORK_BUDGET = 1_000_000  # steps of reading one notebook: the course's largest solution takes ~1/50 of it
+TOO_COMPLEX = ("the notebook is too complex for the grader's reading (its code took more than the "
+               "{limit:,} steps of work the grader gives one notebook): a person should read it; no points are "
+               "taken for it automatically")
+
+
+@dataclass
+class Budget:
+    """The work one scan may do, counted in steps (syntax nodes visited, alias bindings looked at, names
+    of the dotted paths built), not in seconds: the same notebook takes the same steps on any machine.
+    A notebook built to make the pass slow spends it and is left to a person instead of read further."""
+
+    limit: int = WORK_BUDGET
+    spent: int = 0
+    cell: int = 0  # the code cell being read, named when the budget runs out
+
+    def spend(self, steps: int = 1) -> None:
+        """Count `steps`; past the limit the scan stops (TooComplex)."""
+        self.spent += steps
+        if self.spent > self.limit:
+            raise TooComplex(self.cell)
+
+
+class TooComplex(Exception):
+    """The scan's work budget ran out while reading code cell `cell`."""
+
+    def __init__(self, cell: int):
+        super().__init__(f"work budget spent in code cell {cell}")
+        self.cell = cell
+
+
 # --------------------------------------------------------------------------- rules
 def _banned_names(func: Any) -> set[str]:
     """The names a forbidden callable is reached by: a method by its class, anything else by its name."""
@@ -115,6 +146,9 @@ _STAR_ONLY = ("this exercise asks for your own implementation of {graded}, but n
               "{graded}: the only place it can come from is `{how}`, a library's own {graded} (and where that "
               "library is not installed, nothing named {graded} exists at all); write {graded} yourself in its "
               "answer cell and remove that import")
+_UNREADABLE = ("the notebook's kernel (IPython) can run this cell, but the grader cannot read it as Python, "
+               "so nothing in it was checked" + _REVIEW_NOTE.replace("if your code does not need it, remove it",
+                                                                     "write it as plain Python"))
 _DYNAMIC = ("it looks up an attribute whose name is computed at run time ({how}), so the grader cannot tell "
             "what it reaches" + _REVIEW_NOTE.replace("remove it", "write the name out"))
 
@@ -161,18 +195,134 @@ def _neutralise(source: str) -> tuple[str | None, list[str]]:
 
 
 def _parse(source: str) -> tuple[ast.Module | None, list[str]]:
-    """The cell's syntax tree (IPython syntax neutralised), or None when it does not parse."""
+    """The cell's syntax tree read as IPython will run it, or None when it is not Python (%%bash, ...)
+    or does not compile even after IPython's transformations (a plain syntax error: it fails when run)."""
+    reading = _read(source)
+    return reading.tree, reading.notes
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How the pass reads one cell: its tree (None: nothing to read), the magics that run code elsewhere,
+    and whether IPython can run it though the pass could not read it (left to a person)."""
+
+    tree: ast.Module | None
+    notes: list[str]
+    unreadable: bool = False
+
+
+def _read(source: str) -> _Reading:
+    """The first of the cell's readings that parses: as written, with IPython syntax blanked, then as
+    IPython's input transformations leave it (prompts and a common indent stripped, escapes expanded)."""
+    notes: list[str] = []
+    for text in _readings(source, notes):
+        if text is None:
+            return _Reading(None, notes)
+        try:
+            return _Reading(in_turn(ast.parse, text), notes)
+        except SyntaxError:
+            continue
+        except (ValueError, RecursionError, MemoryError):
+            return _Reading(None, notes, unreadable=_ipython_compiles(source))
+    return _Reading(None, notes)
+
+
+def _readings(source: str, notes: list[str]) -> Iterator[str | None]:
+    """The cell's candidate Python texts, most literal first (line numbers kept wherever IPython keeps
+    them); None when the cell is not Python. Magics that run code elsewhere are added to `notes`."""
+    yield source
+    yield _noted(_neutralise(source), notes)
+    ipython = _ipython()
+    if ipython is None:
+        return
+    text = _noted(_neutralise(_with_blank_start(source, _cleaned(ipython, source))), notes)
+    yield text
+    if text is not None:
+        yield _with_blank_start(source, _transform(ipython, text))
+    yield _with_blank_start(source, _transform(ipython, source))
+    words = source.strip().split(None, 1)
+    if "\n" not in source.strip() and words and words[0] in _line_magics():  # automagic: `time f(x)`
+        yield _noted(_neutralise("%" + source.strip()), notes)
+
+
+def _noted(neutralised: tuple[str | None, list[str]], notes: list[str]) -> str | None:
+    """The text of a _neutralise result, its notes added to `notes` once."""
+    text, found = neutralised
+    notes += [n for n in found if n not in notes]
+    return text
+
+
+def _ipython() -> Any:
+    """IPython's input transformer (what InteractiveShell.run_cell reads a cell with), None without IPython."""
+    global _TRANSFORMER
+    if _TRANSFORMER is None:
+        try:
+            from IPython.core.inputtransformer2 import TransformerManager
+        except ImportError:
+            return None
+        _TRANSFORMER = TransformerManager()
+    return _TRANSFORMER
+
+
+_TRANSFORMER: Any = None
+_LINE_MAGICS: set[str] = set()
+
+
+def _line_magics() -> set[str]:
+    """The names of IPython's own line magics, which a one-line cell runs without its % (automagic)."""
+    if not _LINE_MAGICS:
+        try:
+            from IPython.core import magics
+        except ImportError:
+            return set()
+        for name in dir(magics):  # the package loads its classes lazily
+            item = getattr(magics, name, None)
+            table = getattr(item, "magics", None)
+            if isinstance(item, type) and isinstance(table, dict):
+                _LINE_MAGICS.update(table.get("line", ()))
+    return _LINE_MAGICS
+
+
+def _transform(ipython: Any, text: str) -> str:
+    """IPython's transform_cell of `text`; the text itself when IPython cannot transform it."""
     try:
-        return in_turn(ast.parse, source), []
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        pass
-    text, notes = _neutralise(source)
-    if text is None:
-        return None, notes
+        return ipython.transform_cell(text)
+    except Exception:  # noqa: BLE001 - IPython would fail on it too: nothing runs
+        return text
+
+
+def _with_blank_start(source: str, text: str) -> str:
+    """IPython's transformed text with the blank lines it dropped from the cell's start put back, so that
+    line numbers stay the cell's."""
+    return "\n" * (_blank_start(source) - _blank_start(text)) + text
+
+
+def _blank_start(text: str) -> int:
+    """How many blank lines a text starts with."""
+    rows = text.split("\n")
+    return next((i for i, ln in enumerate(rows) if ln.strip()), 0)
+
+
+def _cleaned(ipython: Any, source: str) -> str:
+    """The cell after IPython's clean-up transformations only (prompts, a common indent), which keep lines."""
+    lines = source.splitlines(keepends=True)
+    for transform in ipython.cleanup_transforms:
+        lines = transform(lines)
+    return "".join(lines)
+
+
+def _ipython_compiles(source: str) -> bool:
+    """Whether IPython's own reading of the cell parses (it runs) when the pass met an error reading it."""
+    ipython = _ipython()
+    if ipython is None:
+        return True
     try:
-        return in_turn(ast.parse, text), notes
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None, notes
+        compile(_transform(ipython, source), "<cell>", "exec", ast.PyCF_ONLY_AST)
+    except SyntaxError:
+        return False
+    except Exception:  # noqa: BLE001 - too deep or too big for the pass; IPython may still run it
+        return True
+    return True
 
 
 def top_level_names(source: str) -> set[str]:
@@ -507,6 +657,7 @@ class _Walker:
 
     # ---------------------------------------------------------------- facts
     def _fact(self, kind: str, node: ast.AST, **kw) -> None:
+        self.nb.budget.spend(1 + str(kw.get("path", "")).count("."))
         if not (self.in_annotation and kind in ("path", "attr")):
             self.facts.append(_Fact(kind, node, **kw))
 
@@ -536,6 +687,7 @@ class _Walker:
     def visit(self, node: ast.AST | None) -> None:
         if node is None:
             return
+        self.nb.budget.spend()
         method = getattr(self, "visit_" + type(node).__name__, None)
         if method:
             method(node)
@@ -678,6 +830,7 @@ class _Walker:
     def _strings(self, node: ast.AST, depth: int = 0) -> set[str] | None:
         """Every value a string expression can take, when the source says (literals, +, f-strings of
         literals, a loop variable over literals), else None."""
+        self.nb.budget.spend()
         if depth > 8:
             return None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -717,9 +870,15 @@ class _Walker:
                     return None
                 if name in scope.locals:
                     body = scope.node.body if isinstance(scope.node.body, list) else [scope.node.body]
-                    sites = [n for b in body for n in _walk_same_function(b) if _binds(n, name)]
+                    sites = [n for b in body for n in self._walked(b) if _binds(n, name)]
                     return self._sites_strings(sites, name, depth)
         return self._sites_strings([u.node for u in self.nb.bindings.get(name, [])], name, depth)
+
+    def _walked(self, node: ast.AST) -> Iterator[ast.AST]:
+        """_walk_same_function, each node paid for."""
+        for n in _walk_same_function(node):
+            self.nb.budget.spend()
+            yield n
 
     def _sites_strings(self, sites: list[ast.AST], name: str, depth: int) -> set[str] | None:
         """The values a name takes at the statements that bind it: literal loops and assignments only."""
@@ -772,23 +931,34 @@ def _snippet(node: ast.AST, limit: int = 100) -> str:
 
 
 # --------------------------------------------------------------------------- the notebook
+_UNIT_STEPS = 4  # a statement's own bookkeeping (its bindings, walrus targets, mutations), in steps
+_CYCLE_PASSES = 2  # how often one alias route may pass a name of a cycle
+
+
 class _Notebook:
     """Every cell's units, which module-level names each binds, and the code each reaches."""
 
-    def __init__(self, cells: list[str]):
+    def __init__(self, cells: list[str], budget: Budget | None = None):
         self.sources = cells
+        self.budget = budget if budget is not None else Budget()
         self.units: list[_Unit] = []
         self.notes: list[tuple[int, str]] = []
+        self.unreadable: list[int] = []  # cells IPython runs that the pass could not read
         for i, source in enumerate(cells):
-            tree, notes = _parse(source)
-            self.notes += [(i, n) for n in notes]
-            if tree is not None:
-                self.units += list(_units(i, tree.body))
+            self.budget.cell = i
+            reading = _read(source)
+            self.notes += [(i, n) for n in reading.notes]
+            self.unreadable += [i] if reading.unreadable else []
+            if reading.tree is not None:
+                for unit in _units(i, reading.tree.body):
+                    self.budget.spend(_UNIT_STEPS)
+                    self.units.append(unit)
         self.bindings: dict[str, list[_Unit]] = defaultdict(list)
         for u in self.units:
             for name in u.binds:
                 self.bindings[name].append(u)
         self._paths: dict[str, list[str]] = {}
+        self._aliases: dict[str, list[tuple[str | None, str]]] = {}
         self.student_names = {n for n, us in self.bindings.items()
                                if any(not _is_import(u) for u in us)}
         self.walks = {id(u): self._walk(u) for u in self.units}
@@ -796,6 +966,7 @@ class _Notebook:
 
     def _walk(self, unit: _Unit) -> _Walker:
         """The unit's walk; code nested too deeply to follow is left for a human."""
+        self.budget.cell = unit.cell
         walker = _Walker(self, unit)
         try:
             return walker.run()
@@ -804,24 +975,108 @@ class _Notebook:
                                       anywhere=True))
             return walker
 
-    def global_paths(self, name: str, seen: frozenset[str] = frozenset()) -> list[str]:
-        """Dotted names a module-level name stands for: its imports, and `x = <import>.attr` aliases."""
-        if name in self._paths:
-            return self._paths[name]
-        if name in seen:
-            return []
-        paths = []
-        for u in self.bindings.get(name, []):
-            part = u.parts[0] if u.parts else None
-            if isinstance(part, (ast.Import, ast.ImportFrom)):
-                paths.append(_import_path(part, part.names[0]))
-            elif isinstance(part, ast.Assign) and len(part.targets) == 1 and isinstance(part.targets[0], ast.Name):
-                base, attrs = _chain(part.value)
-                if isinstance(base, ast.Name) and base.id != name:
-                    paths += [".".join([p, *attrs]) for p in self.global_paths(base.id, seen | {name})]
-        if not seen:
-            self._paths[name] = paths
-        return paths
+    def global_paths(self, name: str) -> list[str]:
+        """Dotted names a module-level name stands for: its imports, and `x = <import>.attr` aliases
+        followed to any depth. Each name is resolved once per notebook (see _resolve)."""
+        self.budget.spend()
+        if name not in self._paths:
+            self._resolve(name)
+        return self._paths[name]
+
+    def _alias_of(self, name: str) -> list[tuple[str | None, str]]:
+        """What each binding of `name` makes it, in order: (None, an import's dotted name) or
+        (base name, ".attr" suffix) for `name = base.attr`."""
+        if name not in self._aliases:
+            found: list[tuple[str | None, str]] = []
+            for u in self.bindings.get(name, []):
+                self.budget.spend()
+                part = u.parts[0] if u.parts else None
+                if isinstance(part, (ast.Import, ast.ImportFrom)):
+                    found.append((None, _import_path(part, part.names[0])))
+                elif isinstance(part, ast.Assign) and len(part.targets) == 1 and isinstance(part.targets[0], ast.Name):
+                    base, attrs = _chain(part.value)
+                    if isinstance(base, ast.Name) and base.id != name:
+                        found.append((base.id, "".join("." + a for a in attrs)))
+            self._aliases[name] = found
+        return self._aliases[name]
+
+    def _resolve(self, start: str) -> None:
+        """Resolve `start` and every unresolved name its aliases lead to, a strongly connected group at a
+        time (Tarjan's algorithm, without recursion): a group's bases are resolved before it, so a name
+        outside any alias cycle costs one look at each of its bindings, however long the chain."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        at: dict[str, int] = {}  # where each name sits on `stack`
+        frames = [(start, 0)]
+        while frames:
+            name, i = frames.pop()
+            if i == 0:
+                index[name] = low[name] = len(index)
+                at[name] = len(stack)
+                stack.append(name)
+            child = self._next_unresolved(name, i, index, low)
+            if child is not None:
+                frames += [(name, child[1]), (child[0], 0)]
+                continue
+            if low[name] == index[name]:
+                group = stack[at[name]:]
+                del stack[at[name]:]
+                self._settle(group)
+            if frames:
+                parent = frames[-1][0]
+                low[parent] = min(low[parent], low[name])
+
+    def _next_unresolved(self, name: str, i: int, index: dict[str, int],
+                         low: dict[str, int]) -> tuple[str, int] | None:
+        """(base, where to go on) of `name`'s next alias base not yet visited, from its i-th binding on;
+        bases still being resolved (a cycle) lower `name`'s link."""
+        aliases = self._alias_of(name)
+        while i < len(aliases):
+            base, i = aliases[i][0], i + 1
+            self.budget.spend()
+            if base is None or base in self._paths:
+                continue
+            if base not in index:
+                return base, i
+            low[name] = min(low[name], index[base])
+        return None
+
+    def _settle(self, group: list[str]) -> None:
+        """Record the paths of one group of names whose bases outside the group are resolved."""
+        if len(group) == 1:
+            name = group[0]
+            paths = [tail if base is None else p + tail
+                     for base, tail in self._alias_of(name) for p in ([""] if base is None else self._paths[base])]
+            self._paths[name] = self._charged(paths)
+            return
+        members = set(group)
+        for name in group:
+            self._paths[name] = self._charged(self._cycle_paths(name, members))
+
+    def _cycle_paths(self, name: str, members: set[str]) -> list[str]:
+        """A name's paths inside an alias cycle: every alias route from it that passes each name at most
+        twice (cells can be run again, so a cycle's attributes can pile up; once around is followed).
+        Rare in real code; the budget bounds what a contrived cycle costs."""
+        found: list[str] = []
+        todo: list[tuple[str, tuple[str, ...], str]] = [(name, (name,), "")]
+        while todo:
+            here, route, suffix = todo.pop()
+            self.budget.spend(len(route))
+            for base, tail in self._alias_of(here):
+                if base is None:
+                    found.append(tail + suffix)
+                elif base not in members:
+                    found += [p + tail + suffix for p in self._paths[base]]
+                elif route.count(base) < _CYCLE_PASSES:
+                    todo.append((base, route + (base,), tail + suffix))
+        return found
+
+    def _charged(self, paths: list[str]) -> list[str]:
+        """`paths` without repeats, each paid for by its length in names."""
+        for p in paths:
+            self.budget.spend(1 + p.count("."))
+        return list(dict.fromkeys(paths))
 
     def _mutations(self) -> tuple[dict[str, list[_Unit]], list[_Unit]]:
         """Units that change a module-level object in place (`x.a = ...`, `setattr(x, ...)`,
@@ -843,13 +1098,16 @@ class _Notebook:
         if not start:
             return {}
         seen: dict[int, _Unit] = {}
+        followed: set[str] = set()  # a name's units are queued once, however many units read it
         todo = list(start) + list(self.patches)
         while todo:
             u = todo.pop()
+            self.budget.spend()
             if id(u) in seen:
                 continue
             seen[id(u)] = u
-            for name in self.walks[id(u)].refs:
+            for name in self.walks[id(u)].refs - followed:
+                followed.add(name)
                 todo += self.bindings.get(name, []) + self.mutations.get(name, [])
         return seen
 
@@ -1057,11 +1315,26 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
         yield REVIEW, None, fact.text + _REVIEW_NOTE
 
 
-def scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
+def scan(cells: list[str], rules: list[Rules], budget: Budget | None = None) -> list[Finding]:
     """Every finding in a submission: `cells` is every code cell's source in notebook order, `rules`
-    the notebook's exercises (rules sharing a graded name are merged)."""
-    rules = _merge(rules)
-    nb = _Notebook(cells)
+    the notebook's exercises (rules sharing a graded name are merged). A notebook whose reading spends
+    the work `budget` (the grader's, WORK_BUDGET, by default) is one review finding instead."""
+    budget = budget if budget is not None else Budget()
+    try:
+        return _scan(cells, _merge(rules), budget)
+    except TooComplex as err:
+        return [Finding(REVIEW, (), err.cell, 1, _first_line(cells, err.cell), TOO_COMPLEX.format(limit=budget.limit))]
+
+
+def _first_line(cells: list[str], cell: int) -> str:
+    """A cell's first non-blank line, stripped, at most 200 chars (a finding's `code`)."""
+    source = cells[cell] if 0 <= cell < len(cells) else ""
+    return next((ln.strip()[:200] for ln in source.split("\n") if ln.strip()), "")
+
+
+def _scan(cells: list[str], rules: list[Rules], budget: Budget) -> list[Finding]:
+    """scan's work, within `budget` (TooComplex past it)."""
+    nb = _Notebook(cells, budget)
     reach = {r.graded: nb.reach(r.graded) for r in rules}
     refs = {r.graded: (r.reference_module, _reference_names(r.reference_module) if r.reference_module else set())
             for r in rules}
@@ -1090,6 +1363,7 @@ def scan(cells: list[str], rules: list[Rules]) -> list[Finding]:
     for cell, magic in nb.notes:
         hits.append(_Hit(REVIEW, None, cell, _magic_line(cells[cell], magic),
                          f"it uses {magic}, which runs or writes code the grader cannot read" + _REVIEW_NOTE))
+    hits += [_Hit(REVIEW, None, cell, 1, _UNREADABLE) for cell in nb.unreadable]
     return _findings(hits, cells)
 
 
@@ -1123,11 +1397,11 @@ def _findings(hits: list[_Hit], cells: list[str]) -> list[Finding]:
     for (severity, cell, line, _), exs in grouped.items():
         if severity == FORBIDDEN:
             forbidden_at[(cell, line)] |= exs
-    out = []
+    out, split = [], {}
     for (severity, cell, line, reason), exs in grouped.items():
         if severity == REVIEW and exs and exs <= forbidden_at[(cell, line)]:
             continue
-        lines = cells[cell].split("\n")
+        lines = split[cell] if cell in split else split.setdefault(cell, cells[cell].split("\n"))
         code = lines[line - 1].strip()[:200] if 0 < line <= len(lines) else ""
         out.append(Finding(severity, tuple(sorted(exs)), cell, line, code, reason))
     return sorted(out, key=lambda f: (f.cell, f.line, f.severity, f.reason))

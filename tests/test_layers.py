@@ -153,13 +153,14 @@ def test_the_library_imports_nothing_by_name_at_run_time():
 GRADER_LAYERS = [
     {"autograder", "autograder.settings", "autograder.limits", "autograder.channel", "autograder.serialize", "autograder.memwatch",
      "autograder.timings", "autograder.syntax_trees", "autograder.keyrings",
-     "autograder.runner", "autograder.forkserver", "autograder.sandbox", "autograder.checks"},
+     "autograder.runner", "autograder.forkserver", "autograder.sandbox", "autograder.checks", "autograder.folder_lock"},
     {"autograder.outcomes", "autograder.outputs", "autograder.honesty", "autograder.course",
      "autograder.trusted", "autograder.submissions", "autograder.exports", "autograder.lateness",
      "autograder.warm_sandbox"},
     {"autograder.grade", "autograder.report", "autograder.selfcheck", "autograder.lms"},
     {"autograder.cluster"},  # grading on Dask workers: above grade and selfcheck, which know nothing of it
-    {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config"},
+    {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config",
+     "autograder.exchange"},
 ]
 
 

@@ -3,11 +3,12 @@ every user (mode 733): a student can create `bob+<assignment>+<later time>+x/` h
 and nbgrader's own collect only logs "claims to be submitted by bob but is owned by mallory; cheating
 attempt?" and copies it as Bob's newest submission (graded 0 / 17, "without problems").
 
-Here a submission whose folder is owned by another user than the one it names is never collected: the
-student's newest own submission is collected instead (nbgrader's due-date rule applied to their own),
-and the refusal is logged as an error naming the folder and its owner. Where the exchange cannot tell
-owners apart (every submission owned by one account, as when all students' servers run as one user),
-nothing is refused and nbgrader's warning stands, with a line saying why.
+Here a submission in a student's name whose folder another user owns (or that is not a folder at all:
+a symbolic link to one of the student's own folders) is never collected when that student has a folder
+of their own in the inbound: their newest own submission is collected instead (nbgrader's due-date rule
+applied to their own), and the refusal is logged as an error naming the folder and its owner. A student
+with no folder of their own (all servers write as one account, or the instructor put a file in by hand)
+keeps nbgrader's behaviour and warning: owners say nothing there.
 
 Configured for the course's collect by `c.ExchangeFactory.collect` (the checkout's nbgrader_config.py,
 the JupyterHub's deploy/jupyterhub/jupyter/nbgrader_config.py).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 
 from nbgrader.exchange.default.collect import ExchangeCollect
 
@@ -25,44 +27,51 @@ except ImportError:  # pragma: no cover - Windows: no owners to check (nbgrader 
     pwd = None
 
 
-def owner_of(path: str) -> str:
-    """The user name owning `path` ('uid N' when the system has no name for it)."""
-    uid = os.stat(path).st_uid
+def owner_of(path: str) -> str | None:
+    """The user name owning folder `path` ('uid N' when the system has no name for it); None when it is
+    not a real folder (a symbolic link is its maker's, whatever it points at) or cannot be read."""
     try:
-        return pwd.getpwuid(uid).pw_name
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        return None
+    try:
+        return pwd.getpwuid(info.st_uid).pw_name
     except KeyError:
-        return f"uid {uid}"
+        return f"uid {info.st_uid}"
 
 
 class OwnerCheckedCollect(ExchangeCollect):
-    """nbgrader's ExchangeCollect; a submission whose folder another user owns is never collected."""
+    """nbgrader's ExchangeCollect; a submission whose folder another user owns is never collected as a
+    student's who has folders of their own."""
 
     def copy_files(self):
-        if pwd is not None and self.check_owner and self.src_records and self._owners_tell_users_apart():
-            self.src_records = [r for r in map(self._own_record, self.src_records) if r is not None]
+        if pwd is not None and self.check_owner and self.src_records:
+            owners = self._owners()
+            self.src_records = [r for r in (self._own_record(r, owners) for r in self.src_records) if r is not None]
         super().copy_files()
 
-    def _owners_tell_users_apart(self) -> bool:
-        """Whether any submission in the inbound (any student, any assignment) is owned by the user it names:
-        if none is, every server writes as one account, and owners say nothing."""
-        for path in glob.glob(os.path.join(self.inbound_path, "*+*+*")):
-            if os.path.basename(path).rsplit("+", 3)[0] == owner_of(path):
-                return True
-        self.log.warning("No submission in %s is owned by the user it names (all servers write as one account?): "
-                         "owners cannot be checked here, so nbgrader's own warnings stand.", self.inbound_path)
-        return False
+    def _owners(self) -> dict[str, str | None]:
+        """Each inbound entry (any student, any assignment) -> its owner (None: not a real folder)."""
+        return {os.path.basename(p): owner_of(p) for p in glob.glob(os.path.join(self.inbound_path, "*+*+*"))}
 
-    def _own_record(self, record: dict) -> dict | None:
+    def _own_record(self, record: dict, owners: dict[str, str | None]) -> dict | None:
         """`record`, or the newest of the same student's own submissions when another user made it."""
         student = record["username"]
-        path = os.path.join(self.inbound_path, record["filename"])
-        if owner_of(path) == student:
+        owner = owners.get(record["filename"])
+        if owner == student:
             return record
-        self.log.error("%s claims to be %s's submission but is owned by %s: not collected (anyone can write into "
-                       "the exchange's inbound; only the student's own folders are theirs).", path, student,
-                       owner_of(path))
-        pattern = os.path.join(self.inbound_path, glob.escape(f"{student}+{self.coursedir.assignment_id}+") + "*")
-        own = [self._path_to_record(p) for p in glob.glob(pattern) if owner_of(p) == student]
+        has_own = any(name.rsplit("+", 3)[0] == student and who == student for name, who in owners.items())
+        if not has_own and owner is not None:
+            return record  # owners cannot vouch here (one account for all, a file put in by hand): nbgrader warns
+        path = os.path.join(self.inbound_path, record["filename"])
+        self.log.error("%s claims to be %s's submission but is %s: not collected (anyone can write into the "
+                       "exchange's inbound; only the student's own folders are theirs).", path, student,
+                       f"owned by {owner}" if owner else "not a folder of its own (a link, or unreadable)")
+        prefix = f"{student}+{self.coursedir.assignment_id}+"
+        own = [self._path_to_record(os.path.join(self.inbound_path, name)) for name, who in owners.items()
+               if name.startswith(prefix) and who == student]
         if self.duedate is not None and self.before_duedate:
             own = [r for r in own if r["timestamp"] <= self.duedate] or own
         if not own:

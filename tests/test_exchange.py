@@ -94,7 +94,8 @@ def _submit(inbound: Path, owner: str, named: str, when: str, marker: str) -> No
 def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(tmp_path):
     """The inbound is writable by every user: 'nobody' made daemon+01+<later time>+x holding a blank notebook.
     nbgrader's collect only warned ('cheating attempt?') and took it as daemon's newest, graded 0 for him.
-    With the course's settings (the JupyterHub's here) collect takes daemon's own newest instead, and says why."""
+    With the course's settings (the JupyterHub's here) collect takes daemon's own newest instead, and says why;
+    so too for a symbolic link to a folder of bin's, the newest of bin's (a link is its maker's, whatever it names)."""
     exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
     inbound = exchange / COURSE_ID / "inbound"
     inbound.mkdir(parents=True)
@@ -102,6 +103,12 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
     _submit(inbound, "daemon", "daemon", "2026-11-28 10:00:00.000000", "daemon's own")
     _submit(inbound, "nobody", "daemon", "2026-11-28 11:00:00.000000", "forged")
     _submit(inbound, "nobody", "nobody", "2026-11-28 09:00:00.000000", "nobody's own")
+    _submit(inbound, "bin", "bin", "2026-11-28 10:00:00.000000", "bin's own")
+    work = tmp_path / "bins-work"  # a folder of bin's (a working copy, say), named by another's link
+    work.mkdir()
+    shutil.chown(work, "bin")
+    (inbound / f"bin+{A01}+2026-11-28 12:00:00.000000 UTC+link").symlink_to(work)
+    _submit(inbound, "nobody", "sys", "2026-11-28 09:30:00.000000", "put in by another account")  # sys has none
     (teaching / "nbgrader_config.py").write_text(
         f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
     env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
@@ -112,10 +119,13 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     collected = {s: nbformat.read(teaching / "submitted" / s / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
-                 for s in ("daemon", "nobody")}
-    assert collected == {"daemon": "daemon's own", "nobody": "nobody's own"}, collected
+                 for s in ("daemon", "nobody", "sys", "bin")}
+    # a student with no folder of their own (one account for every server, or a file put in by hand): as nbgrader
+    assert collected == {"daemon": "daemon's own", "nobody": "nobody's own", "sys": "put in by another account",
+                         "bin": "bin's own"}, collected
     assert (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text().startswith("2026-11-28 10:00")
     assert "claims to be daemon's submission but is owned by nobody: not collected" in done.stderr, done.stderr[-3000:]
+    assert "claims to be bin's submission but is not a folder of its own" in done.stderr, done.stderr[-3000:]
 
 
 def test_the_courses_collect_settings_name_the_owner_checked_collect():

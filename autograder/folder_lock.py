@@ -3,11 +3,17 @@ terminal, a cron job beside the instructor) rewrote each other's copy of the run
 sandbox started from it, raced on the gradebook and on grades.csv; the second run is refused at once,
 saying which run holds the folder, instead of either of them grading on a folder the other changes.
 
-The lock is filelock's (an flock on Unix: the kernel lets go of it when its process ends, however it
-ends, so a killed run never leaves the folder locked). Beside it, a note of who holds it, for the message.
+The lock is an flock on a file in the folder: the kernel lets go of it when its process ends, however
+it ends, so a killed run never leaves the folder locked. It is taken on a read-only descriptor (flock
+needs no write access), so the teaching assistants sharing a grading folder lock the same file whoever
+made it; filelock opens its file for writing, which another account's file refuses. Beside it, a note
+of who holds it, for the message. On a file system without locks (NFS without its lock service) the
+run goes on unlocked, and says so.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import socket
@@ -16,8 +22,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 LOCK_NAME = ".attn-course-grade.lock"
 HOLDER_NAME = ".attn-course-grade.holder.json"
@@ -30,34 +34,50 @@ class FolderInUse(ValueError):
 @contextmanager
 def held(out: Path) -> Iterator[None]:
     """Hold grading folder `out` for the block, or raise FolderInUse at once. A folder this made and
-    the block left empty is removed again: a run refused before it wrote anything leaves no folder."""
+    the block left with nothing but the lock in it is removed again: a run stopped before it wrote
+    anything leaves no folder."""
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    locked = _locked(fd, out)  # FolderInUse: the descriptor is closed, nothing of the holder's touched
     try:
-        with _held(out):
-            yield
-    finally:
-        if made and {p.name for p in out.iterdir()} <= {LOCK_NAME}:
-            (out / LOCK_NAME).unlink(missing_ok=True)
-            out.rmdir()
-
-
-@contextmanager
-def _held(out: Path) -> Iterator[None]:
-    lock = FileLock(out / LOCK_NAME, blocking=False, thread_local=False, fallback_to_soft=False)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise FolderInUse(_in_use_message(out)) from None
-    holder = out / HOLDER_NAME
-    try:
-        holder.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                      "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                      "command": " ".join(sys.argv)}))
+        if locked:
+            _note_holder(out)
         yield
     finally:
-        holder.unlink(missing_ok=True)
-        lock.release()
+        if locked:
+            (out / HOLDER_NAME).unlink(missing_ok=True)
+        if locked and made and {p.name for p in out.iterdir()} <= {LOCK_NAME}:  # held: no other run is inside
+            (out / LOCK_NAME).unlink(missing_ok=True)
+            out.rmdir()
+        os.close(fd)  # the lock goes with the descriptor
+
+
+def _locked(fd: int, out: Path) -> bool:
+    """Take the lock on `fd` (True), or go on unlocked where the file system has no locks (False);
+    FolderInUse when another run holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FolderInUse(_in_use_message(out)) from None
+    except OSError as err:
+        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            os.close(fd)
+            raise
+        print(f"grader: {out} is on a file system without locks ({err.strerror}): nothing stops a second run "
+              "into it meanwhile; run one at a time", file=sys.stderr)
+        return False
+    return True
+
+
+def _note_holder(out: Path) -> None:
+    """Who holds the folder, for the message a second run gets (replaced whole: never half written)."""
+    note = out / f"{HOLDER_NAME}.{os.getpid()}"
+    note.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                "command": " ".join(sys.argv)}))
+    os.replace(note, out / HOLDER_NAME)
 
 
 def _in_use_message(out: Path) -> str:

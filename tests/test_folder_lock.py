@@ -5,6 +5,7 @@ started from it (the first run's warm sandboxes failed: "No module named 'autogr
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 
 from autograder import folder_lock
 from course_tools import cli
+
+from .setups import ordinary_user, run_as, scratch_dir
 
 HOLD = textwrap.dedent("""
     import sys, time
@@ -59,3 +62,29 @@ def test_a_killed_run_holds_nothing(other_run):
     with folder_lock.held(out):  # the kernel let go of the killed process's lock
         assert (out / folder_lock.HOLDER_NAME).is_file()
     assert not (out / folder_lock.HOLDER_NAME).exists()
+
+
+def test_a_folder_shared_by_two_accounts_is_locked_by_either(tmp_path):
+    """Teaching assistants share a grading folder (group-writable): the lock file one of them made is
+    another account's, read-only to the next. The lock needs no write access to it (filelock's did:
+    PermissionError, exit 2, for every run after the first account's)."""
+    user = ordinary_user()
+    if user is None:
+        pytest.skip("needs root and an ordinary user (`.ci/run` makes one)")
+    base = scratch_dir()
+    try:
+        out = base / "grading"
+        out.mkdir()
+        with folder_lock.held(out):  # the first account's run (root here) made the lock file
+            pass
+        out.chmod(0o777)
+        assert (out / folder_lock.LOCK_NAME).stat().st_uid == os.getuid()
+        found = run_as(user, f"""
+            from pathlib import Path
+            from autograder import folder_lock
+            with folder_lock.held(Path({str(out)!r})):
+                print(json.dumps("held"))
+            """)
+        assert found == "held"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

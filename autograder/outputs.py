@@ -94,23 +94,26 @@ def student_outputs(raw, budget: int) -> tuple[list, int]:
 # `<pad>` in prose included); one that does not is cleaned by bleach, as feedback's SanitizeHTML does;
 # what bleach cannot make safe (a markdown link to javascript:) is shown as its source, in a code block.
 SAFE_TAGS = frozenset("""a abbr acronym b blockquote br caption center cite code col colgroup dd del details dfn
-    div dl dt em figcaption figure h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q s samp small span strike
+    div dl dt em figcaption figure font h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q s samp small span strike
     strong sub summary sup table tbody td tfoot th thead tr tt u ul var""".split())
 _SAFE_ATTRIBUTES = {"*": {"class", "title", "align"}, "a": {"href"}, "img": {"src", "alt", "width", "height"},
-                    "td": {"colspan", "rowspan"}, "th": {"colspan", "rowspan", "scope"}, "ol": {"start", "type"},
+                    "td": {"colspan", "rowspan", "style"}, "th": {"colspan", "rowspan", "scope", "style"},
+                    "ol": {"start", "type"}, "font": {"color", "size", "face"},
                     **{f"h{n}": {"id"} for n in range(1, 7)}}  # nbconvert gives headings their anchor's id
 _INERT_UNKNOWN = re.compile(r"[a-z][a-z0-9]*")  # `<pad>`: no element of HTML's, no custom element (no '-')
 _SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[a-z0-9+/=]*")
+_ALIGNED = re.compile(r"\s*text-align\s*:\s*(left|center|right)\s*;?\s*", re.I)  # markdown's aligned table columns
 SOURCE_SHOWN = "*[the grader shows this cell as its source: it held HTML that could run on the grader's page]*"
 
 
 def _safe_url(tag: str, name: str, value: str) -> bool:
-    """A link to http(s), mailto or a place on the page; an image from http(s) or a data URI of a picture."""
+    """A link to http(s), mailto or a place on the page; an image from http(s), a relative path, a notebook
+    attachment or a data URI of a picture (an image's address loads a picture, it runs nothing)."""
     url = re.sub(r"[\x00-\x20\x7f]+", "", html.unescape(value)).lower()
     scheme = _SCHEME.match(url)
     if tag == "img":
-        return bool(scheme) and (scheme.group(1) in ("http", "https") or bool(_DATA_IMAGE.fullmatch(url)))
+        return not scheme or scheme.group(1) in ("http", "https", "attachment") or bool(_DATA_IMAGE.fullmatch(url))
     return not scheme or scheme.group(1) in ("http", "https", "mailto")
 
 
@@ -118,6 +121,8 @@ def _safe_attribute(tag: str, name: str, value: str) -> bool:
     """bleach's test (and ours) of one attribute: named for its tag, and any URL in it harmless."""
     if name not in _SAFE_ATTRIBUTES["*"] | _SAFE_ATTRIBUTES.get(tag, set()):
         return False
+    if name == "style":
+        return bool(_ALIGNED.fullmatch(value))
     return _safe_url(tag, name, value) if name in ("href", "src") else True
 
 

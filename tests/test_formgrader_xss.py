@@ -38,6 +38,9 @@ ORDINARY_MD = ("ORDINARY-TEXT-7 with **bold** and $x^2$\n\n| left | right |\n|--
                f"![figure](data:image/png;base64,{PNG})\n\n")
 ORDINARY_HTML = f"<b>BOLD-HTML</b><table><tr><td>HTML-CELL</td></tr></table><img src=\"data:image/png;base64,{PNG}\">"
 HOSTILE_MD = ORDINARY_MD + "\n\n".join(ATTACKS) + "\n"
+STUDENTS_MARKDOWN = ["| head | score |\n|:-:|--:|\n| $x$ | 1 |", "![plot](plot.png)",
+                     '<img src="attachment:image.png" width=300>', '<img src="figures/attn.png">',
+                     "<font color=red>careful</font>", '<table><tr><td style="text-align: center">x</td></tr></table>']
 HOSTILE_HTML = ORDINARY_HTML + "".join(ATTACKS)
 
 
@@ -68,6 +71,8 @@ def test_ordinary_content_and_the_courses_markdown_stay_as_they_are():
 
     assert safe_markdown(ORDINARY_MD) == ORDINARY_MD and safe_html(ORDINARY_HTML) == ORDINARY_HTML
     assert safe_markdown("`<pad>` and the <pad> token") == "`<pad>` and the <pad> token"
+    for honest in STUDENTS_MARKDOWN:  # what students write; each once came back as its source, or lost a picture
+        assert safe_markdown(honest) == honest
     cells = [c for path in sorted((REPO / "notebooks").glob("*/*.ipynb"))
              for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
     assert cells

@@ -49,8 +49,11 @@ class Finding:
 
 WORK_BUDGET = 1_000_000  # steps of reading one notebook: the course's largest solution takes ~1/50 of it
 TOO_COMPLEX = ("the notebook is too complex for the grader's reading (its code took more than the "
-               "{limit:,} steps of work the grader gives one notebook): a person should read it; no points are "
-               "taken for it automatically")
+               "{limit:,} steps of work the grader gives one notebook): a person should read it")
+# Past the budget no exercise of the notebook is counted until a person has read it: padding that only
+# spends the budget must not switch the static pass off (the course's largest notebook uses ~1/50 of it).
+TOO_COMPLEX_HELD = (TOO_COMPLEX + "; until then none of its exercises is counted (the instructor gives the points "
+                    "in formgrader once they have read it)")
 
 
 @dataclass
@@ -1318,12 +1321,15 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
 def scan(cells: list[str], rules: list[Rules], budget: Budget | None = None) -> list[Finding]:
     """Every finding in a submission: `cells` is every code cell's source in notebook order, `rules`
     the notebook's exercises (rules sharing a graded name are merged). A notebook whose reading spends
-    the work `budget` (the grader's, WORK_BUDGET, by default) is one review finding instead."""
+    the work `budget` (the grader's, WORK_BUDGET, by default) is flagged for a person instead, and none of
+    its exercises counts until then (a finding of every exercise)."""
     budget = budget if budget is not None else Budget()
     try:
         return _scan(cells, _merge(rules), budget)
     except TooComplex as err:
-        return [Finding(REVIEW, (), err.cell, 1, _first_line(cells, err.cell), TOO_COMPLEX.format(limit=budget.limit))]
+        where = (err.cell, 1, _first_line(cells, err.cell))
+        return [Finding(FORBIDDEN, (), *where, TOO_COMPLEX_HELD.format(limit=budget.limit)),
+                Finding(REVIEW, (), *where, TOO_COMPLEX.format(limit=budget.limit))]
 
 
 def _first_line(cells: list[str], cell: int) -> str:

@@ -58,8 +58,10 @@ def test_the_red_teams_chain_notebook_is_left_to_a_person_within_the_budget():
     cells = [chain_cell(k, 1000) for k in range(8)] + [FORBIDDEN_SOFTMAX]
     budget = honesty.Budget()
     findings = scan(cells, rules(), budget)
-    assert [(f.severity, f.exercises) for f in findings] == [(REVIEW, ())], findings
-    assert TOO_COMPLEX in findings[0].reason and "a person should read it" in findings[0].reason
+    # left to a person, and nothing counted until then: padding must not switch the static pass off
+    assert [(f.severity, f.exercises) for f in findings] == [(FORBIDDEN, ()), (REVIEW, ())], findings
+    assert all(TOO_COMPLEX in f.reason and "a person should read it" in f.reason for f in findings)
+    assert "none of its exercises is counted" in findings[0].reason
     assert honesty.WORK_BUDGET < budget.spent <= honesty.WORK_BUDGET + 2_000  # stopped at the budget, not read to the end
 
 

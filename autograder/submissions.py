@@ -344,13 +344,19 @@ _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<f
 # A Moodle folder's name ends with the platform's block (no file part): read from the right, because the
 # full name before it is the student's own (editable in their profile) and may carry a classmate's block.
 _MOODLE_FOLDER = re.compile(r"^(?P<name>.+)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<file>)$", re.I)
-_MOODLE_BLOCK = re.compile(r"_\d+_assignsubmission_[a-z]+_", re.I)
+_MOODLE_BLOCK = re.compile(r"_(\d+)_assignsubmission_[a-z]+_", re.I)
+
+
+def _two_moodle_owners(name: str) -> bool:
+    """Whether a file's name holds Moodle owner blocks of two users (one user's twice is a re-upload of a
+    file Moodle named: it is theirs)."""
+    return len(set(_MOODLE_BLOCK.findall(name))) > 1
 _BLACKBOARD = re.compile(r"^.+?_(?P<name>[^_]+)_attempt_\d{4}(?:-\d\d){5}(?:_(?P<file>.+))?$")
 _PLATFORMS = (("canvas", _CANVAS), ("moodle", _MOODLE), ("blackboard", _BLACKBOARD))
 _COPIES = re.compile(r"(\s*\(\d+\)|[-_ ]copy\d*)+$", re.I)  # what browsers and file managers append
 
 
-TWO_MOODLE_OWNERS = ("its name holds two Moodle owner blocks ('<full name>_<id>_assignsubmission_...'): a student's "
+TWO_MOODLE_OWNERS = ("its name holds two users' Moodle owner blocks ('<full name>_<id>_assignsubmission_...'): a student's "
                      "full name or file name imitates another student's, and whose upload it is cannot be told from "
                      "the name, so it is graded as nobody's. Look the upload up on Moodle, rename it there as its "
                      "uploader's ('<full name>_<id>_assignsubmission_file_<file>') and run again")
@@ -674,7 +680,7 @@ class _Intake:
                 self.ignore(rel, f"nbgrader's {name}/ folder, not a student's (students are read from submitted/)")
             elif entry.is_dir():  # a student's folder; a platform's name (Moodle) says whose
                 self.add(layout, entry, "folder", flat_name(name, {}, suffix=""), name)
-            elif entry.is_file() and len(_MOODLE_BLOCK.findall(name)) > 1:
+            elif entry.is_file() and _two_moodle_owners(name):
                 self.ignore(rel, TWO_MOODLE_OWNERS)
             elif entry.is_file() and name.lower().endswith(".zip"):
                 self.add(layout, entry, "zip", flat_name(name, self.assignments, suffix=".zip"), entry.stem)

@@ -1110,6 +1110,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     kept: list[str] = []  # what this folder holds that is older than what is graded: not graded, said why
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
+    absent: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
     overriding = bool(force and students and assignments)  # this run's grades replace others by hand: remembered
     started = time.time()
     salt = class_salt(out)
@@ -1138,11 +1139,16 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             if not force and _overridden(record, content):  # the instructor's choice stands over a file seen before
                 held.append(_held_line(sub, assignment))
                 continue
-            why = None if overriding else _keep_recorded(sub, assignment, recorded.get(assignment, ""))
+            why = _keep_recorded(sub, assignment, recorded.get(assignment, ""))
+            if overriding and why:  # the instructor's choice: this folder's file over the newer one graded before
+                why = None
             if why is None:
                 left.append(assignment)
             elif why:
                 kept.append(why)
+            elif overriding:  # nothing of theirs for it here: an override of no file never takes the grade away
+                absent.append(f"{sub.student_id} {assignment}: no notebook for it in {submissions}; the grade from "
+                              "an earlier folder stands (run the override on the folder that holds the file)")
         return left
 
     def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
@@ -1188,6 +1194,10 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     if progress and held:
         print(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded again):")
         for line in sorted(held):
+            print(f"  {line}")
+    if progress and absent:
+        print(f"nothing to regrade ({len(absent)}; --force named a notebook this folder does not hold):")
+        for line in sorted(absent):
             print(f"  {line}")
     if progress and resent:
         print(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):")

@@ -164,3 +164,16 @@ def test_a_course_config_that_cannot_be_pointed_here_is_a_clear_error(tmp_path):
     (course / "nbgrader_config.py").write_text("c = get_config()\n")
     with pytest.raises(CourseMoved, match="does not name its course root"):
         settle_course_config(course, f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}")
+
+
+def test_an_override_on_a_folder_without_the_notebook_takes_no_grade_away(course, tmp_path):
+    """`--force --student ann --assignment 01` run on week 2's folder, where ann handed in 02 only: her 01
+    was graded again as 'missing' over the 17 / 17 week 1 gave it. The grade stands, and the run says why."""
+    week1, week2, out = tmp_path / "week1", tmp_path / "week2", tmp_path / "out"
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(week2 / "ann" / f"{A02}.ipynb", solved_notebook(course, A02))
+    _graded(week1, out)
+    said = _graded(week2, out, force=True, students=["ann"], assignments=[A01])
+    row = _rows(out)[("ann", A01)]
+    assert (row["score"], row["status"]) == ("17", "ok"), row
+    assert "nothing to regrade (1;" in said and f"ann {A01}: no notebook for it in" in said, said

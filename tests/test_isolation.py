@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pickle
+import re
 
 import cloudpickle
 import nbformat
@@ -90,7 +91,9 @@ def basic_self_attention(X):
 # What the course's softmax would give away if anything of that run came back: its local name
 # `shifted`, its disassembly, the module and file name the blind copy claims, the attack's own
 # marker (spelt from character codes at run time) and its encoded values (987650000 + a byte).
-LEAKS = ("shifted", "LOAD_", "BINARY_OP", "RETURN_VALUE", "attention_reference", "<course code>", "XFILTRATE", "98765")
+LEAKS = ("shifted", "LOAD_", "BINARY_OP", "RETURN_VALUE", "attention_reference", "<course code>", "XFILTRATE")
+# The encoded values as numbers, not inside the gradebook's hex ids (one, c7987654072f..., once failed the test)
+ENCODED = re.compile(r"(?<![0-9a-fA-F])98765[0-9]{4}(?![0-9a-fA-F])")
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +226,7 @@ def test_gelu_in_feed_forward_costs_feed_forward_only(course, check):
 
 # --------------------------------------------------------------------------- the harm that must not happen
 def _leaks(text: str) -> list[str]:
-    return [leak for leak in LEAKS if leak in text]
+    return [leak for leak in LEAKS if leak in text] + ENCODED.findall(text)
 
 
 @pytest.mark.slow

@@ -72,4 +72,7 @@ if _feedback_templates():
 # course's config loads this file when its server starts, so a grading output made before this is
 # covered. The feedback page has its own sanitising (above) and keeps it alone.
 c.HTMLExporter.preprocessors = ["autograder.plugins.StudentHTML"]
+# No anchors on headings either: a student's `## test_softmax` became an element with id "test_softmax"
+# ahead of the score box of that id, which formgrader's script then bound instead (outputs.SAFE_CLASSES).
+c.HTMLExporter.exclude_anchor_links = True
 c.FeedbackExporter.preprocessors = []

@@ -96,10 +96,21 @@ def student_outputs(raw, budget: int) -> tuple[list, int]:
 SAFE_TAGS = frozenset("""a abbr acronym b blockquote br caption center cite code col colgroup dd del details dfn
     div dl dt em figcaption figure font h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q s samp small span strike
     strong sub summary sup table tbody td tfoot th thead tr tt u ul var""".split())
+# No `id` (formgrader finds each score box by its grade id: a student's element of that id came first, and
+# the instructor's score was never saved) and only a few classes (a student's `nbgrader_cell` or `full-credit`
+# made formgrader controls of their own; `modal-backdrop` a full-page overlay).
+SAFE_CLASSES = frozenset({"alert", "alert-info", "alert-warning", "alert-success", "alert-danger", "alert-block"})
+
+
+def _code_classes() -> frozenset:
+    """The classes a code block in markdown is drawn with (pygments' short token names, `highlight`)."""
+    from pygments.token import STANDARD_TYPES
+
+    return frozenset(STANDARD_TYPES.values()) | {"highlight", "hll"}
 _SAFE_ATTRIBUTES = {"*": {"class", "title", "align"}, "a": {"href"}, "img": {"src", "alt", "width", "height"},
                     "td": {"colspan", "rowspan", "style"}, "th": {"colspan", "rowspan", "scope", "style"},
                     "ol": {"start", "type"}, "font": {"color", "size", "face"},
-                    **{f"h{n}": {"id"} for n in range(1, 7)}}  # nbconvert gives headings their anchor's id
+                    }
 _INERT_UNKNOWN = re.compile(r"[a-z][a-z0-9]*")  # `<pad>`: no element of HTML's, no custom element (no '-')
 _SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[a-z0-9+/=]*")
@@ -112,8 +123,10 @@ def _safe_url(tag: str, name: str, value: str) -> bool:
     attachment or a data URI of a picture (an image's address loads a picture, it runs nothing)."""
     url = re.sub(r"[\x00-\x20\x7f]+", "", html.unescape(value)).lower()
     scheme = _SCHEME.match(url)
-    if tag == "img":
-        return not scheme or scheme.group(1) in ("http", "https", "attachment") or bool(_DATA_IMAGE.fullmatch(url))
+    if tag == "img":  # a relative picture stays below the page's folder: no '/...', '//host' or '..' (a GET as the instructor)
+        if not scheme:
+            return not url.startswith("/") and ".." not in url and "?" not in url
+        return scheme.group(1) in ("http", "https", "attachment") or bool(_DATA_IMAGE.fullmatch(url))
     return not scheme or scheme.group(1) in ("http", "https", "mailto")
 
 
@@ -123,6 +136,8 @@ def _safe_attribute(tag: str, name: str, value: str) -> bool:
         return False
     if name == "style":
         return bool(_ALIGNED.fullmatch(value))
+    if name == "class":
+        return set(value.split()) <= SAFE_CLASSES | _code_classes()
     return _safe_url(tag, name, value) if name in ("href", "src") else True
 
 
@@ -164,11 +179,19 @@ def clean_html(fragment: str) -> str:
 
 
 def render_markdown(source: str, attachments: dict | None = None) -> str:
-    """Markdown as formgrader's page renders it (nbconvert's HTMLExporter.markdown2html, default settings)."""
+    """Markdown as formgrader's page renders it (nbconvert's HTMLExporter.markdown2html, with the course's
+    settings: headings without anchors, nbgrader_config.py). A picture the cell no longer carries (a
+    pasted image: the normalized notebook keeps no attachments) stays an `attachment:` address, which
+    shows nothing, instead of nbconvert's InvalidNotebook (which failed the whole grading of the notebook)."""
     from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
-    renderer = IPythonRenderer(escape=False, attachments=attachments or {}, embed_images=False, path="",
-                               anchor_link_text="¶", exclude_anchor_links=False)
+    class Renderer(IPythonRenderer):
+        def _embed_image_or_attachment(self, src: str) -> str:
+            name = src[len("attachment:"):] if src.startswith("attachment:") else None
+            return src if name is not None and name not in self.attachments else super()._embed_image_or_attachment(src)
+
+    renderer = Renderer(escape=False, attachments=attachments or {}, embed_images=False, path="",
+                        anchor_link_text="¶", exclude_anchor_links=True)
     return MarkdownWithMath(renderer=renderer).render(source)
 
 
@@ -183,13 +206,22 @@ def safe_html(fragment: str) -> str | None:
 def safe_markdown(source: str, attachments: dict | None = None) -> str:
     """Markdown kept when it renders to safe HTML, else cleaned by bleach; shown as its source in a
     code block when even the cleaned text renders unsafe (a markdown link to javascript:, say)."""
-    if is_safe_html(render_markdown(source, attachments)):
+    if _renders_safe(source, attachments):
         return source
     cleaned = clean_html(source)
-    if is_safe_html(render_markdown(cleaned, attachments)):
+    if _renders_safe(cleaned, attachments):
         return cleaned
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", source)), default=0))
     return f"{SOURCE_SHOWN}\n\n{fence}text\n{source}\n{fence}\n"
+
+
+def _renders_safe(source: str, attachments: dict | None) -> bool:
+    """Whether markdown renders to safe HTML; a renderer's failure on the student's text is 'not safe'
+    (the cell is then shown as its source), never the grader's failure."""
+    try:
+        return is_safe_html(render_markdown(source, attachments))
+    except Exception:  # noqa: BLE001 - any markdown a student can write
+        return False
 
 
 def safe_raw(source: str) -> str:

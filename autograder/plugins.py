@@ -283,6 +283,16 @@ def _make_inert(cell) -> None:
         cell.source = safe_raw(cell.source)
 
 
+_ATTACHMENT = re.compile(r"attachment:([^\s)\"'>]+)")
+
+
+def _kept_attachments_only(source: str, attachments) -> str:
+    """Markdown whose `attachment:` pictures the cell no longer carries (a normalized notebook keeps none)
+    point nowhere: nbconvert's page raises on them, and formgrader showed an error for the whole submission."""
+    kept = attachments if isinstance(attachments, dict) else {}
+    return _ATTACHMENT.sub(lambda m: m.group(0) if m.group(1) in kept else "#attachment-not-kept", source)
+
+
 class StudentHTML(Preprocessor):
     """formgrader's exporter (c.HTMLExporter.preprocessors, nbgrader_config.py): every markdown and raw
     cell, and every output, made inert before the page is drawn, on the instructor's origin. It also
@@ -291,9 +301,11 @@ class StudentHTML(Preprocessor):
     enabled = Bool(True).tag(config=True)
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type in ("markdown", "raw") and isinstance(cell.get("source"), str):
-            cell.source = (safe_markdown(cell.source, cell.get("attachments")) if cell.cell_type == "markdown"
-                           else safe_raw(cell.source))
+        if cell.cell_type == "markdown" and isinstance(cell.get("source"), str):
+            cell.source = _kept_attachments_only(safe_markdown(cell.source, cell.get("attachments")),
+                                                 cell.get("attachments"))
+        elif cell.cell_type == "raw" and isinstance(cell.get("source"), str):
+            cell.source = safe_raw(cell.source)
         elif cell.cell_type == "code":
             cell.outputs = page_outputs(cell.get("outputs"))
             if not _is_count(cell.get("execution_count")):

@@ -167,3 +167,26 @@ def test_grader_writes_no_active_html_and_formgrader_draws_none(course, monkeypa
     assert page.count("<script") == benign.count("<script") > 0
     for shown in ("ORDINARY-TEXT-7", "CELL-A", "BOLD-HTML", "HTML-CELL", f"data:image/png;base64,{PNG}"):
         assert shown in page, shown
+
+
+def test_formgrader_keeps_its_own_score_boxes_and_draws_a_pasted_picture_without_error(tmp_path, monkeypatch):
+    """Formgrader binds each score box by its grade id: a student's heading `## test_softmax` (nbconvert gave it
+    that id) or `<h3 id=...>` came first on the page, and the instructor's score was never saved; a
+    `<div class="nbgrader_cell">` with a `full-credit` link made a control of the student's. And a pasted
+    picture (Jupyter keeps it as a cell attachment, which the graded copy drops) made nbconvert raise: the
+    autograde failed ('nbgrader autograde failed', 0, never graded) and formgrader showed an error page."""
+    from autograder.outputs import safe_markdown
+
+    pasted = "My figure:\n\n![image.png](attachment:image.png)"
+    assert safe_markdown(pasted) == pasted  # no attachment kept: no error, the cell as written
+    course = tmp_path / "course"
+    write_course_config(course, f"sqlite:///{tmp_path / 'gradebook.db'}")
+    posing = ("## test_softmax\n\n<h3 id=\"test_softmax_stability\">x</h3>\n\n<div class=\"nbgrader_cell\">"
+              "<a class=\"btn btn-success full-credit\" href=\"#\">Looks right</a></div>\n\n"
+              "<div class=\"alert alert-info\">a note</div>")
+    (course / "autograded").mkdir()
+    nbformat.write(new_notebook(cells=[new_markdown_cell(posing), new_markdown_cell(pasted)]),
+                   course / "autograded" / "posing.ipynb")
+    page = formgrader_page(course, course / "autograded" / "posing.ipynb", monkeypatch)
+    assert 'id="test_softmax' not in page and "nbgrader_cell\"><a" not in page and "full-credit" not in page
+    assert 'class="alert alert-info"' in page and "My figure" in page

@@ -344,7 +344,7 @@ _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<f
 # A Moodle folder's name ends with the platform's block (no file part): read from the right, because the
 # full name before it is the student's own (editable in their profile) and may carry a classmate's block.
 _MOODLE_FOLDER = re.compile(r"^(?P<name>.+)_(?P<uid>\d+)_assignsubmission_[a-z]+_(?P<file>)$", re.I)
-_MOODLE_BLOCK = re.compile(r"_(\d+)_assignsubmission_[a-z]+_", re.I)
+_MOODLE_BLOCK = re.compile(r"(?=_(\d+)_assignsubmission_[a-z]+_)", re.I)  # overlapping: blocks may share their '_'
 
 
 def _two_moodle_owners(name: str) -> bool:

@@ -325,6 +325,14 @@ def test_a_moodle_full_name_carrying_a_classmates_block_takes_nothing_of_theirs(
     assert bob.notebooks == {A01: honest}, "a classmate's upload replaced Bob's notebook"
     assert json.loads(other.notebooks[A01])["cells"][0]["source"] == "blank"  # hers, graded as hers
     assert (flat, TWO_MOODLE_OWNERS) in found.ignored, found.ignored
+    # a full name ending in a classmate's whole block: the two blocks share one '_' (a red team's second try)
+    adjacent = tmp_path / "adjacent"
+    write(adjacent / f"Bob Jones_4242_assignsubmission_file_{A01}.ipynb", honest, at(2026, 11, 20, 9, 0))
+    forged_flat = f"Bob Jones_4242_assignsubmission_file_9999_assignsubmission_file_{A01}.ipynb"
+    write(adjacent / forged_flat, notebook(A01, "blank"), at(2026, 11, 20, 10, 0))
+    found = collect_all(adjacent, ASSIGNMENTS)
+    [bob] = found.students
+    assert bob.notebooks == {A01: honest} and (forged_flat, TWO_MOODLE_OWNERS) in found.ignored
     # a file Moodle named, handed in again by its owner: one user's two blocks, theirs
     again = tmp_path / "again"
     write(again / f"Bob Jones_4242_assignsubmission_file_Bob Jones_4242_assignsubmission_file_{A01}.ipynb",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import itertools
 import re
 import sys
@@ -158,6 +159,23 @@ _DYNAMIC = ("it looks up an attribute whose name is computed at run time ({how})
 
 # --------------------------------------------------------------------------- IPython syntax
 _CODE_MAGICS = {"time", "timeit", "prun", "capture", "debug"}  # their argument / body is Python
+# Cell magics whose body the kernel does not run as code (shown in the browser only): nothing to read.
+_INERT_CELL_MAGICS = {"html", "markdown", "latex", "svg", "javascript", "js"}
+# Everything else on a cell's first `%%` line (bash, sh, script, python3, perl, a name made by %alias_magic
+# or a student's own register_cell_magic, ...) runs its body where the grader cannot read it: reviewed.
+_SHELL_MAGICS = {"sx", "system", "bash", "sh", "script"}  # line magics that run a shell, like `!`
+# Line magics that change how IPython reads later cells or makes new magics: what those cells run is not
+# what they say (autocall turns `exec "..."` into exec("..."); %alias_magic t time makes %%t a %%time)
+_READING_MAGICS = {
+    "autocall": "it switches on IPython's autocall, which runs a later line like `f x` as `f(x)`, so the grader "
+                "cannot read what those cells run",
+    "config": "it changes the kernel's settings (%config), which can change how IPython reads and runs later "
+              "cells",
+    "alias_magic": "it makes a new name for a magic (%alias_magic), so later cells that use it cannot be read "
+                   "by the grader",
+    "alias": "it makes a shell command into a magic (%alias), which runs a program the grader cannot read",
+}
+_INERT_CONFIG = re.compile(r"^\s*InlineBackend\.\w+\s*=")  # %config InlineBackend.figure_format = 'retina'
 _MAGIC = re.compile(r"^(\s*)(%{1,2}|!)\s*(\w*)(.*)$")
 _ASSIGNED_MAGIC = re.compile(r"^(\s*)([\w\s,()\[\].*]+?)\s*=\s*[%!].*$")
 _HELP = re.compile(r"^(\s*)\?*[\w.\[\]()]+\?{1,2}\s*$|^(\s*)\?{1,2}[\w.]+\s*$")
@@ -172,29 +190,61 @@ def _neutralise(source: str) -> tuple[str | None, list[str]]:
         name = _MAGIC.match(lines[first]).group(3)
         if name in ("writefile", "file"):
             return None, ["%%" + name]
-        if name not in _CODE_MAGICS:
+        if name in _INERT_CELL_MAGICS:
             return None, []
-        lines[first] = ""
+        if name not in _CODE_MAGICS:
+            return None, ["%%" + name]
+        # %%timeit's first line (after its options) is setup code, run once before the body
+        lines[first] = _strip_options(_MAGIC.match(lines[first]).group(4)) if name == "timeit" else ""
     out = []
     for ln in lines:
         m = _MAGIC.match(ln)
         if m and not (m.group(2) == "%" and not m.group(3)):
             indent, kind, name, rest = m.groups()
             if kind.startswith("%") and name in _CODE_MAGICS and rest.strip():
-                rest = re.sub(r"^\s*(-\w+(\s+\d+)?\s+)*", "", rest)
-                out.append(indent + rest.strip())
+                out.append(indent + _strip_options(rest))
                 continue
             if kind.startswith("%") and name in ("run", "load", "writefile", "file"):
+                notes.append("%" + name)
+            elif (kind == "!" or (kind == "%" and name in _SHELL_MAGICS)) and \
+                    not _reads_only(rest if kind == "%" else name + rest):
+                notes.append("!" if kind == "!" else "%" + name)
+            elif kind == "%" and name in _READING_MAGICS and not (name == "config" and _INERT_CONFIG.match(rest)):
                 notes.append("%" + name)
             out.append(indent + "pass")
         elif _ASSIGNED_MAGIC.match(ln):
             m2 = _ASSIGNED_MAGIC.match(ln)
+            shell = re.search(r"=\s*(?:!|%\s*(?:sx|system)\b)(.*)$", ln)  # `files = !ls`: a shell command
+            if shell and not _reads_only(shell.group(1)):
+                notes.append("!")
             out.append(f"{m2.group(1)}{m2.group(2)} = None")
         elif _HELP.match(ln):
             out.append(re.match(r"^\s*", ln).group(0) + "pass")
         else:
             out.append(ln)
     return "\n".join(out), notes
+
+
+# Shell commands that only look (`!ls`, `!nvidia-smi`, `!pip list`): no finding. Any other shell line, and
+# every %%bash / %%sh / %%script cell, is left to a person: a shell can write a Python file the notebook then
+# imports (or one that shadows an installed module in the working folder), which no scan can read.
+_LOOKING = {"ls", "pwd", "nvidia-smi", "nproc", "free", "df", "du", "uname", "whoami", "date", "which", "wc",
+            "head", "tail", "cat", "echo", "hostname", "lscpu", "env", "printenv", "tree", "file", "stat"}
+_LOOKING_PIP = re.compile(r"^(pip3?|python3?\s+-m\s+pip)\s+(list|show|freeze|--version)\b")
+
+
+def _reads_only(command: str) -> bool:
+    """Whether a shell line only reads: one command from _LOOKING (or pip list/show/freeze), with no
+    redirection, pipe, chaining, substitution or Python variable expansion."""
+    command = command.strip()
+    if not command or re.search(r"[>|;&`$<{]", command):
+        return False
+    return command.split()[0] in _LOOKING or bool(_LOOKING_PIP.match(command))
+
+
+def _strip_options(rest: str) -> str:
+    """A code magic's argument without its leading options (`-n1 -r 3 f(x)` -> `f(x)`)."""
+    return re.sub(r"^\s*(-\w+(\s+\d+)?\s+)*", "", rest).strip()
 
 
 def _parse(source: str) -> tuple[ast.Module | None, list[str]]:
@@ -212,6 +262,7 @@ class _Reading:
     tree: ast.Module | None
     notes: list[str]
     unreadable: bool = False
+    broken: bool = False  # Python, but no reading parses (a syntax error, or a line only autocall runs)
 
 
 def _read(source: str) -> _Reading:
@@ -227,7 +278,26 @@ def _read(source: str) -> _Reading:
             continue
         except (ValueError, RecursionError, MemoryError):
             return _Reading(None, notes, unreadable=_ipython_compiles(source))
-    return _Reading(None, notes)
+    return _Reading(None, notes, broken=True)
+
+
+# IPython's autocall (prefilter, one-line cells only): `f x` runs as `f(x)`, `f a, b` as `f(a, b)`
+_AUTOCALL = re.compile(r"^\s*([A-Za-z_][\w.]*)\s+(?![\s=(\[{,;:+\-*/%<>&|^~!.@])(.+?)\s*$")
+_AUTOCALLED = ("with autocall switched on (this notebook does), IPython runs this line as `{call}`, which the "
+               "grader cannot otherwise read as Python")
+
+
+def _autocalled(source: str) -> ast.Module | None:
+    """A one-line cell as IPython runs it when autocall is on (`exec "..."` -> exec("...")), None when the
+    cell is not such a line or its call does not parse either."""
+    text = source.strip()
+    m = _AUTOCALL.match(text) if "\n" not in text else None
+    if not m:
+        return None
+    try:
+        return in_turn(ast.parse, "\n" * _blank_start(source) + f"{m.group(1)}({m.group(2)})")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _readings(source: str, notes: list[str]) -> Iterator[str | None]:
@@ -491,6 +561,12 @@ _REVIEW_MODULES = {
     "inspect": "it uses inspect, which can reach the grader's frames and objects",
     "ctypes": "it uses ctypes, which can change the interpreter's memory",
     "importlib": "it imports modules by computed names (importlib)",
+    # where imports are looked for: a module the notebook wrote can then shadow or add to what is installed
+    **{f"sys.{name}": f"it changes where Python looks for modules (sys.{name}), so an import can load a file "
+                      "the notebook wrote, which the grader cannot read"
+       for name in ("path", "meta_path", "path_hooks", "path_importer_cache")},
+    "site.addsitedir": "it changes where Python looks for modules (site.addsitedir), so an import can load a "
+                       "file the notebook wrote, which the grader cannot read",
     "builtins": "it changes Python's built-ins (builtins)",
     "sys.modules": "it changes the table of imported modules (sys.modules)",
     "sys._getframe": "it reads the interpreter's frames (sys._getframe)",
@@ -732,6 +808,10 @@ class _Walker:
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if isinstance(func, ast.Name) and func.id == "open" and self._lookup("open") == ("global", []) \
+                and func.id not in self.nb.student_names and node.args and _writes_python(self, node):
+            self._review(node, "it writes a Python file (a module the notebook can then import), whose code the "
+                               "grader cannot read")
         if isinstance(func, ast.Name) and func.id in _BUILTIN_DYNAMIC and self._lookup(func.id) == ("global", []) \
                 and func.id not in self.nb.student_names and len(node.args) >= 2:
             self._dynamic(node, func.id)
@@ -755,9 +835,19 @@ class _Walker:
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
             self._fact("path", node, path=a.name, how=_snippet(node), binding_only=not a.asname and "." in a.name)
+            self._not_installed(node, a.name)
+
+    def _not_installed(self, node: ast.AST, module: str) -> None:
+        """An import of a top-level module the grader's environment does not have: a file the notebook
+        wrote itself (open(...).write, %%bash, !cat > ...), whose code the grader cannot read."""
+        top = module.split(".")[0]
+        if top and not module.startswith(".") and not _installed(top):
+            self._review(node, f"it imports {top}, a module that is not installed where the grader runs (a "
+                               f"Python file the notebook wrote itself, say), whose code the grader cannot read")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = _from_module(node)
+        self._not_installed(node, module)
         for a in node.names:
             if a.name == "*":
                 self._fact("path", node, path=module, how=_snippet(node))
@@ -901,6 +991,30 @@ class _Walker:
         return None
 
 
+_INSTALLED: dict[str, bool] = {}
+
+
+def _installed(top: str) -> bool:
+    """Whether a top-level module can be imported in the grader's environment (nothing is imported)."""
+    if top not in _INSTALLED:
+        try:
+            found = top in sys.modules or top in sys.builtin_module_names or \
+                importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        _INSTALLED[top] = found
+    return _INSTALLED[top]
+
+
+def _writes_python(walker: "_Walker", call: ast.Call) -> bool:
+    """`open(<a name ending .py>, <a mode that writes>)`, the name and mode as far as the source says."""
+    names = walker._strings(call.args[0])
+    mode_node = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    modes = walker._strings(mode_node) if mode_node is not None else {"r"}
+    writes = modes is None or any(c in m for m in modes for c in "wax+")
+    return writes and names is not None and any(n.rstrip().endswith((".py", ".pth")) for n in names)
+
+
 def _product_size(parts: list[set[str] | None]) -> int:
     size = 1
     for p in parts:
@@ -947,13 +1061,26 @@ class _Notebook:
         self.units: list[_Unit] = []
         self.notes: list[tuple[int, str]] = []
         self.unreadable: list[int] = []  # cells IPython runs that the pass could not read
+        self.autocalled: list[tuple[int, str]] = []  # one-line cells only autocall runs: (cell, the call)
+        readings = []
         for i, source in enumerate(cells):
             self.budget.cell = i
             reading = _read(source)
+            readings.append(reading)
             self.notes += [(i, n) for n in reading.notes]
             self.unreadable += [i] if reading.unreadable else []
-            if reading.tree is not None:
-                for unit in _units(i, reading.tree.body):
+        # autocall switched on anywhere (cells run in any order): a one-line cell that no reading parses
+        # but that autocall runs as a call is read as that call, and left to a person
+        autocall = any(n in ("%autocall", "%config") for _, n in self.notes)
+        for i, reading in enumerate(readings):
+            self.budget.cell = i
+            tree = reading.tree
+            if tree is None and reading.broken and autocall:
+                tree = _autocalled(cells[i])
+                if tree is not None:
+                    self.autocalled.append((i, _snippet(tree.body[0])))
+            if tree is not None:
+                for unit in _units(i, tree.body):
                     self.budget.spend(_UNIT_STEPS)
                     self.units.append(unit)
         self.bindings: dict[str, list[_Unit]] = defaultdict(list)
@@ -1367,9 +1494,10 @@ def _scan(cells: list[str], rules: list[Rules], budget: Budget) -> list[Finding]
                 hits.append(_Hit(FORBIDDEN, r.graded, u.cell, _line(stmt, u),
                                  _STAR_ONLY.format(graded=r.graded, how=_snippet(stmt))))
     for cell, magic in nb.notes:
-        hits.append(_Hit(REVIEW, None, cell, _magic_line(cells[cell], magic),
-                         f"it uses {magic}, which runs or writes code the grader cannot read" + _REVIEW_NOTE))
+        hits.append(_Hit(REVIEW, None, cell, _magic_line(cells[cell], magic), _note_reason(magic) + _REVIEW_NOTE))
     hits += [_Hit(REVIEW, None, cell, 1, _UNREADABLE) for cell in nb.unreadable]
+    hits += [_Hit(REVIEW, None, cell, _blank_start(cells[cell]) + 1, _AUTOCALLED.format(call=call) + _REVIEW_NOTE)
+             for cell, call in nb.autocalled]
     return _findings(hits, cells)
 
 
@@ -1387,9 +1515,28 @@ def _line(node: ast.AST, unit: _Unit) -> int:
     return getattr(node, "lineno", None) or getattr(unit.node, "lineno", 1) or 1
 
 
+def _note_reason(magic: str) -> str:
+    """Why a magic (or shell line) noted while reading a cell is left to a person."""
+    name = magic.lstrip("%!")
+    if magic == "!" or (magic.startswith("%") and not magic.startswith("%%") and name in _SHELL_MAGICS):
+        return ("it runs a shell command, which can write files (a Python module the notebook then imports, "
+                "say) that the grader cannot read")
+    if magic.startswith("%%") and magic not in ("%%writefile", "%%file"):
+        return (f"it runs this cell with the cell magic {magic}, so the grader cannot read the cell as Python "
+                "(only %%time, %%timeit, %%capture, %%prun and %%debug cells, whose body is Python, and display "
+                "cells such as %%html or %%markdown are read)")
+    if magic.startswith("%") and name in _READING_MAGICS:
+        return _READING_MAGICS[name]
+    return f"it uses {magic}, which runs or writes code the grader cannot read"
+
+
 def _magic_line(source: str, magic: str) -> int:
-    for i, ln in enumerate(source.split("\n"), 1):
+    rows = source.split("\n")
+    for i, ln in enumerate(rows, 1):
         if ln.lstrip().startswith(magic):
+            return i
+    for i, ln in enumerate(rows, 1):  # `files = !ls`, or a one-line automagic without its %
+        if magic.lstrip("%") and magic.lstrip("%") in ln:
             return i
     return 1
 

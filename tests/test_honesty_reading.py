@@ -143,3 +143,106 @@ def test_a_cell_ipython_runs_but_the_pass_cannot_read_is_left_to_a_person():
     findings: list[Finding] = scan(["import math", deep], rules())
     assert [(f.severity, f.cell) for f in findings] == [(REVIEW, 1)], findings
     assert "cannot read it as Python" in findings[0].reason
+
+
+# --------------------------------------------------------------------------- red team 2: cells IPython reads otherwise
+# Each trick hid a forbidden call from the pass with no flag at all (full marks). Each is now left to a person.
+HIDDEN = "import torch\ndef softmax(x, axis=-1):\n    return torch.softmax(torch.as_tensor(x), dim=axis).numpy()"
+
+
+def reviews(findings: list[Finding], cell: int) -> list[Finding]:
+    return [f for f in findings if f.severity == REVIEW and f.cell == cell]
+
+
+@pytest.mark.parametrize("switch", ["%autocall 1", "autocall 2", "%config InteractiveShell.autocall = 2"])
+def test_an_autocall_line_is_read_as_the_call_ipython_runs(switch):
+    """With autocall on, IPython's prefilter runs the one-line cell `exec "<source>"` as exec("<source>")."""
+    cells = ["import numpy as np", switch, f"exec {HIDDEN!r}"]
+    findings = scan(cells, rules())
+    assert reviews(findings, 1), findings  # the switch itself
+    on_line = [f for f in reviews(findings, 2) if f.line == 1]
+    assert any("autocall" in f.reason and "exec(" in f.reason for f in on_line), findings
+    assert any("exec" in f.reason and "run time" in f.reason for f in on_line), findings
+    assert not [f for f in findings if f.severity == FORBIDDEN]  # left to a person, nothing taken
+
+
+def test_a_cell_magic_made_by_alias_magic_is_left_to_a_person():
+    cells = ["import numpy as np", "%alias_magic t time", "%%t\n" + HIDDEN]
+    findings = scan(cells, rules())
+    assert any("%alias_magic" in f.reason for f in reviews(findings, 1)), findings
+    assert any(f.line == 1 and "%%t" in f.reason for f in reviews(findings, 2)), findings
+
+
+def test_an_unknown_cell_magic_is_left_to_a_person_and_display_magics_are_not():
+    findings = scan(["import numpy as np", "%%python3\n" + HIDDEN, "%%html\n<b>hi</b>", "%%markdown\n# x"], rules())
+    assert [(f.severity, f.cell, f.line) for f in findings] == [(REVIEW, 1, 1)], findings
+    assert "%%python3" in findings[0].reason
+
+
+def test_the_setup_line_of_a_timeit_cell_is_read():
+    """`%%timeit -n1 -r1 <setup>`: the first line runs once before the body (probe3 of the red team)."""
+    setup = ("global softmax; import torch; "
+             "softmax = lambda x, axis=-1: torch.softmax(torch.as_tensor(x), dim=axis).numpy()")
+    found = [f for f in scan(["import numpy as np", f"%%timeit -n1 -r1 {setup}\npass"], rules())
+             if f.severity == FORBIDDEN]
+    assert [(f.cell, f.line, f.exercises) for f in found] == [(1, 1, ("softmax",))], found
+    hidden = scan(["import numpy as np", f"%%timeit -n1 -r1 exec({HIDDEN!r}, globals())\npass"], rules())
+    assert any(f.line == 1 and "exec" in f.reason for f in reviews(hidden, 1)), hidden
+
+
+WRITE_MODULE = [
+    "import numpy as np",
+    f"import sys\nwith open('/tmp/helper_sm.py', 'w') as f:\n    f.write({HIDDEN.replace('def softmax', 'def sm')!r})\n"
+    "sys.path.insert(0, '/tmp')\nimport helper_sm\n",
+    "def softmax(x, axis=-1):\n    return helper_sm.sm(x, axis)\n",
+]
+BASH_MODULE = [
+    "import numpy as np",
+    f"%%bash\ncat > /tmp/helpers_sm.py <<'EOF'\n{HIDDEN.replace('def softmax', 'def sm')}\nEOF\n",
+    "import sys\nsys.path.insert(0, '/tmp')\nfrom helpers_sm import sm as _sm\n"
+    "def softmax(x, axis=-1):\n    return _sm(x, axis)\n",
+]
+
+
+def test_a_module_the_notebook_writes_and_imports_is_left_to_a_person():
+    findings = scan(WRITE_MODULE, rules())
+    cell = reviews(findings, 1)
+    assert any(f.line == 2 and "writes a Python file" in f.reason for f in cell), findings
+    assert any(f.line == 4 and "sys.path" in f.reason for f in cell), findings
+    assert any(f.line == 5 and "helper_sm" in f.reason and "not installed" in f.reason for f in cell), findings
+    assert not [f for f in findings if f.severity == FORBIDDEN]
+
+
+def test_a_module_written_by_bash_and_imported_is_left_to_a_person():
+    findings = scan(BASH_MODULE, rules())
+    assert any(f.line == 1 and "%%bash" in f.reason for f in reviews(findings, 1)), findings
+    assert any(f.line == 3 and "helpers_sm" in f.reason and "not installed" in f.reason
+               for f in reviews(findings, 2)), findings
+    shell = scan(["import numpy as np", f"!echo {HIDDEN.splitlines()[0]!r} > helpers_sm.py", "!ls", "!pip list"],
+                 rules())
+    assert [(f.cell, f.line) for f in shell] == [(1, 1)] and "shell command" in shell[0].reason, shell
+
+
+def test_installed_modules_and_honest_magics_give_no_finding():
+    cells = ["import numpy as np, nbformat, json\nfrom collections import OrderedDict\nimport attention_course",
+             "%config InlineBackend.figure_format = 'retina'\n%matplotlib inline",
+             "%%timeit -n1 -r1 x = np.ones(3)\nx.sum()", "%%capture out\nprint(1)", "files = !ls",
+             "with open('notes.txt', 'w') as f:\n    f.write('hi')"]
+    assert scan(cells, rules()) == []
+
+
+def _every_code_cell(path) -> list[str]:
+    """Every code cell as a person runs the notebook (the hidden test cells too), but the course's Colab
+    install cell, which the grader never reads (trusted.normalize_submission marks it provided)."""
+    cells = json.loads(path.read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"
+            and "colab-install" not in c.get("metadata", {}).get("tags", [])]
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(REPO) for folder in ("solutions", "notebooks")
+                                        for p in (REPO / folder).glob("*/*.ipynb")), ids=str)
+def test_the_course_notebooks_read_whole_give_only_the_grader_imports(path):
+    """The new rules (magics, shell lines, modules not installed, sys.path, .py files written) find nothing
+    in the course's own notebooks: read whole, their only findings are the hidden tests' grader imports."""
+    findings = scan(_every_code_cell(REPO / path), rules(path.name[:2]))
+    assert all("grader's own code (autograder" in f.reason for f in findings), findings

@@ -231,6 +231,11 @@ def _neutralise(source: str) -> tuple[str | None, list[str]]:
 _LOOKING = {"ls", "pwd", "nvidia-smi", "nproc", "free", "df", "du", "uname", "whoami", "date", "which", "wc",
             "head", "tail", "cat", "echo", "hostname", "lscpu", "env", "printenv", "tree", "file", "stat"}
 _LOOKING_PIP = re.compile(r"^(pip3?|python3?\s+-m\s+pip)\s+(list|show|freeze|--version)\b")
+# `!pip install sacrebleu` (Colab users add such cells): packages by name from the index, nothing the notebook
+# wrote (no path, URL or requirements file); it writes no module of the notebook's own, so no finding.
+_PIP_INSTALL_NAMES = re.compile(r"^(pip3?|python3?\s+-m\s+pip)\s+install"
+                                r"(\s+(-q+|-U|--quiet|--upgrade|--user|--no-deps|--no-cache-dir))*"
+                                r"(\s+[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[A-Za-z0-9_,\-]+\])?(==[A-Za-z0-9_.]+)?)+$")
 
 
 def _reads_only(command: str) -> bool:
@@ -239,7 +244,7 @@ def _reads_only(command: str) -> bool:
     command = command.strip()
     if not command or re.search(r"[>|;&`$<{]", command):
         return False
-    return command.split()[0] in _LOOKING or bool(_LOOKING_PIP.match(command))
+    return command.split()[0] in _LOOKING or bool(_LOOKING_PIP.match(command) or _PIP_INSTALL_NAMES.match(command))
 
 
 def _strip_options(rest: str) -> str:
@@ -841,6 +846,8 @@ class _Walker:
         """An import of a top-level module the grader's environment does not have: a file the notebook
         wrote itself (open(...).write, %%bash, !cat > ...), whose code the grader cannot read."""
         top = module.split(".")[0]
+        if module == "google.colab" or module.startswith("google.colab."):
+            return  # the platform's own module, on Colab (which the course supports), not the notebook's file
         if top and not module.startswith(".") and not _installed(top):
             self._review(node, f"it imports {top}, a module that is not installed where the grader runs (a "
                                f"Python file the notebook wrote itself, say), whose code the grader cannot read")

@@ -246,3 +246,15 @@ def test_the_course_notebooks_read_whole_give_only_the_grader_imports(path):
     in the course's own notebooks: read whole, their only findings are the hidden tests' grader imports."""
     findings = scan(_every_code_cell(REPO / path), rules(path.name[:2]))
     assert all("grader's own code (autograder" in f.reason for f in findings), findings
+
+
+def test_a_colab_students_own_cells_are_not_flagged():
+    """Colab users add `!pip install NAME` cells and mount their Drive: packages by name from the index and
+    the platform's own module are nothing the notebook wrote. An install from a path, a URL or a requirements
+    file still is left to a person, as is any shell line that writes."""
+    honest = ["!pip install -q sacrebleu", "!pip install sacrebleu==2.4.0 tokenizers",
+              "from google.colab import drive\ndrive.mount('/content/drive')", "import google.colab.files"]
+    assert [(c, scan([c], rules())) for c in honest if scan([c], rules())] == []
+    for hidden in ("!pip install ./helpers", "!pip install -r req.txt", "!pip install git+https://example.org/x",
+                   "!pip install x; echo 'import torch' > helpers.py"):
+        assert [f.severity for f in scan([hidden], rules())] == [REVIEW], hidden

@@ -643,6 +643,18 @@ def _overridden(path: Path, content: str) -> bool:
     return bool(content) and forced and isinstance(seen, list) and content in seen
 
 
+def _keep_earlier_time(sub: StudentSubmission, assignment: str, when: datetime | None | str) -> None:
+    """The gradebook's submission time (`when`) for the very notebook graded before, when it is earlier than
+    this folder's: `--force` on a new download of the class (every file dated the day of the download)
+    once made every regraded student late."""
+    if not isinstance(when, datetime):
+        return
+    when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    now = sub.timestamps.get(assignment)
+    if now is None or when < now:
+        sub.timestamps[assignment] = when
+
+
 def _held_line(sub: StudentSubmission, assignment: str) -> str:
     """The console line of a file not graded again because an instructor's override replaced its grade."""
     where = sub.origins.get(assignment, "") or "the file here"
@@ -1130,6 +1142,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 (not_handed_in if saved.status is Status.MISSING else reused).append(saved)
                 continue
             content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
+            if force and content and _load_result(record, content=content) is not None:  # the very notebook again:
+                _keep_earlier_time(sub, assignment, recorded.get(assignment))  # handed in when it first was
             same = None if force or not content else _load_result(record, content=content)
             if same is not None:  # the very notebook graded before, downloaded again (a new file time): kept as graded
                 reused.append(same)

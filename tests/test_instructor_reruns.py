@@ -177,3 +177,16 @@ def test_an_override_on_a_folder_without_the_notebook_takes_no_grade_away(course
     row = _rows(out)[("ann", A01)]
     assert (row["score"], row["status"]) == ("17", "ok"), row
     assert "nothing to regrade (1;" in said and f"ann {A01}: no notebook for it in" in said, said
+
+
+def test_a_forced_regrade_of_a_new_download_keeps_each_notebooks_first_time(course, tmp_path):
+    """`--force` after a new download of the class (every file dated the day of the download, after the due
+    date): each unchanged notebook is regraded at the time it was first handed in, not made late."""
+    week1, again, out = tmp_path / "week1", tmp_path / "again", tmp_path / "out"
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(again / "ann" / f"{A01}.ipynb", solved_notebook(course, A01), AGAIN)
+    _graded(week1, out, due=DUE, late_penalty="per-day:10")
+    first = _rows(out)[("ann", A01)]
+    _graded(again, out, force=True)
+    row = _rows(out)[("ann", A01)]
+    assert (row["submitted"], row["late_penalty"], row["score"]) == (first["submitted"], "0", "17"), row

@@ -643,6 +643,14 @@ def _overridden(path: Path, content: str) -> bool:
     return bool(content) and forced and isinstance(seen, list) and content in seen
 
 
+def _print_listed(title: str, lines: list[str]) -> None:
+    """A titled, sorted list of the run's console lines (nothing when there are none)."""
+    if lines:
+        print(title)
+        for line in sorted(lines):
+            print(f"  {line}")
+
+
 def _keep_earlier_time(sub: StudentSubmission, assignment: str, when: datetime | None | str) -> None:
     """The gradebook's submission time (`when`) for the very notebook graded before, when it is earlier than
     this folder's: `--force` on a new download of the class (every file dated the day of the download)
@@ -1122,7 +1130,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     kept: list[str] = []  # what this folder holds that is older than what is graded: not graded, said why
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
-    absent: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
+    nothing_here: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
     overriding = bool(force and students and assignments)  # this run's grades replace others by hand: remembered
     started = time.time()
     salt = class_salt(out)
@@ -1161,7 +1169,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             elif why:
                 kept.append(why)
             elif overriding:  # nothing of theirs for it here: an override of no file never takes the grade away
-                absent.append(f"{sub.student_id} {assignment}: no notebook for it in {submissions}; the grade from "
+                nothing_here.append(f"{sub.student_id} {assignment}: no notebook for it in {submissions}; the grade from "
                               "an earlier folder stands (run the override on the folder that holds the file)")
         return left
 
@@ -1201,22 +1209,14 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         results = write_outputs(course, out, playing, said=dropped)
     if progress and dropped:
         print(dropped[0])
-    if progress and kept:
-        print(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):")
-        for line in sorted(kept):
-            print(f"  {line}")
-    if progress and held:
-        print(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded again):")
-        for line in sorted(held):
-            print(f"  {line}")
-    if progress and absent:
-        print(f"nothing to regrade ({len(absent)}; --force named a notebook this folder does not hold):")
-        for line in sorted(absent):
-            print(f"  {line}")
-    if progress and resent:
-        print(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):")
-        for line in sorted(resent):
-            print(f"  {line}")
+    if progress:
+        _print_listed(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):", kept)
+        _print_listed(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded "
+                      "again):", held)
+        _print_listed(f"nothing to regrade ({len(nothing_here)}; --force named a notebook this folder does not hold):",
+                      nothing_here)
+        _print_listed(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):",
+                      resent)
     if progress:
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
                            course.late_policy(), kept=len(kept), missing=len(not_handed_in), held=len(held)))

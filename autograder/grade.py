@@ -675,16 +675,15 @@ def _load_result(path: Path, fingerprint: str | None = None, content: str | None
     """A saved result (any, or only one made from the same files when `fingerprint` is given, or from the
     same notebook at whatever time when `content` is); None when absent or damaged. One saved by an older
     grader is read for the tables, but not reused in place of grading: grading again fills in its mistakes."""
+    payload = _payload(path)
+    if fingerprint is not None and (payload.get("fingerprint") != fingerprint or payload.get("format") != RECORD_FORMAT):
+        return None
+    if content is not None and (not content or payload.get("content") != content
+                                or payload.get("format") != RECORD_FORMAT or not payload.get("fingerprint")):
+        return None
     try:
-        payload = json.loads(path.read_text())
-        if fingerprint is not None and (payload.get("fingerprint") != fingerprint
-                                        or payload.get("format") != RECORD_FORMAT):
-            return None
-        if content is not None and (not content or payload.get("content") != content
-                                    or payload.get("format") != RECORD_FORMAT or not payload.get("fingerprint")):
-            return None
         return NotebookResult.from_dict(payload["result"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

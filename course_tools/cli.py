@@ -482,8 +482,27 @@ def grading_course(out: Path) -> Path:
         hint = f"; the grading output{'s' if len(inside) > 1 else ''} in it: {', '.join(inside)}" if inside else ""
         raise UsageError(f"{out} is not a grading output (it has no {' and no '.join(missing)}{hint}): {GRADING_OUTPUT}")
     course = (out / "course").resolve()
-    _same_place(course, _recorded_root(course))
+    _settle(course)
+    _recorded_root(course)  # nbgrader (formgrader) can read the settings, which name this folder
     return course
+
+
+def _settle(course: Path) -> None:
+    """A grading output copied or moved after grading still names its old place, and formgrader would
+    open that gradebook: its settings are pointed here first (as `grade` and `export` do), and said so."""
+    from autograder.course import CourseMoved
+    from autograder.grade import Course
+
+    try:
+        moved = Course(course).settle()
+    except CourseMoved as err:
+        raise UsageError(str(err)) from None
+    except OSError as err:
+        raise UsageError(f"{course / 'nbgrader_config.py'} cannot be pointed at {course.parent} ({err.strerror}): "
+                         f"formgrader would open the folder it was graded as; make it writable, or grade the class "
+                         f"again into a folder of your own") from None
+    if moved:
+        print(moved, flush=True)
 
 
 def _recorded_root(course: Path) -> Path:
@@ -499,14 +518,6 @@ def _recorded_root(course: Path) -> Path:
     if not isinstance(root, str):
         raise UsageError(f"{course / 'nbgrader_config.py'} names no course root: not written by `attn-course grade`")
     return Path(root).resolve()
-
-
-def _same_place(course: Path, recorded: Path) -> None:
-    """A grading output moved after grading still names its old place: formgrader would open that one."""
-    if recorded != course:
-        raise UsageError(f"{course.parent} was graded as {recorded.parent} and moved since: its nbgrader settings "
-                         f"({course / 'nbgrader_config.py'}) still name the old folder, so formgrader would show "
-                         f"that gradebook. Move it back, or grade the class again into this folder's new place")
 
 
 def _free_port(ip: str) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -88,12 +89,36 @@ def test_formgrader_says_what_to_give_when_out_is_not_a_grading_output(tmp_path,
     assert f"the grading output in it: {graded}" in formgrader_error(capsys, tmp_path)
 
 
-def test_formgrader_refuses_a_grading_output_moved_after_grading(tmp_path, capsys):
-    write_course_config(tmp_path / "old" / "course", f"sqlite:///{tmp_path / 'old' / 'gradebook.db'}")
-    (tmp_path / "old" / "gradebook.db").write_bytes(b"")
-    (tmp_path / "old").rename(tmp_path / "new")
-    err = formgrader_error(capsys, tmp_path / "new")
-    assert "moved since" in err and str(tmp_path / "old") in err
+def test_formgrader_on_a_copied_grading_output_opens_the_copy_and_says_so(tmp_path, capsys, monkeypatch):
+    """A copy (or a move) still names the old folder in its nbgrader settings: formgrader would show and
+    write the old gradebook. Its settings are pointed at the copy first, as `grade` and `export` do."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_course_config(old / "course", f"sqlite:///{old / 'gradebook.db'}")
+    (old / "gradebook.db").write_bytes(b"")
+    shutil.copytree(old, new)
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append(cmd))
+    monkeypatch.setattr(cli.os, "chdir", lambda folder: calls.append(folder))
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
+    assert cli.main(["formgrader", str(new), "--no-browser"]) == 0
+    said = capsys.readouterr().out
+    assert f"{new} was graded as {old} before (copied or moved)" in said
+    assert cli._recorded_root(new / "course") == (new / "course").resolve()
+    assert cli._recorded_root(old / "course") == (old / "course").resolve()  # the old one is left as it was
+    assert calls[0] == (new / "course").resolve()
+    assert cli.main(["formgrader", str(new), "--no-browser"]) == 0  # once settled, nothing more to say
+    assert "was graded as" not in capsys.readouterr().out
+
+
+def test_formgrader_on_a_copied_grading_output_it_cannot_rewrite_says_what_to_do(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_course_config(old / "course", f"sqlite:///{old / 'gradebook.db'}")
+    (old / "gradebook.db").write_bytes(b"")
+    shutil.copytree(old, new)
+    config = new / "course" / "nbgrader_config.py"
+    config.write_text(config.read_text().replace("c.CourseDirectory.root =", "c.CourseDirectory.other ="))
+    err = formgrader_error(capsys, new)
+    assert "does not name its course root" in err and "grade the class into a new folder" in err
 
 
 def test_formgrader_starts_jupyter_server_in_the_grading_course(tmp_path, capsys, monkeypatch):

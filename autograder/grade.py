@@ -634,10 +634,9 @@ def _payload(path: Path) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
-def _overridden(path: Path, content: str) -> bool:
-    """Whether the saved grade is an instructor's override (--force --student --assignment) and `content`
-    (a notebook's untimed fingerprint) was graded for this student and notebook before it."""
-    payload = _payload(path)
+def _overridden(payload: dict[str, Any], content: str) -> bool:
+    """Whether the saved grade (a record's `_payload`) is an instructor's override (--force --student
+    --assignment) and `content` (a notebook's untimed fingerprint) was graded for this student and notebook before it."""
     seen = payload.get("seen", [])
     forced = payload.get("forced") is True and bool(payload.get("fingerprint"))  # a grade, not the grader's failure
     return bool(content) and forced and isinstance(seen, list) and content in seen
@@ -675,7 +674,12 @@ def _load_result(path: Path, fingerprint: str | None = None, content: str | None
     """A saved result (any, or only one made from the same files when `fingerprint` is given, or from the
     same notebook at whatever time when `content` is); None when absent or damaged. One saved by an older
     grader is read for the tables, but not reused in place of grading: grading again fills in its mistakes."""
-    payload = _payload(path)
+    return _saved_result(_payload(path), fingerprint, content)
+
+
+def _saved_result(payload: dict[str, Any], fingerprint: str | None = None,
+                  content: str | None = None) -> NotebookResult | None:
+    """`_load_result` of a record already read (`_payload`): a run reads each notebook's record once."""
     if fingerprint is not None and (payload.get("fingerprint") != fingerprint or payload.get("format") != RECORD_FORMAT):
         return None
     if content is not None and (not content or payload.get("content") != content
@@ -1143,16 +1147,16 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         left = []
         for assignment in chosen:
             fingerprint = _fingerprint(sub, assignment, solutions, salt)
-            record = _record_path(out, sub.student_id, assignment)
-            saved = None if force else _load_result(record, fingerprint)
+            record = _payload(_record_path(out, sub.student_id, assignment))  # read once, here
+            saved = None if force else _saved_result(record, fingerprint)
             if saved is not None:
                 (not_handed_in if saved.status is Status.MISSING else reused).append(saved)
                 continue
             content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
-            if force and content and _load_result(record, content=content) is not None:  # the very notebook again:
-                _keep_earlier_time(sub, assignment, recorded.get(assignment))  # handed in when it first was
-            same = None if force or not content else _load_result(record, content=content)
-            if same is not None:  # the very notebook graded before, downloaded again (a new file time): kept as graded
+            same = _saved_result(record, content=content) if content else None  # the very notebook graded before
+            if force and same is not None:  # the very notebook again, overridden: handed in when it first was
+                _keep_earlier_time(sub, assignment, recorded.get(assignment))
+            elif same is not None:  # the very notebook graded before, downloaded again (a new file time): kept as graded
                 reused.append(same)
                 resent.append(f"{sub.student_id} {assignment}: {sub.origins.get(assignment, '') or 'the file here'} is "
                               f"the notebook graded earlier, unchanged: its grade and earlier submission time are kept")

@@ -116,6 +116,19 @@ _SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[a-z0-9+/=]*")
 _ALIGNED = re.compile(r"\s*text-align\s*:\s*(left|center|right)\s*;?\s*", re.I)  # markdown's aligned table columns
 SOURCE_SHOWN = "*[the grader shows this cell as its source: it held HTML that could run on the grader's page]*"
+# The browser's own rule over the pages that show a student's work (a Content-Security-Policy), below the
+# cleaning above: pictures come from the page's own server or from data URIs only, so a picture from another
+# host (`![](https://tracker/...)`) is never fetched and never tells its host when, or from where, an
+# instructor opened the submission. formgrader's server sends it as a header (course_tools.cli and
+# hub_formgrader); the feedback page, which loads no script at all, carries a stricter one of its own.
+FORMGRADER_POLICY = "frame-ancestors 'self'; img-src 'self' data:"
+
+
+def formgrader_policy_option() -> str:
+    """The `jupyter server` option that sends FORMGRADER_POLICY with every page."""
+    import json
+
+    return "--ServerApp.tornado_settings=" + json.dumps({"headers": {"Content-Security-Policy": FORMGRADER_POLICY}})
 
 
 def _safe_url(tag: str, name: str, value: str) -> bool:

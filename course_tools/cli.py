@@ -552,11 +552,14 @@ def formgrader_url(ip: str, port: int, token: str) -> str:
 
 def formgrader_command(course: Path, ip: str, port: int, open_browser: bool, extra: list[str]) -> list[str]:
     """`jupyter server` on the grading course with formgrader on, even where the user's Jupyter settings
-    turn it off (as `attn-course lab` does); no retry on another port; the browser sent to /formgrader."""
+    turn it off (as `attn-course lab` does); no retry on another port; the browser sent to /formgrader;
+    no picture fetched from another host (autograder.outputs.FORMGRADER_POLICY)."""
+    from autograder.outputs import formgrader_policy_option
+
     return [sys.executable, "-m", "jupyter_server", f"--ServerApp.root_dir={course}", f"--ServerApp.ip={ip}",
             f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.default_url=/formgrader",
-            "--ServerApp.jpserver_extensions", f"{FORMGRADER}=True", *([] if open_browser else ["--no-browser"]),
-            *extra]
+            "--ServerApp.jpserver_extensions", f"{FORMGRADER}=True", formgrader_policy_option(),
+            *([] if open_browser else ["--no-browser"]), *extra]
 
 
 def _formgrader(args) -> int:

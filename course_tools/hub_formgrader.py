@@ -56,11 +56,14 @@ def main(argv: list[str] | None = None) -> None:
         time.sleep(2)                     # `attn-course grade` writes the course first, the gradebook after
         waiting.shutdown()
         waiting.server_close()
+    from autograder.outputs import formgrader_policy_option
+
     singleuser = Path(sys.executable).parent / "jupyterhub-singleuser"
     os.chdir(course)
     os.execv(str(singleuser), [str(singleuser), f"--ServerApp.root_dir={course}", "--ServerApp.ip=127.0.0.1",
                                f"--ServerApp.port={args.port}", "--ServerApp.port_retries=0",
-                               "--ServerApp.jpserver_extensions", "nbgrader.server_extensions.formgrader=True"])
+                               "--ServerApp.jpserver_extensions", "nbgrader.server_extensions.formgrader=True",
+                               formgrader_policy_option()])  # no picture from another host: autograder.outputs
 
 
 if __name__ == "__main__":

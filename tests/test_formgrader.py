@@ -4,7 +4,10 @@
   with its own 'formgrade' template (with ours it failed: TemplateNotFound, "Sorry, the formgrader
   encountered an error").
 * `attn-course formgrader OUT` refuses, saying what to give, a folder that is not a grading output,
-  and starts `jupyter server` on the grading course with formgrader on.
+  points a copied one's settings at the copy, and starts `jupyter server` on the grading course with
+  formgrader on.
+* A student's picture from another host is fetched neither by formgrader's page nor by the feedback
+  page (a tracking pixel): the browser is told so (a Content-Security-Policy).
 * End to end in a real browser (Debian's chromium, as in test_browser.py): a class of three is
   graded, formgrader is started with the command, a submission opened from the list of
   submissions, a manual grade, extra credit and a comment entered; they are in the gradebook, in
@@ -13,12 +16,16 @@
 """
 from __future__ import annotations
 
+import base64
 import csv
+import http.server
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -143,12 +150,60 @@ def test_formgrader_starts_jupyter_server_in_the_grading_course(tmp_path, capsys
 
 
 # --------------------------------------------------------------------------- in the browser
+class Tracker:
+    """A host elsewhere that counts the pictures browsers ask it for (a student's 'tracking pixel'), at
+    127.0.0.1; it also serves pages (`pages`, uncounted) at http://localhost:PORT/pages/NAME, another
+    origin: a feedback page put on a web server, or a control page without the rule."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.pages: dict[str, bytes] = {}
+        tracker = self
+
+        class Answer(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                page = tracker.pages.get(self.path.removeprefix("/pages/"))
+                if page is None and self.path != "/favicon.ico":  # the browser's own ask of a page's server
+                    tracker.asked.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/gif" if page is None else "text/html; charset=utf-8")
+                self.end_headers()
+                self.wfile.write(base64.b64decode("R0lGODlhAQABAAAAACwAAAAAAQABAAACAkQBADs=") if page is None else page)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def page(self, name: str, html: bytes) -> str:
+        """`html` served by this host under another origin (localhost, not 127.0.0.1): its address."""
+        self.pages[name] = html
+        return f"http://localhost:{self.server.server_port}/pages/{name}"
+
+    def pictures(self, tag: str) -> str:
+        """A markdown cell's text with a picture from this host in both spellings a student has."""
+        return f"Look: ![a plot]({self.url}/{tag}-markdown.gif)\n\n<img src=\"{self.url}/{tag}-html.gif\" alt=\"a plot\">\n"
+
+
 @pytest.fixture(scope="module")
-def graded():
-    """Three students' notebook 01 (solved, one mistake, blank), graded for real: (submissions, out)."""
+def tracker():
+    found = Tracker()
+    yield found
+    found.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def graded(tracker):
+    """Three students' notebook 01 (solved, one mistake, blank), graded for real: (submissions, out).
+    The student "mistake" also put pictures from another host (`tracker`) in a markdown cell of theirs."""
     _need_browser()  # no browser: do not spend half a minute grading
-    for folder, _ in class_of_three():
+    for folder, notebooks in class_of_three():
         subs, out = folder / "submissions", folder / "out"
+        mistake = json.loads(notebooks["mistake"].read_text())
+        mistake["cells"].append({"cell_type": "markdown", "metadata": {}, "source": tracker.pictures("page")})
+        notebooks["mistake"].write_text(json.dumps(mistake))
         results = {r.student_id: r for r in grade(subs, out, progress=False, workers=2, assignments=[A01])}
         failed = {c.grade_id: c.score for c in results["mistake"].cells if c.score < c.max_score}
         assert FAILED_TEST in failed and failed[FAILED_TEST] == 0, failed
@@ -258,6 +313,36 @@ def test_manual_grade_in_formgrader_reaches_gradebook_and_exports(graded, formgr
     grade(subs, out, progress=False, workers=1, assignments=[A01], students=["mistake"], force=True)
     _assert_exported(out, expected)
     assert COMMENT in (out / "feedback" / "mistake" / f"{A01}.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_students_picture_from_another_host_is_never_fetched_by_formgrader_or_feedback(graded, formgrader, page,
+                                                                                      tracker):
+    """A picture from another host in a student's cell would tell that host when, and from where, the
+    instructor opened the submission (or the student read the feedback page, put on a web server): the
+    browser is told not to fetch it. The same browser fetches it from a page without the rule."""
+    from playwright.sync_api import expect
+
+    _, out, _ = graded
+    base, token = formgrader.split("/formgrader?token=")
+    page.goto(f"{base}/formgrader/submissions/{_submission_id(out, 'mistake')}?token={token}", wait_until="load")
+    expect(page.locator(f"input.score[id='{FAILED_TEST}']")).to_be_visible()
+    expect(page.get_by_text("Look:").first).to_be_visible()  # the student's cell is on the page
+    feedback = (out / "feedback" / "mistake" / f"{A01}.html").read_bytes()
+    page.goto(tracker.page("feedback.html", feedback), wait_until="load")
+    expect(page.get_by_text("Look:").first).to_be_visible()
+    page.wait_for_timeout(500)
+    assert tracker.asked == [], f"a student's picture was fetched from another host: {tracker.asked}"
+
+    page.goto(tracker.page("control.html", tracker.pictures("control").split("\n\n")[1].encode()), wait_until="load")
+    assert tracker.asked == ["/control-html.gif"]  # without the rule the very same tag is fetched
+
+
+def _submission_id(out: Path, student: str) -> str:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        return gb.find_submission_notebook(A01, A01, student).id
 
 
 def _assert_exported(out: Path, score: float) -> None:

@@ -616,12 +616,29 @@ def reference_guard(module) -> list[tuple[Any, str]]:
     for value in vars(module).values():
         if getattr(value, "__module__", None) != module.__name__:
             continue
-        if hasattr(value, "__code__"):
-            found.append((value, why))
-        for attr in vars(value).values() if isinstance(value, type) else ():
-            if hasattr(attr, "__code__"):
-                found.append((attr, why))
+        for func in [value, *(vars(value).values() if isinstance(value, type) else ())]:
+            own = _own_function(func, module)
+            if own is not None:
+                found.append((own, why))
     return found
+
+
+def _own_function(value: Any, module) -> Any:
+    """The function a module's value runs as its own code: a decorated one's inner function (a
+    @contextmanager's, an lru_cache's), never the decorator's wrapper, whose code every decorated function
+    shares (contextlib's `helper`, which PyTorch's own function modes enter: banned, it refused every
+    model once a torch mode was on). None for what is not a function of the module's."""
+    import inspect
+
+    try:
+        func = inspect.unwrap(value) if callable(value) else value
+    except ValueError:  # a cycle of __wrapped__
+        return None
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return None
+    made_here = code.co_filename == getattr(module, "__file__", None) or code.co_filename.startswith("<")
+    return func if made_here else None  # '<string>': a dataclass's generated methods, its class's own
 
 
 # --------------------------------------------------------------------------- behaviour while checked

@@ -17,13 +17,23 @@ import torch.nn.functional as F
 from attention_course import attention as ref
 
 from .core import Case, Exercise, Mistake, make_checker, reference_guard, variant
-from .tensors import RANDOM_COLUMN, Builtin, backpropagate, causal, load_weights, random_mask, shape_text, tensor
+from .tensors import (
+    RANDOM_COLUMN,
+    Builtin,
+    backpropagate,
+    causal,
+    load_weights,
+    random_mask,
+    shape_text,
+    tensor,
+    torch_attention,
+)
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = ((F.scaled_dot_product_attention,
                "it calls torch.nn.functional.scaled_dot_product_attention, the built-in this exercise "
                "asks you to write yourself"),)
-FORBIDDEN = HONESTY + NO_BUILTIN
+FORBIDDEN = HONESTY + torch_attention(*NO_BUILTIN)
 RTOL, ATOL = 1e-4, 1e-5
 
 

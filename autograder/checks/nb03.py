@@ -17,7 +17,7 @@ from attention_course import multihead as ref
 
 from .core import Case, Exercise, Mistake, make_checker, numbers, raises, reference_guard
 from .nb02 import ATTEND_SOURCE
-from .tensors import Builtin, backpropagate, causal, load_weights, random_mask, tensor
+from .tensors import Builtin, backpropagate, causal, load_weights, random_mask, tensor, torch_attention
 
 # Cases are pickled by value into the grading sandbox, where neither the other checks modules
 # nor this notebook's reference module can be imported: what a case holds comes from this module
@@ -705,7 +705,7 @@ PARAM_COUNT_MISTAKES = (
 )
 
 
-FORBIDDEN = HONESTY + NO_BUILTIN
+FORBIDDEN = HONESTY + torch_attention(*NO_BUILTIN, allowed=(F.scaled_dot_product_attention,))  # notebook 02's step: allowed
 _COMMON = dict(forbidden=FORBIDDEN, rtol=RTOL, atol=ATOL)
 EXERCISES = [
     Exercise("split_heads", ref.split_heads, _split_cases, mistakes=SPLIT_MISTAKES, **_COMMON),

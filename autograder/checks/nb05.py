@@ -15,7 +15,7 @@ from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
 
 from .core import Case, Exercise, Mistake, make_checker, numbers, random_state, reference_guard, variant
-from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, require_names, tensor
+from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, require_names, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
 _BUILT_IN = ("it calls PyTorch's built-in Transformer layers; build the layer from MultiHeadAttention, "
@@ -746,7 +746,7 @@ DECODER_MISTAKES = (
 _env: dict = {"torch": torch, "nn": nn}
 exec(FF_SOURCE, _env)  # our own code
 NAMESPACE = {"MultiHeadAttention": MultiHeadAttention, "FeedForward": _env["FeedForward"]}
-LAYER_FORBIDDEN = HONESTY + TORCH_LAYERS
+LAYER_FORBIDDEN = HONESTY + torch_attention(*TORCH_LAYERS, allowed=(F.scaled_dot_product_attention,))  # 02's step: allowed
 
 
 def _exercise(name, reference, cases, mistakes, graded=None, forbidden=HONESTY):

@@ -50,7 +50,7 @@ from .core import (
     reference_guard,
     variant,
 )
-from .tensors import load_state
+from .tensors import load_state, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
 RTOL, ATOL = 1e-4, 1e-5
@@ -1145,10 +1145,11 @@ SAMPLE_MISTAKES = (
 # (attention_course.model.Seq2SeqTransformer) with one random state dict loaded into both, in evaluation
 # mode: the logits of forward and of encode/decode, the learner's state dict loaded back into the library's
 # model (strict), and the gradients of every parameter name (tied weights share one summed gradient).
-MODEL_FORBIDDEN = tuple(reference_guard(model_ref)) + tuple(
+MODEL_FORBIDDEN = tuple(reference_guard(model_ref)) + torch_attention(*(
     (f, "it calls PyTorch's built-in Transformer; assemble the model from the course's EncoderLayer and "
         "DecoderLayer yourself") for f in (nn.Transformer.forward, nn.TransformerEncoder.forward,
-                                           nn.TransformerDecoder.forward))
+                                           nn.TransformerDecoder.forward)),
+    allowed=(F.scaled_dot_product_attention,))  # the course's own layers call it
 # (src_vocab, tgt_vocab, d_model, heads, encoder layers, decoder layers, d_ff, max_len, share_embeddings, norm_first)
 MODEL_CONFIGS = [
     (11, 13, 16, 4, 2, 1, 32, 20, False, False),   # post-norm, two vocabularies

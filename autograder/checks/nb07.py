@@ -19,11 +19,11 @@ from attention_course.attention import scaled_dot_product_attention
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
 from .core import Case, Exercise, Mistake, make_checker, raises_value_error, random_state, reference_guard, variant
-from .tensors import FUSED_ATTENTION, as_float32, causal, load_state, random_mask, shape_text, tensor
+from .tensors import FUSED_ATTENTION, as_float32, causal, load_state, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = FUSED_ATTENTION
-FORBIDDEN = HONESTY + NO_BUILTIN
+FORBIDDEN = HONESTY + torch_attention(*NO_BUILTIN)
 RTOL, ATOL = 1e-4, 1e-5
 
 

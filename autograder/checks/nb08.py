@@ -11,7 +11,7 @@ from attention_course import long_context as ref
 from attention_course.attention import scaled_dot_product_attention
 
 from .core import Case, Exercise, Mistake, make_checker, raises_value_error, reference_guard, variant
-from .tensors import FUSED_ATTENTION, as_float32, causal, random_mask, shape_text, tensor
+from .tensors import FUSED_ATTENTION, as_float32, causal, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = FUSED_ATTENTION
@@ -20,7 +20,7 @@ NO_BUILTIN = FUSED_ATTENTION
 LEAVES_TORCH = ((torch.Tensor.numpy,
                  "it turns tensors into numpy arrays (Tensor.numpy); this exercise is in PyTorch, where the grader "
                  "measures the memory your online softmax uses: keep every step in torch"),)
-FORBIDDEN = HONESTY + NO_BUILTIN
+FORBIDDEN = HONESTY + torch_attention(*NO_BUILTIN)
 RTOL, ATOL = 1e-4, 1e-5
 # Scores of a few hundred are rounded by about 3e-5 in float32: a correct student computing in float64 (or
 # scaling q before the product) lands up to 3e-5 from the float32 reference, beyond ATOL under some salts (salt-41 of the test below).

@@ -10,11 +10,38 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .core import ByName
+
 RANDOM_COLUMN = "random"  # random_mask's keep_column: a column drawn from the generator after the mask
 # the honesty rule of every exercise that writes attention's step itself (notebooks 07 and 08)
 FUSED_ATTENTION = ((F.scaled_dot_product_attention,
                     "it calls torch.nn.functional.scaled_dot_product_attention, PyTorch's fused attention; this "
                     "exercise asks you to write the attention step yourself"),)
+# Every public entry to PyTorch's own attention. Any of them does the work of an exercise that writes a part of
+# attention: one answer to notebook 02 took softmax(q k^T / sqrt(d)), masked, from the weights
+# F.multi_head_attention_forward returns (identity projections, need_weights=True) and scored full marks.
+TORCH_ATTENTION = (
+    (F.scaled_dot_product_attention, "torch.nn.functional.scaled_dot_product_attention"),
+    (F.multi_head_attention_forward, "torch.nn.functional.multi_head_attention_forward"),
+    (nn.MultiheadAttention.forward, "torch.nn.MultiheadAttention"),
+    (nn.TransformerEncoderLayer.forward, "torch.nn.TransformerEncoderLayer"),
+    (nn.TransformerDecoderLayer.forward, "torch.nn.TransformerDecoderLayer"),
+    (nn.TransformerEncoder.forward, "torch.nn.TransformerEncoder"),
+    (nn.TransformerDecoder.forward, "torch.nn.TransformerDecoder"),
+    (nn.Transformer.forward, "torch.nn.Transformer"),
+    (ByName("torch.nn.attention.flex_attention", "flex_attention"), "torch.nn.attention.flex_attention"),
+)
+TORCH_ATTENTION_WHY = ("it calls {name}, PyTorch's own attention, which does this exercise's work; write the "
+                       "attention yourself, from the course's parts of the earlier notebooks")
+
+
+def torch_attention(*own: tuple, allowed: tuple = ()) -> tuple:
+    """The honesty entries of an exercise that writes a part of attention: `own` (the built-ins it re-implements,
+    with messages of their own), then every other entry of TORCH_ATTENTION but those `allowed` (a built-in the
+    course's own library calls where the exercise's code runs, or one that does none of the exercise's work)."""
+    named = {id(func) for func, _ in own} | {id(func) for func in allowed}
+    return (*own, *((func, TORCH_ATTENTION_WHY.format(name=name)) for func, name in TORCH_ATTENTION
+                    if id(func) not in named))
 
 
 def tensor(rng: np.random.Generator, *shape, scale: float = 1.0) -> torch.Tensor:

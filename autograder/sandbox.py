@@ -15,7 +15,8 @@ What the student's code gets (Linux), in order of preference; `status` names the
 * **namespaces** (fallback, util-linux `unshare`): user (root's too, where it can: keyrings are
   per user namespace), mount, network (loopback up), PID, IPC and UTS namespaces; a deny-list
   instead of an allow-list (solutions/, the repository's history, tests/, the grading folder,
-  the submissions and the hidden tests, homes, credentials and /run are covered by empty mounts,
+  the submissions and the hidden tests, every other entry of the course folder but the library,
+  the data and a venv kept there (`course_rest`), homes, credentials and /run are covered by empty mounts,
   the host's listed Unix sockets by empty files, everything else is read-only), `/sys` hidden,
   `/proc` hardened as bubblewrap's, one sized scratch, all capabilities dropped. It runs as the
   grader's uid (root stays uid 0 without capabilities), and other copies of the course elsewhere
@@ -733,6 +734,25 @@ def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], 
     return sorted(folders), sorted(set(files))
 
 
+def course_rest(world: World) -> tuple[list[str], list[str]]:
+    """(folders, files) of the course's folder that the namespaces fallback hides as well: all but what
+    the sandbox needs there (the library, the data, the Python where a venv lives in it), as bubblewrap
+    binds nothing else of it. An instructor's class folders, rosters and earlier grading folders live
+    here (`week1/`, then `week1-late/`): a late student once read the on-time class's notebooks."""
+    if not world.course_root or not Path(world.course_root).is_dir():
+        return [], []
+    root = Path(world.course_root)
+    keep = [Path(p).resolve() for p in world.readonly]
+    folders, files = [], []
+    for entry in sorted(root.iterdir()):
+        if entry.is_symlink() or _contains_needed(str(entry), None, Path(world.library) if world.library else None):
+            continue  # a link is left as it is (covering it would cover where it points)
+        if any(entry.resolve() == k or k.is_relative_to(entry.resolve()) for k in keep):
+            continue
+        (folders if entry.is_dir() else files if entry.is_file() else []).append(str(entry))
+    return folders, files
+
+
 def _host_sockets() -> list[str]:
     """The Unix sockets bound to a path that the grader's network namespace lists (/proc/net/unix):
     each is covered by an empty file in the fallback (a read-only mount does not stop connect()).
@@ -916,6 +936,8 @@ def _launch(mode: str, world: World, limits: Limits, job: Path, in_fd: int, out_
         return subprocess.Popen(bwrap_command(world, as_pid_1=True) + pid1, env=env, **common)
     if mode.startswith("namespaces"):
         credential_dirs, credential_files = denied_always(world.course_root, world.library)
+        rest_dirs, rest_files = course_rest(world)
+        credential_dirs, credential_files = [*credential_dirs, *rest_dirs], [*credential_files, *rest_files]
         empty = job / "empty"
         empty.write_bytes(b"")
         spec = {"hide_dirs": list(dict.fromkeys([*world.hide, *(inside(p, world, mode) for p in world.hide),

@@ -346,6 +346,66 @@ def test_no_sandbox_shows_the_graders_home_or_credentials(class_folder, kind, wh
     assert "urandom=4" in text, found
 
 
+READ_THE_COURSE = '''def normalize_rows(S):
+    import os
+    seen = ["root=" + ",".join(sorted(os.listdir({root!r})))]
+    for path in [{roster!r}, {classmate!r}, {root!r} + "/README.md", {root!r} + "/data"]:
+        try:
+            if os.path.isdir(path):
+                seen.append(path + "=dir:" + ",".join(sorted(os.listdir(path))))
+            else:
+                with open(path) as fh:
+                    seen.append(path + "=" + fh.read(200))
+        except Exception as err:
+            seen.append(path + ":" + type(err).__name__)
+    raise ValueError(" | ".join(seen))
+'''
+
+
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_no_sandbox_shows_the_instructors_class_folders_in_the_course(class_folder, kind, who):
+    """A red team's leak under the namespaces fallback: the course folder was hidden entry by entry
+    (solutions, build, tests), so what an instructor keeps beside them (`week1/` graded on time, then
+    `week1-late/`, a roster) was readable to a late student, through an exception's message. Only the
+    library, the data and the Python show of the course folder, as under bubblewrap."""
+    from .layout import REPO
+
+    user = _grader(who)
+    if not kind_works(kind, user):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    if not os.access(REPO, os.W_OK):
+        pytest.skip(f"{REPO} is not writable here: the instructor's files cannot be put in it")
+    tag = f"attn-test-{kind}-{who}-{os.getpid()}"
+    classmate, roster = REPO / f"{tag}-week1" / "ann" / "01_similarity_attention.ipynb", REPO / f"{tag}-roster.csv"
+    folder, paths = class_folder
+    attack = json.loads(paths["solved"].read_text())
+    for cell in attack["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+            cell["source"] = READ_THE_COURSE.format(root=str(REPO), roster=str(roster), classmate=str(classmate))
+    hostile = _hostile_copy(folder, f"course-{kind}-{who}", attack)
+    try:
+        classmate.parent.mkdir(parents=True)
+        classmate.write_text("CLASSMATE-MARKER\n")
+        roster.write_text("id\nROSTER-MARKER\n")
+        for made in (classmate.parent.parent, classmate.parent):
+            made.chmod(0o755)
+        found = run_as(user, f"""
+        from pathlib import Path
+        from autograder.selfcheck import self_check
+        result, _ = self_check(Path({str(hostile)!r}))
+        print(json.dumps([c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows")]))
+        """, sandbox=kind)
+    finally:
+        shutil.rmtree(classmate.parent.parent, ignore_errors=True)
+        roster.unlink(missing_ok=True)
+    text = " ".join(found)
+    assert "ValueError" in text, found  # the attack ran and reported what it could read
+    assert "CLASSMATE-MARKER" not in text and "ROSTER-MARKER" not in text, found
+    assert "# Attention, step by step" not in text, found  # (names may show: the mount points of what is covered)
+    assert f"{REPO}/data=dir:" in text and "toy" in text, found  # the data still shows
+
+
 @pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
 def test_a_notebook_that_kills_its_own_process_is_a_crash_in_every_sandbox(class_folder, kind):
     """`os.kill(os.getpid(), SIGKILL)` ends the notebook's process in every sandbox: the grader

@@ -1271,19 +1271,31 @@ def write_outputs(course: Course, out: Path, playing: list[str], said: list[str]
     return results
 
 
+BY_HAND_PAGES = "feedback-by-hand.json"  # beside the gradebook: the feedback pages last made with edits by hand
+
+
 def _refresh_manual_feedback(course: Course) -> None:
     """Feedback pages again for the notebooks someone graded or commented on by hand (formgrader):
-    nbgrader writes a page when a notebook is graded, and a later manual score would not reach it."""
+    nbgrader writes a page when a notebook is graded, and a later manual score would not reach it. A
+    page made with an edit by hand that was taken back since (a manual score emptied) is made again
+    too: it still showed the old score."""
     from nbgrader.api import Comment, Grade, Gradebook
 
     with Gradebook(course.db_url) as gb:  # two queries, whatever the size of the class
         by_hand = gb.db.query(Grade).filter((Grade.manual_score.isnot(None)) | (Grade.extra_credit > 0)).all()
         by_hand += gb.db.query(Comment).filter(Comment.manual_comment.isnot(None), Comment.manual_comment != "").all()
-        touched = sorted({(entry.notebook.assignment.name, entry.notebook.student.id) for entry in by_hand})
-    for assignment, student in touched:
+        touched = {(entry.notebook.assignment.name, entry.notebook.student.id) for entry in by_hand}
+    record = course.root.parent / BY_HAND_PAGES
+    before = _payload(record).get("pages", [])
+    undone = {tuple(p) for p in before if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)}
+    for assignment, student in sorted(touched | undone):
         if (course.root / "autograded" / student / assignment).is_dir():
             with course.lock:
                 course.api.generate_feedback(assignment, student, force=True)
+    if touched != undone:
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pages": sorted(list(p) for p in touched)}))
+        os.replace(tmp, record)
 
 
 def summary_line(students: int, new: int, reused: int, seconds: float, workers: int, out: Path,

@@ -334,3 +334,14 @@ def test_a_graded_canvas_class_exports_with_a_manual_grade_and_a_late_penalty(co
     assert "3 to look at before importing" in captured.err and "roeeli: no email address" in captured.err
     assert {r["Student ID"]: r[A01] for r in csv.DictReader((out / "lms" / "moodle.csv").open())} == \
         {"smithjane": "17", "doejohn": "15.3", "roeeli": "17"}
+
+    # the manual score taken back (formgrader's field emptied): every output, the student's page included,
+    # returns to the automatic score (the page once kept "Score: 17 / 17")
+    page = out / "feedback" / "roeeli" / f"{A01}.html"
+    assert "(Score: 17 / 17)" in page.read_text()
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        gb.find_grade("test_dot_similarity", A01, A01, "roeeli").manual_score = None
+        gb.db.commit()
+    assert cli.main(["export", str(out), "--to", "gradescope", "--dest", str(tmp_path / "gs2")]) == 0
+    assert _loaded(tmp_path / "gs2")["roeeli", A01]["score"] == 16
+    assert "(Score: 16 / 17)" in page.read_text()

@@ -31,18 +31,28 @@ class FolderInUse(ValueError):
     """Another grading run holds this grading folder (the message says which, and what to do)."""
 
 
+class FolderNotWritable(ValueError):
+    """The grading folder cannot be made or written by this user (the message says what to give instead)."""
+
+
 @contextmanager
 def held(out: Path) -> Iterator[None]:
     """Hold grading folder `out` for the block, or raise FolderInUse at once. A folder this made and
     the block left with nothing but the lock in it is removed again: a run stopped before it wrote
     anything leaves no folder."""
     made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    except PermissionError as err:
+        raise FolderNotWritable(_not_writable(out, err)) from None
     locked = _locked(fd, out)  # FolderInUse: the descriptor is closed, nothing of the holder's touched
     try:
         if locked:
-            _note_holder(out)
+            try:
+                _note_holder(out)
+            except PermissionError as err:
+                raise FolderNotWritable(_not_writable(out, err)) from None
         yield
     finally:
         if locked:
@@ -69,6 +79,13 @@ def _locked(fd: int, out: Path) -> bool:
               "into it meanwhile; run one at a time", file=sys.stderr)
         return False
     return True
+
+
+def _not_writable(out: Path, err: OSError) -> str:
+    import getpass
+
+    return (f"{out} cannot be written by {getpass.getuser()} ({err.strerror}: {err.filename}): give --out a "
+            f"folder you can write (`--out ~/grading`), or have its owner give you write access to it")
 
 
 def _note_holder(out: Path) -> None:

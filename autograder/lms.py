@@ -100,7 +100,9 @@ def class_grades(out: Path) -> tuple[list[NotebookResult], dict[str, dict[str, s
 
     out = grading_output(out)
     course = Course(out / "course")
-    course.settle()  # a copied or moved grading folder: its own gradebook, never the old place's
+    moved = course.settle()  # a copied or moved grading folder: its own gradebook, never the old place's
+    if moved:
+        print(moved, flush=True)
     course.lock = threading.Lock()  # the gradebook may be written (a changed late penalty, feedback pages again)
     results = write_outputs(course, out, in_play(course, _last_run_notebooks(out)))
     with Gradebook(course.db_url) as gb:
@@ -412,7 +414,10 @@ def export(out: Path, to: str, dest: Path | None = None, canvas_roster: Path | N
         dest = dest / f"{to}.csv"
     elif not csv_file and dest.exists() and not dest.is_dir():
         raise ExportError(f"--dest {dest}: a file; {to} writes a folder of results.json files: give a folder")
-    results, people = class_grades(out)
+    from . import folder_lock
+
+    with folder_lock.held(out):  # export writes the tables, the report and feedback pages too: never beside a `grade`
+        results, people = class_grades(out)
     if not results:
         raise ExportError(f"{out}: the gradebook has no student and no notebook in play yet: grade the class first")
     if to == "canvas":

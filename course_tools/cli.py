@@ -931,7 +931,9 @@ def parser() -> argparse.ArgumentParser:
 BUILD_OUTPUTS = {"grade": "build/grading", "demo": "build/demo", "bench": "build/bench",  # default --out, in the course
                  "formgrader": "build/grading", "bench-peer": "build/peer",
                  "bench-compile": "build/compile"}
-PASS_THROUGH = ("lab", "formgrader")  # commands whose unknown options go to Jupyter
+PASS_THROUGH = ("lab", "formgrader")
+INTERRUPTED = {"grade": " Every notebook graded so far is kept: the same command grades the rest (nothing is graded twice).",
+               "export": " Run it again: it rewrites every file it writes."}  # commands whose unknown options go to Jupyter
 
 
 def use_course(folder: str) -> Path:
@@ -1002,6 +1004,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"attn-course {args.command}: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\nattn-course {args.command}: interrupted (Ctrl-C)." + INTERRUPTED.get(args.command, ""), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

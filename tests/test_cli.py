@@ -544,3 +544,23 @@ def test_checks_live_line_is_redrawn_while_one_slow_cell_runs(monkeypatch, capsy
             progress(15, 27, "the code cell starting 'import time'", tenth / 5, 20)
         shown = capsys.readouterr().err
     assert "the code cell starting 'import time': 3 s of its 20 s limit" in shown, shown[-500:]
+
+
+def test_ctrl_c_says_what_was_kept_and_what_to_run_not_a_traceback(monkeypatch, capsys):
+    """An instructor's Ctrl-C in the middle of grading printed twenty lines of KeyboardInterrupt."""
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    parser = cli.parser
+
+    def patched():
+        made = parser()
+        for action in made._subparsers._group_actions:
+            action.choices["grade"].set_defaults(func=interrupted)
+        return made
+
+    monkeypatch.setattr(cli, "parser", patched)
+    assert cli.main(["grade", "somewhere", "--out", "elsewhere"]) == 130
+    err = capsys.readouterr().err
+    assert "attn-course grade: interrupted (Ctrl-C)" in err and "the same command grades the rest" in err, err
+    assert "Traceback" not in err

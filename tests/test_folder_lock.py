@@ -88,3 +88,42 @@ def test_a_folder_shared_by_two_accounts_is_locked_by_either(tmp_path):
         assert found == "held"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_folder_the_user_cannot_write_is_refused_with_what_to_give_instead():
+    """An instructor's account running the README's `--out build/grading` in a checkout it cannot write:
+    a traceback ending in PermissionError (exit 1) before; now exit 2 and what to do."""
+    user = ordinary_user()
+    if user is None:
+        pytest.skip("needs root and an ordinary user (`.ci/run` makes one)")
+    base = scratch_dir()
+    try:
+        (base / "root-owned").mkdir(mode=0o755)
+        (base / "root-owned").chmod(0o755)
+        (base / "subs" / "ann").mkdir(parents=True)
+        (base / "subs").chmod(0o755)
+        found = run_as(user, f"""
+            from course_tools import cli
+            import contextlib, io
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                code = cli.main(["grade", {str(base / 'subs')!r}, "--out", {str(base / 'root-owned' / 'grading')!r}])
+            print(json.dumps([code, err.getvalue()]))
+            """)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    code, err = found
+    assert code == 2, err
+    assert f"{base / 'root-owned' / 'grading'} cannot be written by {user} (Permission denied" in err, err
+    assert "--out ~/grading" in err and "Traceback" not in err, err
+
+
+def test_export_into_a_folder_a_grading_run_holds_is_refused(tmp_path, capsys, other_run):
+    out, proc = other_run
+    for name in ("gradebook.db", "course/source", "course/release"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).mkdir() if name.startswith("course/") else (out / name).write_bytes(b"")
+    assert cli.main(["export", str(out), "--to", "moodle"]) == 2
+    err = capsys.readouterr().err
+    assert f"is being graded into by another run (process {proc.pid} on " in err, err
+    assert not (out / "lms").exists()

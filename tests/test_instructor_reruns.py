@@ -154,6 +154,18 @@ def test_a_copied_grading_folder_grades_into_itself_with_the_original_moved_away
     assert cli.grading_course(copy) == (copy / "course").resolve()  # formgrader opens the copy's own gradebook
 
 
+def test_export_of_a_copied_grading_folder_says_it_now_names_the_copy(course, tmp_path, capsys):
+    subs, out, copy = tmp_path / "subs", tmp_path / "out", tmp_path / "copy"
+    _put(subs / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _graded(subs, out)
+    subprocess.run(["cp", "-a", str(out), str(copy)], check=True)
+    capsys.readouterr()
+    assert cli.main(["export", str(copy), "--to", "gradescope"]) == 0
+    assert f"{copy} was graded as {out} before (copied or moved)" in capsys.readouterr().out
+    assert cli.main(["export", str(copy), "--to", "gradescope"]) == 0
+    assert "was graded as" not in capsys.readouterr().out  # said once, when it happened
+
+
 def test_a_course_config_that_cannot_be_pointed_here_is_a_clear_error(tmp_path):
     from autograder.course import CourseMoved, settle_course_config
 

@@ -489,12 +489,25 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
     `status`, never raised."""
     results = []
     for assignment in course.assignments if assignments is None else assignments:
+        if assignment not in sub.notebooks and sub.unread:  # perhaps handed in: the grader could not read it
+            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
+                                          Status.INCIDENT, detail=_unread_detail(sub)))
+            continue
         if assignment not in sub.notebooks:
             results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
                                           Status.MISSING, detail=NOT_SUBMITTED))
             continue
         results.append(_grade_or_report(course, sub, assignment, limits))
     return results
+
+
+def _unread_detail(sub: StudentSubmission) -> str:
+    """Why a student's notebook may be there unseen: the files and folders of theirs the grader could not read."""
+    paths = list(sub.unread)
+    named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return (f"not graded: {named} {'was' if len(paths) == 1 else 'were'} there but {sub.unread[paths[0]]}; "
+            f"the grader's own problem, not the student's (never a 0): make them readable to the account that "
+            f"grades, then run the same command again")
 
 
 GRADERS_OWN = (Status.INCIDENT, Status.ERROR)  # failures of the grader, not grades: never saved as done
@@ -1018,7 +1031,8 @@ def _take_saved(r: NotebookResult, saved: NotebookResult) -> None:
 
 def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
     """One row per student, one column per notebook (score after late penalty), and the total:
-    the shape an LMS gradebook import expects."""
+    the shape an LMS gradebook import expects. A notebook the grader failed on (GRADERS_OWN) is left
+    empty, as the LMS exports leave it: never a 0 (the total counts the others)."""
     notebooks = sorted({r.notebook for r in results})
     by_student: dict[str, dict[str, NotebookResult]] = {}
     for r in results:
@@ -1028,9 +1042,11 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(safe_row(["student_id", *notebooks, "total", "max_total"]))
         for sid in sorted(by_student):
-            finals = [max(by_student[sid][n].score - by_student[sid][n].late_penalty, 0.0) if n in by_student[sid] else 0.0
-                      for n in notebooks]
-            writer.writerow(safe_row([sid, *(f"{x:g}" for x in finals), f"{sum(finals):g}", f"{sum(tops.values()):g}"]))
+            finals = [None if n in by_student[sid] and by_student[sid][n].status in GRADERS_OWN
+                      else max(by_student[sid][n].score - by_student[sid][n].late_penalty, 0.0) if n in by_student[sid]
+                      else 0.0 for n in notebooks]
+            writer.writerow(safe_row([sid, *("" if x is None else f"{x:g}" for x in finals),
+                                      f"{sum(x for x in finals if x is not None):g}", f"{sum(tops.values()):g}"]))
     os.chmod(fh.name, 0o644)
     os.replace(fh.name, path)
 

@@ -108,6 +108,9 @@ class StudentSubmission:
     origins: dict[str, str] = field(default_factory=dict)  # assignment -> "path in class folder (time source)"
     late: dict[str, str] = field(default_factory=dict)  # assignment -> why the platform says it is late
     secrets: dict[str, str] = field(default_factory=dict)  # assignment -> nbgrader's submission secret, when it had one
+    # path in the class folder -> why the grader could not read it (permissions, I/O): the grader's problem,
+    # never the student's "nothing handed in"
+    unread: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -742,9 +745,18 @@ class _Intake:
                     self.read_zip(sub, path, late)
                 else:
                     self.read_file(sub, path, match_name, budget, late=late)
+            except OSError as err:  # the file is there, the grader cannot read it
+                self.unreadable(sub, path, err)
             except Exception as err:  # noqa: BLE001 - one student's files never stop the class's collection
                 why = f"could not be read ({type(err).__name__}: {str(err)[:200]})"
                 self.problem(sub, path.name, self.rel(path), why)
+
+    def unreadable(self, sub: StudentSubmission, path: Path, err: OSError) -> None:
+        """A file or folder of this student's that the grader cannot read: their missing notebooks are the
+        grader's incident, not a 0 (StudentSubmission.unread)."""
+        why = f"could not be read by the account grading ({err.strerror or type(err).__name__})"
+        sub.unread[self.rel(path)] = why
+        self.problem(sub, path.name, self.rel(path), why)
 
     def read_file(self, sub: StudentSubmission, path: Path, match_name: str, budget: list[int],
                   time: tuple[datetime, str] | None = None, late: str = "", secret: str = "") -> bool:
@@ -780,7 +792,7 @@ class _Intake:
                 with os.scandir(here) as it:
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as err:
-                listed.add(self.rel(here), f"could not be read ({err.strerror or type(err).__name__})")
+                self.unreadable(sub, here, err)
                 continue
             folders = []
             for entry in entries[:MAX_FOLDER_ENTRIES + 1 - seen]:
@@ -829,8 +841,13 @@ class _Intake:
         budget = [MAX_STUDENT_BYTES, 0]
         for k, path in enumerate(notebooks[:MAX_STUDENT_FILES]):
             top = _top(folder, path) if exchange else None
-            if not self.read_file(sub, path, path.name, budget, self.folder_time(path, top), late,
-                                  self.folder_secret(top)):
+            try:
+                offered = self.read_file(sub, path, path.name, budget, self.folder_time(path, top), late,
+                                         self.folder_secret(top))
+            except OSError as err:  # this one file: the folder's other notebooks are still read
+                self.unreadable(sub, path, err)
+                continue
+            if not offered:
                 for rest in notebooks[k + 1:MAX_STUDENT_FILES]:
                     listed.add(self.rel(rest), f"not read: past the student's {_mib(MAX_STUDENT_BYTES)} of notebooks")
                 break

@@ -249,3 +249,51 @@ def test_prairielearn_and_gradescope_scores_are_rounded():
     assert repr(prairielearn_result(r)["score"]) == "0.8"
     r = NotebookResult("ann", A01, 16.0, 17.0, late_penalty=0.1 + 0.2)
     assert repr(gradescope_result(r)["score"]) == "15.7"
+
+
+# --------------------------------------------------------------------------- files the grader cannot read
+def test_a_notebook_the_grader_cannot_read_is_its_own_incident_never_a_missing_0(course):
+    """An upload kept 0600 by another account (an LMS sync run as root, a TA's copy): it was graded
+    "missing: no notebook was submitted" and exported as 0. It is the grader's incident: no score in any
+    export, the paths and what to do in its detail, and graded once it can be read."""
+    import shutil
+
+    from autograder.grade import grade as grade_class
+
+    from .setups import ordinary_user, run_as, scratch_dir
+
+    user = ordinary_user()
+    if user is None:
+        pytest.skip("needs root and an ordinary user (`.ci/run` makes one)")
+    base = scratch_dir()
+    try:
+        subs, out = base / "subs", base / "out"
+        for student in ("ann", "bob", "cat"):
+            (subs / student).mkdir(parents=True)
+            nbformat.write(solved_notebook(course, A01), subs / student / f"{A01}.ipynb")
+        (subs / "bob" / f"{A01}.ipynb").chmod(0o600)  # root's file: the ordinary user cannot open it
+        (subs / "cat").chmod(0o700)  # root's folder: the ordinary user cannot list it
+        for folder in (subs, subs / "ann", subs / "bob"):
+            folder.chmod(0o755)
+        (subs / "ann" / f"{A01}.ipynb").chmod(0o644)
+        base.chmod(0o777)
+        found = run_as(user, f"""
+            from pathlib import Path
+            from autograder.grade import grade
+            rs = grade(Path({str(subs)!r}), Path({str(out)!r}), progress=False, workers=1, assignments=[{A01!r}])
+            print(json.dumps({{r.student_id: [r.status.value, r.score, r.detail] for r in rs}}))
+            """, sandbox="bubblewrap")
+        assert found["ann"][:2] == ["ok", 17], found
+        for student, path in (("bob", f"bob/{A01}.ipynb"), ("cat", "cat")):
+            status, _, detail = found[student]
+            assert status == "grader incident", found
+            assert path in detail and "Permission denied" in detail and "not the student's" in detail, detail
+        rows = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
+        assert rows["bob"][A01] == "" and rows["cat"][A01] == "" and rows["ann"][A01] == "17", rows
+
+        for path in (subs / "cat", subs / "bob" / f"{A01}.ipynb"):  # readable now: the next run grades them
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        again = {r.student_id: r for r in grade_class(subs, out, progress=False, workers=1, assignments=[A01])}
+        assert again["bob"].score == again["cat"].score == 17 and again["bob"].status.value == "ok"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -55,7 +55,7 @@ gpu-check: $(STAMP)
 ## make bench-translator: decoding (KV cache vs recomputing the prefix) and training speed (the
 ## course's layers vs torch.nn.Transformer with copied weights), ratios measured side by side
 bench-translator: $(STAMP)
-	attn-course bench-translator
+	attn-course bench-translator --threads 1
 
 ## make book: the course as a static site in build/book/html/ (Sphinx, myst-nb, sphinx-book-theme), built
 ## from solutions/ with their committed outputs (nothing is executed), the grader scrubbed out, math

@@ -10,7 +10,8 @@ grader, nbval and a local Jupyter run it as a no-op.
 
 The repository is one setting, `[tool.attention-course] repository = "owner/name"` in pyproject.toml
 (the book's Colab buttons read it too); the tag is `v<version>` unless the setting names a ref
-(`owner/name@ref`). Without it, the cell stops on Colab with what to do.
+(`owner/name@ref`). Without it, the cell installs a copy uploaded to /content/attention-course, and stops
+on Colab with what to do when there is none.
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ _TEMPLATE = '''\
 import os, subprocess, sys
 if "google.colab" in sys.modules and not os.environ.get("ATTN_COURSE_ROOT"):
     COURSE, REPOSITORY, TAG = {course!r}, {url!r}, {tag!r}
-    if not REPOSITORY:
+    if not REPOSITORY and not os.path.isfile(os.path.join(COURSE, "pyproject.toml")):
         raise RuntimeError("this copy of the course names no repository to install from (pyproject.toml: "
-                           "[tool.attention-course] repository): open the notebook from the course's published "
-                           "copy, or ask your instructor for its link")
+                           "[tool.attention-course] repository). Upload the course folder yourself (Files, or "
+                           "!unzip -q course.zip -d /content) so that " + COURSE + "/pyproject.toml exists, then "
+                           "run this cell again; or open the notebook from the course's published copy")
     if not os.path.isdir(COURSE):
         subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", TAG, REPOSITORY, COURSE], check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", COURSE + "[{extra}]"], check=True)

@@ -71,6 +71,27 @@ def test_without_a_repository_the_cell_stops_on_colab_with_what_to_do(tmp_path):
     env = {**{k: v for k, v in os.environ.items() if k != "ATTN_COURSE_ROOT"}, "PYTHONPATH": str(fake)}
     done = _run(f"import google.colab\nexec({cell!r})", tmp_path, env)
     assert done.returncode != 0 and "names no repository" in done.stderr and "published" in done.stderr
+    assert "Upload the course folder yourself" in done.stderr and "pyproject.toml exists" in done.stderr
+
+
+def test_without_a_repository_the_cell_installs_a_copy_the_learner_uploaded(tmp_path):
+    """A self-learner with a zip of the course and no published repository: they upload it, and the cell
+    installs that copy instead of stopping."""
+    fake = _fake_colab(tmp_path / "fake", {})
+    uploaded = tmp_path / "content" / "attention-course"
+    uploaded.mkdir(parents=True)
+    (uploaded / "pyproject.toml").write_text("[project]\nname = 'attention-course'\n")
+    cell = colab.install_source("", "").replace(colab.COURSE_ON_COLAB, str(uploaded))
+    code = ("import json, os, subprocess\nran = []\n"
+            "subprocess.run = lambda cmd, **k: ran.append(cmd)\n"
+            f"import google.colab\nexec({cell!r})\n"
+            "print(json.dumps([ran, os.environ['ATTN_COURSE_ROOT']]))")
+    env = {**{k: v for k, v in os.environ.items() if k != "ATTN_COURSE_ROOT"}, "PYTHONPATH": str(fake)}
+    done = _run(code, tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    ran, root = json.loads(done.stdout.strip().splitlines()[-1])
+    assert root == str(uploaded)
+    assert [cmd[-1] for cmd in ran] == [f"{uploaded}[grader]"] and "clone" not in str(ran)  # installed, not cloned
 
 
 def test_the_book_leaves_the_install_cell_out():

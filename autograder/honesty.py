@@ -144,8 +144,8 @@ _SWITCH_OFF = ("it calls {path}, which switches off the grader's check that your
                "built-ins it re-implements; remove it")
 _PRIVATE_TORCH = ("it uses {path}, a private PyTorch function; an instructor will check that it is not a "
                   "built-in this exercise asks you to write (public tensor operations are always fine)")
-_REVIEW_NOTE = ("; an instructor will look at it by hand and no points are taken for it automatically "
-                "(if your code does not need it, remove it)")
+_REVIEW_NOTE = ("; an instructor will look at it by hand: this finding takes no points by itself (a check your "
+                "code failed still does; if your code does not need it, remove it)")
 _STAR_ONLY = ("this exercise asks for your own implementation of {graded}, but nothing in your notebook defines "
               "{graded}: the only place it can come from is `{how}`, a library's own {graded} (and where that "
               "library is not installed, nothing named {graded} exists at all); write {graded} yourself in its "
@@ -154,7 +154,7 @@ _UNREADABLE = ("the notebook's kernel (IPython) can run this cell, but the grade
                "so nothing in it was checked" + _REVIEW_NOTE.replace("if your code does not need it, remove it",
                                                                      "write it as plain Python"))
 _DYNAMIC = ("it looks up an attribute whose name is computed at run time ({how}), so the grader cannot tell "
-            "what it reaches" + _REVIEW_NOTE.replace("remove it", "write the name out"))
+            "what it reaches" + _REVIEW_NOTE.replace("if your code does not need it, remove it", "write the name out"))
 
 
 # --------------------------------------------------------------------------- IPython syntax
@@ -850,7 +850,8 @@ class _Walker:
             return  # the platform's own module, on Colab (which the course supports), not the notebook's file
         if top and not module.startswith(".") and not _installed(top):
             self._review(node, f"it imports {top}, a module that is not installed where the grader runs (a "
-                               f"Python file the notebook wrote itself, say), whose code the grader cannot read")
+                               f"package the course does not use, or a Python file the notebook wrote itself), so the "
+                               f"grader cannot read its code, and code that needs it fails when graded")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = _from_module(node)

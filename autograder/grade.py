@@ -1115,6 +1115,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             sid, ids, n=1) or [i for i in ids if i.lower() == sid.lower()]) else "") for sid in unknown]
         raise NothingToGrade(f"--student: no submission in {submissions} for {', '.join(hints)}: student ids are "
                              f"exact (case too); the ids here are the names of the students' folders or files")
+    _not_this_class(submissions, intake.students,
+                    {r["id"] for r in read_roster(roster)} if roster else read_roster_ids(course))
     _ = course.kit  # built once, before any worker starts a sandbox
     if late_penalty:
         course.set_late_penalty(late_penalty)
@@ -1376,6 +1378,21 @@ def _keep_recorded(sub: StudentSubmission, assignment: str, recorded: datetime |
             f"submission graded earlier (handed in {recorded:%Y-%m-%d %H:%M:%S} UTC, from another folder): "
             f"the newer one's grade is kept; to grade this older one instead, run again with "
             f"--force --student {sub.student_id} --assignment {assignment}")
+
+
+def _not_this_class(submissions: Path, students: list[StudentSubmission], roster_ids: set[str] | None) -> None:
+    """NothingToGrade when a roster is in force and not one of the folder's students is on it: the folder
+    above the class folder (its `week1/` and `week1-late/` graded as two students, every enrolled student
+    "missing", the two strangers in every table from then on), or a roster whose ids are not the students'."""
+    ids = sorted(s.student_id for s in students)
+    if not roster_ids or not ids or set(ids) & roster_ids:
+        return
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    raise NothingToGrade(
+        f"none of the {len(ids)} student{'s' if len(ids) != 1 else ''} found in {submissions} ({shown}) is on the "
+        f"roster ({len(roster_ids)} ids, such as {', '.join(sorted(roster_ids)[:3])}): nothing was graded. Is "
+        f"{submissions} the folder above the class folder? Give the class folder itself (the one holding a folder "
+        f"or file per student). If these are the students, the roster's id column must hold these ids.")
 
 
 class NothingToGrade(ValueError):

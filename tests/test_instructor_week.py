@@ -297,3 +297,28 @@ def test_a_notebook_the_grader_cannot_read_is_its_own_incident_never_a_missing_0
         assert again["bob"].score == again["cat"].score == 17 and again["bob"].status.value == "ok"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_folder_above_the_class_folder_is_refused_before_it_makes_students_of_weeks(course, tmp_path, capsys):
+    """An instructor gave `parent/` (holding week1/ and week1-late/) instead of `parent/week1/`: two students
+    'week1' and 'week1-late' were graded, every enrolled student was missing, and the two strangers stayed
+    in every table and export. With a roster in force (given now or kept from an earlier run), a folder none
+    of whose students is on it is refused before anything is written."""
+    from autograder.grade import NothingToGrade
+
+    parent, out = tmp_path / "parent", tmp_path / "out"
+    for week, student in (("week1", "ann"), ("week1", "ben"), ("week1-late", "cat")):
+        (parent / week / student).mkdir(parents=True, exist_ok=True)
+        nbformat.write(solved_notebook(course, A01), parent / week / student / f"{A01}.ipynb")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id\nann\nben\ncat\n")
+    with pytest.raises(NothingToGrade, match="Is .*parent the folder above the class folder"):
+        grade(parent, out, progress=False, workers=1, roster=roster)
+    assert not (out / "grades.csv").exists()
+    assert {r.student_id for r in grade(parent / "week1", out, progress=False, workers=1, roster=roster)} == \
+        {"ann", "ben", "cat"}
+    assert cli.main(["grade", str(parent), "--out", str(out)]) == 2  # the roster kept from the first run
+    err = capsys.readouterr().err
+    assert "none of the 2 students found in" in err and "(week1, week1-late)" in err and "nothing was graded" in err
+    with open(out / "grades_wide.csv") as fh:
+        assert {row["student_id"] for row in csv.DictReader(fh)} == {"ann", "ben", "cat"}

@@ -450,7 +450,9 @@ def _distinct_ids(items: list[tuple[str, str, str]]) -> list[tuple[str, dict[str
             sid = _free_suffix(base, reserved, holder)
             first = holder[base]
             problems[entry] = (f"graded as student id {sid!r}, because {items[first][1]!r} is already graded as "
-                               f"{base!r}; if both are the same student, merge them and grade again")
+                               f"{base!r}; if both are the same student, keep one: move the notebooks you want graded into "
+                               f"{items[first][1]!r} and remove {entry!r} (an unzipped copy beside its zip, say), "
+                               f"then grade again")
             result[first][1][entry] = f"another submission, {entry!r}, is graded separately as student id {sid!r}"
         elif sid != raw:
             problems[entry] = f"student id {raw!r} renamed to {sid!r}"

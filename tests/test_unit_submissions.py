@@ -228,7 +228,8 @@ def test_ids_that_collide_after_clean_up_get_a_suffix_and_both_are_told():
     assert got[0][1] == {"Zoé Li": "student id 'Zoé Li' renamed to 'Zoe_Li'",
                          "Zoë Li": "another submission, 'Zoë Li', is graded separately as student id 'Zoe_Li-2'"}
     assert got[1][1] == {"Zoë Li": "graded as student id 'Zoe_Li-2', because 'Zoé Li' is already graded as 'Zoe_Li'; "
-                                   "if both are the same student, merge them and grade again"}
+                                   "if both are the same student, keep one: move the notebooks you want graded into 'Zoé Li' and "
+                                   "remove 'Zoë Li' (an unzipped copy beside its zip, say), then grade again"}
 
 
 @pytest.mark.parametrize("items, ids", [

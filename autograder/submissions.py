@@ -844,7 +844,7 @@ class _Intake:
         for k, path in enumerate(notebooks[:MAX_STUDENT_FILES]):
             top = _top(folder, path) if exchange else None
             try:
-                offered = self.read_file(sub, path, path.name, budget, self.folder_time(path, top), late,
+                offered = self.read_file(sub, path, path.name, budget, self.folder_time(path, top, sub), late,
                                          self.folder_secret(top))
             except OSError as err:  # this one file: the folder's other notebooks are still read
                 self.unreadable(sub, path, err)
@@ -865,9 +865,10 @@ class _Intake:
             raw = fh.read(257).decode("ascii", errors="replace").strip()
         return raw if _SECRET.fullmatch(raw) else ""
 
-    def folder_time(self, path: Path, top: Path | None) -> tuple[datetime, str]:
+    def folder_time(self, path: Path, top: Path | None, sub: StudentSubmission | None = None) -> tuple[datetime, str]:
         """A notebook's submission time: the timestamp.txt nbgrader's exchange wrote in its
-        assignment folder `top` (None outside nbgrader's submitted/ tree), else the file's time."""
+        assignment folder `top` (None outside nbgrader's submitted/ tree), else the file's time (said
+        on the student's row too when their timestamp.txt could not be read: `sub`)."""
         if top is not None and top not in self.stamps:
             stamp, when = top / TIMESTAMP_FILE, None
             if stamp.is_file() and not stamp.is_symlink():
@@ -875,8 +876,10 @@ class _Intake:
                 if when is None:
                     with stamp.open("rb") as fh:
                         raw = fh.read(60)
-                    self.ignore(self.rel(stamp), f"not a time nbgrader wrote ({raw!r}): the notebooks' file times "
-                                                 "are used instead")
+                    why = f"not a time nbgrader wrote ({raw!r}): the notebooks' file times are used instead"
+                    self.ignore(self.rel(stamp), why)
+                    if sub is not None:
+                        self.note(sub, self.rel(stamp), why)
             self.stamps[top] = when
         when = self.stamps.get(top) if top is not None else None
         return (when, TIMESTAMP_FILE) if when else (_file_time(path), "file time")

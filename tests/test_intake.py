@@ -305,6 +305,7 @@ def test_an_unreadable_timestamp_txt_falls_back_to_the_file_time(tmp_path):
     assert carol.origins == {A01: f"submitted/carol/{A01}/{A01}.ipynb (file time)"}
     ((path, why),) = found.ignored
     assert path == f"submitted/carol/{A01}/timestamp.txt" and "not a time nbgrader wrote" in why
+    assert carol.problems == {path: why}  # on carol's row too, where the instructor reads her submission time
 
 
 # --------------------------------------------------------------------------- the rules

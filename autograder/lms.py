@@ -351,7 +351,7 @@ def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
     """make(result) as DEST/<student>/<notebook>/results.json for every graded notebook; a missing one
     has none, a held-back one none (an earlier export's file is removed), each listed."""
     done = Exported(dest)
-    missing = 0
+    missing: list[str] = []
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
         if not STUDENT_ID.match(r.student_id):
             refused = f"{r.student_id!r}: not written, the student id cannot name a folder"
@@ -359,7 +359,7 @@ def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
             continue
         target = dest / r.student_id / r.notebook / "results.json"
         if r.status is Status.MISSING or r.status in HELD_BACK:
-            missing += r.status is Status.MISSING
+            missing.extend([f"{r.student_id} {r.notebook}"] if r.status is Status.MISSING else [])
             target.unlink(missing_ok=True)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -368,7 +368,9 @@ def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
         os.replace(tmp, target)
         done.written.append(target)
     if missing:
-        done.notes.append(f"{missing} notebook(s) not submitted: no results.json for them")
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        done.notes.append(f"{len(missing)} notebook{'s' if len(missing) != 1 else ''} not submitted, no results.json "
+                          f"for them: {shown}")
     done.problems += _held_back(results)
     return done
 

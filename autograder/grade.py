@@ -166,8 +166,13 @@ def _strings(value: Any, name: str) -> list[str]:
 def quiet_gradebook() -> None:
     """nbgrader's gradebook, used in-process (its API, a roster, due dates), trips SQLAlchemy's
     autoflush warnings ("... not in session ...") on a fresh database: noise between the progress
-    bar's lines. Silenced once the grader uses the gradebook (not when this module is imported)."""
+    bar's lines. Silenced once the grader uses the gradebook (not when this module is imported). So is
+    nbformat's MissingIDFieldWarning, which nbgrader's feedback of a wrong notebook (another notebook handed
+    in under this one's name) printed into the console: nothing for the instructor to do."""
+    from nbformat.warnings import MissingIDFieldWarning
+
     warnings.filterwarnings("ignore", message=".*not in session.*")
+    warnings.filterwarnings("ignore", category=MissingIDFieldWarning)
 
 
 class Course:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 
 import nbformat
 import pytest
@@ -138,8 +139,21 @@ def graded(course, tmp_path_factory):
         (root / "class" / name).mkdir(parents=True)
         nbformat.write(nb, root / "class" / name / f"{A01}.ipynb")
     (root / "class" / "empty.zip").write_bytes(b"PK\x05\x06" + b"\0" * 18)  # a valid zip of nothing
-    results = grade(root / "class", root / "out", progress=False, workers=2, assignments=[A01])
+    with warnings.catch_warnings(record=True) as caught:  # what the instructor's console would print
+        warnings.simplefilter("always")
+        results = grade(root / "class", root / "out", progress=False, workers=2, assignments=[A01])
+    GRADING_WARNINGS[:] = [f"{w.category.__name__}: {w.message}" for w in caught]
     return {r.student_id: r for r in results if r.notebook == A01}, root / "out"
+
+
+GRADING_WARNINGS: list[str] = []
+
+
+@pytest.mark.slow
+def test_a_wrong_notebook_prints_no_warning_of_nbformats_into_the_console(graded):
+    """nbgrader's feedback of another notebook handed in under this one's name printed nbformat's
+    MissingIDFieldWarning between the progress bar's lines."""
+    assert not [w for w in GRADING_WARNINGS if "MissingIDField" in w], GRADING_WARNINGS
 
 
 @pytest.mark.slow

@@ -125,6 +125,16 @@ class NotebookResult:
         """The status column of grades.csv: the kind, then the detail ('timeout: ...')."""
         return status_text(self.status, self.detail)
 
+    def not_due_yet(self, now: datetime | None = None) -> bool:
+        """Missing while its due date has not passed: nothing is wrong yet (no 0, no problem)."""
+        if self.status is not Status.MISSING or not self.due:
+            return False
+        try:
+            due = datetime.fromisoformat(self.due)
+        except ValueError:
+            return False
+        return due > (now or datetime.now(timezone.utc))
+
     @property
     def kinds(self) -> list[Status]:
         """Every kind of trouble this notebook met, in order ([OK] when none)."""
@@ -484,6 +494,14 @@ def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verd
 
 
 NOT_SUBMITTED = "no notebook for this assignment was submitted"  # the detail of a MISSING status
+NOT_YET = "not handed in yet: due {due}"  # ... while its due date has not passed (no 0, not a problem)
+
+
+def _missing_as_of(r: "NotebookResult", due: datetime | None, now: datetime) -> None:
+    """A missing notebook's due date, and its words: 'not handed in yet' while the due date has not passed
+    (grading the early submissions made everyone else 'missing', with a 0 and exit status 1)."""
+    r.due = due.isoformat().replace("+00:00", "Z") if due else ""
+    r.detail = NOT_YET.format(due=r.due) if due and due > now else NOT_SUBMITTED
 INCIDENT_ADVICE = ("the grader's own problem, not the student's: not graded and not saved, so running the "
                    "same command again grades it; if it happens again, see 'Sandbox' in the README")
 
@@ -980,14 +998,18 @@ def class_results(course: Course, out: Path, assignments: list[str] | None = Non
         students = sorted(s.id for s in gb.students)
         late = {(sid, a): found for a in assignments for sid in students
                 if (found := _lateness(gb, a, sid)) is not None}
+    dues, now = due_dates(course), datetime.now(timezone.utc)
     results, changed = [], []
     for sid in students:
         for assignment in assignments:
             saved = _load_result(_record_path(out, sid, assignment))
             facts = late.get((sid, assignment))
             if facts is None:
-                results.append(saved or NotebookResult(sid, assignment, 0.0, course.max_score(assignment),
-                                                       Status.MISSING, detail=NOT_SUBMITTED))
+                r = saved or NotebookResult(sid, assignment, 0.0, course.max_score(assignment), Status.MISSING,
+                                            detail=NOT_SUBMITTED)
+                if r.status is Status.MISSING:
+                    _missing_as_of(r, dues.get(assignment), now)
+                results.append(r)
                 continue
             r = read_result(course, sid, assignment)
             if saved:
@@ -1036,8 +1058,9 @@ def _take_saved(r: NotebookResult, saved: NotebookResult) -> None:
 
 def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
     """One row per student, one column per notebook (score after late penalty), and the total:
-    the shape an LMS gradebook import expects. A notebook the grader failed on (GRADERS_OWN) is left
-    empty, as the LMS exports leave it: never a 0 (the total counts the others)."""
+    the shape an LMS gradebook import expects. A notebook the grader failed on (GRADERS_OWN), and one not
+    handed in before its due date, are left empty, as the LMS exports leave them: never a 0 (the total
+    counts the others)."""
     notebooks = sorted({r.notebook for r in results})
     by_student: dict[str, dict[str, NotebookResult]] = {}
     for r in results:
@@ -1047,7 +1070,8 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(safe_row(["student_id", *notebooks, "total", "max_total"]))
         for sid in sorted(by_student):
-            finals = [None if n in by_student[sid] and by_student[sid][n].status in GRADERS_OWN
+            finals = [None if n in by_student[sid] and (by_student[sid][n].status in GRADERS_OWN
+                                                        or by_student[sid][n].not_due_yet())
                       else max(by_student[sid][n].score - by_student[sid][n].late_penalty, 0.0) if n in by_student[sid]
                       else 0.0 for n in notebooks]
             writer.writerow(safe_row([sid, *("" if x is None else f"{x:g}" for x in finals),

@@ -144,7 +144,7 @@ def _cell(r: NotebookResult | None) -> str:
     """A notebook's points in a CSV: empty when held back, 0 when there is no result."""
     if r is None:
         return "0"
-    return "" if r.status in HELD_BACK else points(final(r))
+    return "" if r.status in HELD_BACK or r.not_due_yet() else points(final(r))
 
 
 def _held_back(results: list[NotebookResult]) -> list[str]:

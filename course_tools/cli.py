@@ -339,7 +339,7 @@ def outcome(results) -> tuple[int, str]:
     kinds = Counter()
     bad = 0
     for r in results:
-        found = problems_of(r)
+        found = [] if r.not_due_yet() else problems_of(r)  # not handed in before its due date: nothing wrong yet
         bad += bool(found)
         kinds.update(found)
     notebooks, students = _count(len(results), "notebook"), _count(len({r.student_id for r in results}), "student")

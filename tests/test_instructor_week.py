@@ -322,3 +322,30 @@ def test_the_folder_above_the_class_folder_is_refused_before_it_makes_students_o
     assert "none of the 2 students found in" in err and "(week1, week1-late)" in err and "nothing was graded" in err
     with open(out / "grades_wide.csv") as fh:
         assert {row["student_id"] for row in csv.DictReader(fh)} == {"ann", "ben", "cat"}
+
+
+def test_before_the_due_date_a_notebook_not_handed_in_is_not_missing_yet(course, tmp_path, capsys):
+    """Grading the early submissions two days before the due date made everyone else 'missing', with a 0
+    in every table and export and exit status 1. Until the due date it is 'not handed in yet': no score,
+    not a problem; once the due date has passed (here: moved into the past), it is missing as before."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    (subs / "ann").mkdir(parents=True)
+    nbformat.write(solved_notebook(course, A01), subs / "ann" / f"{A01}.ipynb")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id\nann\nben\n")
+    args = ["grade", str(subs), "--out", str(out), "--roster", str(roster), "--assignment", A01]
+    assert cli.main([*args, "--due", f"{A01}=2099-12-01T23:59:00Z"]) == 0, capsys.readouterr().err
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows["ben"]["status"] == "missing: not handed in yet: due 2099-12-01T23:59:00Z", rows["ben"]
+    assert rows["ben"]["due"] == "2099-12-01T23:59:00Z"
+    wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
+    assert wide["ben"][A01] == "" and wide["ann"][A01] == "17"
+    assert cli.main(["export", str(out), "--to", "moodle"]) == 1  # no e-mail addresses: listed, not a 0 for ben
+    assert {r["Student ID"]: r[A01] for r in csv.DictReader((out / "lms" / "moodle.csv").open())}["ben"] == ""
+    capsys.readouterr()
+
+    assert cli.main([*args, "--due", f"{A01}=2020-12-01T23:59:00Z"]) == 1  # the due date has passed
+    assert "1 missing" in capsys.readouterr().err
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows["ben"]["status"] == "missing: no notebook for this assignment was submitted", rows["ben"]
+    assert {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}["ben"][A01] == "0"

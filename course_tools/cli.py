@@ -407,6 +407,30 @@ def _export(args) -> int:
     return 1 if done.problems else 0
 
 
+def _remove_student(args) -> int:
+    """`remove-student OUT ID ... [--yes]`: what is (or would be) taken out, and where it is kept."""
+    from autograder.removal import RemovalError, remove_students
+
+    try:
+        done = remove_students(Path(args.out), args.students, yes=args.yes)
+    except RemovalError as err:
+        raise UsageError(str(err)) from None
+    for student, folders in done.moved.items():
+        files = ", ".join(folders) or "no files"
+        print(f"{student}: out of the gradebook; {files} moved to {done.kept_at[student]}" if done.done else
+              f"{student}: would be taken out of the gradebook; {files} would be moved to "
+              f"{done.out / 'removed' / student}/<time>/")
+    for student in done.on_roster:
+        print(f"{student} is on the last roster given: the next `grade` with that roster lists them again "
+              "(missing); give a roster without them")
+    if not done.done:
+        print(f"nothing was changed: run again with --yes to take {'them' if len(done.moved) > 1 else 'this student'} "
+              "out", file=sys.stderr)
+        return 2
+    print(f"grades.csv, grades_wide.csv, report.html and the feedback pages of {done.out} rewritten without them")
+    return 0
+
+
 def _bench(args) -> int:
     import json
 
@@ -796,6 +820,15 @@ def parser() -> argparse.ArgumentParser:
                    help="where to write (default OUT/lms/canvas.csv, OUT/lms/moodle.csv, or the folder "
                         "OUT/lms/gradescope/ or OUT/lms/prairielearn/ with <student>/<notebook>/results.json)")
     p.set_defaults(func=_export)
+    p = sub.add_parser("remove-student", help="take students graded by mistake out of a graded class (kept aside)",
+                       description="Take students out of the class graded into OUT: out of nbgrader's gradebook, so "
+                                   "out of every table, report and export, with everything the grader kept of theirs "
+                                   "moved into OUT/removed/<student>/<time>/ (nothing is deleted). Without --yes it "
+                                   "only says what it would do (exit 2).")
+    p.add_argument("out", metavar="OUT", help="the folder `attn-course grade SUBMISSIONS --out OUT` wrote")
+    p.add_argument("students", metavar="ID", nargs="+", help="student ids, as in grades.csv")
+    p.add_argument("--yes", action="store_true", help="do it (without it, only say what would be done)")
+    p.set_defaults(func=_remove_student)
     names = " | ".join(TRAIN_CONFIGS)
     p = sub.add_parser("train", help=f"train the notebook-06 translator (configs: {', '.join(TRAIN_CONFIGS)}, auto)")
     p.add_argument("--config", default="auto", help=f"{names} | auto (gpu if CUDA is available, else cpu)")

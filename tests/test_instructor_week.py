@@ -349,3 +349,35 @@ def test_before_the_due_date_a_notebook_not_handed_in_is_not_missing_yet(course,
     rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
     assert rows["ben"]["status"] == "missing: no notebook for this assignment was submitted", rows["ben"]
     assert {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}["ben"][A01] == "0"
+
+
+def test_a_student_graded_by_mistake_is_taken_out_with_everything_kept_aside(course, tmp_path, capsys):
+    """Students graded by mistake (a test account, the folder above the class folder graded as 'week1')
+    stayed in every table and export, and nothing took them out. `remove-student` says what it would do,
+    then, with --yes, takes them out of the gradebook and every output, keeping their files aside."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    for student in ("ann", "week1"):
+        (subs / student).mkdir(parents=True)
+        nbformat.write(solved_notebook(course, A01), subs / student / f"{A01}.ipynb")
+    grade(subs, out, progress=False, workers=1, assignments=[A01])
+    before = sorted(p.relative_to(out) for p in out.rglob("*") if "week1" in p.parts)
+    assert before, "the grader kept nothing of week1's"
+
+    assert cli.main(["remove-student", str(out), "week"]) == 2
+    err = capsys.readouterr().err
+    assert "not in the gradebook of" in err and "(did you mean 'week1'?)" in err, err
+    assert cli.main(["remove-student", str(out), "week1"]) == 2  # no --yes: nothing changed
+    said = capsys.readouterr()
+    assert "week1: would be taken out of the gradebook" in said.out and "--yes" in said.err
+    assert sorted(p.relative_to(out) for p in out.rglob("*") if "week1" in p.parts) == before
+
+    assert cli.main(["remove-student", str(out), "week1", "--yes"]) == 0
+    assert "week1: out of the gradebook; students/week1" in capsys.readouterr().out
+    for table in ("grades.csv", "grades_wide.csv"):
+        assert {r["student_id"] for r in csv.DictReader((out / table).open())} == {"ann"}, table
+    assert "week1" not in (out / "report.html").read_text()
+    [kept] = (out / "removed" / "week1").iterdir()
+    assert (kept / "students" / "week1" / f"{A01}.json").is_file()  # nothing lost: kept aside
+    assert (kept / "feedback" / "week1" / f"{A01}.html").is_file()
+    assert cli.main(["export", str(out), "--to", "gradescope"]) == 0
+    assert {p.name for p in (out / "lms" / "gradescope").iterdir()} == {"ann"}

@@ -158,7 +158,7 @@ GRADER_LAYERS = [
      "autograder.trusted", "autograder.submissions", "autograder.exports", "autograder.lateness",
      "autograder.warm_sandbox"},
     {"autograder.grade", "autograder.report", "autograder.selfcheck", "autograder.lms"},
-    {"autograder.cluster"},  # grading on Dask workers: above grade and selfcheck, which know nothing of it
+    {"autograder.cluster", "autograder.removal"},  # above grade and lms (Dask workers; taking students out)
     {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config",
      "autograder.exchange"},
 ]

@@ -177,6 +177,34 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 '''
 SDPA_BUILTIN = "it calls torch.nn.functional.scaled_dot_product_attention, the built-in"
 
+# A red team's answer to notebook 02: softmax(q k^T / sqrt(d)), masked, taken from the weights PyTorch's
+# multi-head attention returns with one head, identity projections and need_weights=True (a path that never
+# reaches the fused kernel). It scored 14/14, unflagged, when only scaled_dot_product_attention was forbidden.
+BY_MULTI_HEAD_FORWARD = '''import torch
+import torch.nn.functional as F
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    qq = q.expand(*lead, Tq, d).reshape(-1, Tq, d).transpose(0, 1)
+    kk = k.expand(*lead, Tk, d).reshape(-1, Tk, d).transpose(0, 1)
+    n, eye, blocked = qq.shape[1], torch.eye(d, dtype=q.dtype), None
+    if mask is not None:
+        allowed = mask.expand(*lead, Tq, Tk).reshape(n, Tq, Tk)
+        blocked = ~allowed & allowed.any(-1, keepdim=True)
+    attend = getattr(F, "multi_head_" + "attention_forward")  # no name for the static pass to read
+    _, w = attend(qq, kk, kk, d, 1, None, None, None, None, False, 0.0, eye, None, training=False,
+                  need_weights=True, attn_mask=blocked, use_separate_proj_weight=True, q_proj_weight=eye,
+                  k_proj_weight=eye, v_proj_weight=eye, average_attn_weights=False)
+    w = w.reshape(n, Tq, Tk)
+    if mask is not None:
+        w = w * allowed
+    w = w.reshape(*lead, Tq, Tk)
+    return w @ v, w
+'''
+MULTI_HEAD_FORWARD = "it calls torch.nn.functional.multi_head_attention_forward, PyTorch's own attention"
+
 
 def _sdpa_messages(result) -> str:
     return " ".join(c.message for c in result.cells if c.grade_id in SDPA_CELLS)
@@ -190,6 +218,7 @@ ATTACKS = {
     "a spawned child (multiprocessing)": (BY_SPAWN, NO_PROCESSES, ("process",)),
     "hooks switched off by a cell's unpickling": (BY_A_CELLS_PICKLE, HOOKS_OFF, ("deserialises objects (pickle)",)),
     "a thread started before the check": (BY_A_THREAD, SDPA_BUILTIN, ("thread",)),
+    "PyTorch's multi-head attention, by a computed name": (BY_MULTI_HEAD_FORWARD, MULTI_HEAD_FORWARD, ("getattr",)),
 }
 
 
@@ -427,46 +456,6 @@ def test_a_thread_started_before_the_check_is_watched_as_the_checking_one(watch)
 
 
 # --------------------------------------------------------------------------- PyTorch's other attention entries
-# A red team's answer to notebook 02: softmax(q k^T / sqrt(d)), masked, taken from the weights PyTorch's
-# multi-head attention returns with one head, identity projections and need_weights=True (a path that never
-# reaches the fused kernel). It scored 14/14, unflagged, when only scaled_dot_product_attention was forbidden.
-BY_MULTI_HEAD_FORWARD = '''import torch
-import torch.nn.functional as F
-
-
-def scaled_dot_product_attention(q, k, v, mask=None):
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    qq = q.expand(*lead, Tq, d).reshape(-1, Tq, d).transpose(0, 1)
-    kk = k.expand(*lead, Tk, d).reshape(-1, Tk, d).transpose(0, 1)
-    n, eye, blocked = qq.shape[1], torch.eye(d, dtype=q.dtype), None
-    if mask is not None:
-        allowed = mask.expand(*lead, Tq, Tk).reshape(n, Tq, Tk)
-        blocked = ~allowed & allowed.any(-1, keepdim=True)
-    attend = getattr(F, "multi_head_" + "attention_forward")  # no name for the static pass to read
-    _, w = attend(qq, kk, kk, d, 1, None, None, None, None, False, 0.0, eye, None, training=False,
-                  need_weights=True, attn_mask=blocked, use_separate_proj_weight=True, q_proj_weight=eye,
-                  k_proj_weight=eye, v_proj_weight=eye, average_attn_weights=False)
-    w = w.reshape(n, Tq, Tk)
-    if mask is not None:
-        w = w * allowed
-    w = w.reshape(*lead, Tq, Tk)
-    return w @ v, w
-'''
-MULTI_HEAD_FORWARD = "it calls torch.nn.functional.multi_head_attention_forward, PyTorch's own attention"
-
-
-@pytest.mark.slow
-def test_pytorchs_multi_head_attention_in_place_of_the_exercise_gets_no_points(course):
-    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
-                                                  {"scaled_dot_product_attention": BY_MULTI_HEAD_FORWARD}))
-    assert result.status == "ok", result.status_text
-    assert all(c.score == 0 for c in result.cells if c.grade_id in SDPA_CELLS), \
-        [(c.grade_id, c.score, c.message[:300]) for c in result.cells]
-    assert MULTI_HEAD_FORWARD in _sdpa_messages(result), _sdpa_messages(result)[:500]
-    assert "getattr" in result.review, result.review  # the computed name is flagged too
-
-
 def test_every_entry_to_pytorchs_attention_is_refused_while_an_exercise_is_checked(watch):
     namespace: dict = {}
     exec(compile(BY_MULTI_HEAD_FORWARD, "<answer>", "exec"), namespace)

@@ -861,8 +861,12 @@ class _Intake:
         path = top / SECRET_FILE if top is not None else None
         if path is None or not path.is_file() or path.is_symlink():
             return ""
-        with path.open("rb") as fh:
-            raw = fh.read(257).decode("ascii", errors="replace").strip()
+        try:
+            with path.open("rb") as fh:
+                raw = fh.read(257).decode("ascii", errors="replace").strip()
+        except OSError as err:  # the notebook beside it is still graded; its feedback cannot go back by the exchange
+            self.ignore(self.rel(path), f"could not be read by the account grading ({err.strerror})")
+            return ""
         return raw if _SECRET.fullmatch(raw) else ""
 
     def folder_time(self, path: Path, top: Path | None, sub: StudentSubmission | None = None) -> tuple[datetime, str]:
@@ -872,11 +876,13 @@ class _Intake:
         if top is not None and top not in self.stamps:
             stamp, when = top / TIMESTAMP_FILE, None
             if stamp.is_file() and not stamp.is_symlink():
-                when = _read_stamp(stamp)
-                if when is None:
-                    with stamp.open("rb") as fh:
-                        raw = fh.read(60)
-                    why = f"not a time nbgrader wrote ({raw!r}): the notebooks' file times are used instead"
+                try:
+                    when = _read_stamp(stamp)
+                    problem = None if when else f"not a time nbgrader wrote ({_head(stamp)!r})"
+                except OSError as err:  # a stamp the grader cannot read: the notebook is still graded, by its file time
+                    when, problem = None, f"could not be read by the account grading ({err.strerror})"
+                if problem:
+                    why = f"{problem}: the notebooks' file times are used instead"
                     self.ignore(self.rel(stamp), why)
                     if sub is not None:
                         self.note(sub, self.rel(stamp), why)
@@ -901,6 +907,8 @@ class _Intake:
                     self.problem(sub, archive.name, rel, f"zip refused: {problem}")
                     return
                 self.read_members(sub, archive, zf, infos, late)
+        except PermissionError as err:  # the grader's account cannot open it: not the student's broken zip
+            self.unreadable(sub, archive, err)
         except _ZIP_ERRORS:
             self.problem(sub, archive.name, rel, "not a readable zip file")
 
@@ -1051,6 +1059,12 @@ def _top(folder: Path, path: Path) -> Path | None:
     """The folder right below `folder` that holds `path` (nbgrader's assignment folder), if any."""
     parts = path.relative_to(folder).parts
     return folder / parts[0] if len(parts) > 1 else None
+
+
+def _head(path: Path, size: int = 60) -> bytes:
+    """The first bytes of a file (a bounded read: a student's 'timestamp' may be any size)."""
+    with path.open("rb") as fh:
+        return fh.read(size)
 
 
 def _read_stamp(path: Path) -> datetime | None:

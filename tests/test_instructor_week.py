@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import zipfile
 from datetime import datetime, timezone
 
 import nbformat
@@ -271,11 +272,20 @@ def test_a_notebook_the_grader_cannot_read_is_its_own_incident_never_a_missing_0
         for student in ("ann", "bob", "cat"):
             (subs / student).mkdir(parents=True)
             nbformat.write(solved_notebook(course, A01), subs / student / f"{A01}.ipynb")
+        with zipfile.ZipFile(subs / "dan.zip", "w") as zf:
+            zf.writestr(f"{A01}.ipynb", nbformat.writes(solved_notebook(course, A01)))
+        eve = subs / "submitted" / "eve" / A01
+        eve.mkdir(parents=True)
+        nbformat.write(solved_notebook(course, A01), eve / f"{A01}.ipynb")
+        (eve / "timestamp.txt").write_text("2026-11-20 10:00:00.000000 UTC")
+        for folder in (subs, *(p for p in subs.rglob("*") if p.is_dir())):
+            folder.chmod(0o755)
+        for file in (p for p in subs.rglob("*") if p.is_file()):
+            file.chmod(0o644)
         (subs / "bob" / f"{A01}.ipynb").chmod(0o600)  # root's file: the ordinary user cannot open it
         (subs / "cat").chmod(0o700)  # root's folder: the ordinary user cannot list it
-        for folder in (subs, subs / "ann", subs / "bob"):
-            folder.chmod(0o755)
-        (subs / "ann" / f"{A01}.ipynb").chmod(0o644)
+        (subs / "dan.zip").chmod(0o600)  # root's zip
+        (eve / "timestamp.txt").chmod(0o600)  # nbgrader's stamp, unreadable: eve is graded by her file's time
         base.chmod(0o777)
         found = run_as(user, f"""
             from pathlib import Path
@@ -283,18 +293,21 @@ def test_a_notebook_the_grader_cannot_read_is_its_own_incident_never_a_missing_0
             rs = grade(Path({str(subs)!r}), Path({str(out)!r}), progress=False, workers=1, assignments=[{A01!r}])
             print(json.dumps({{r.student_id: [r.status.value, r.score, r.detail] for r in rs}}))
             """, sandbox="bubblewrap")
-        assert found["ann"][:2] == ["ok", 17], found
-        for student, path in (("bob", f"bob/{A01}.ipynb"), ("cat", "cat")):
+        assert found["ann"][:2] == ["ok", 17] and found["eve"][:2] == ["ok", 17], found
+        for student, path in (("bob", f"bob/{A01}.ipynb"), ("cat", "cat"), ("dan", "dan.zip")):
             status, _, detail = found[student]
             assert status == "grader incident", found
             assert path in detail and "Permission denied" in detail and "not the student's" in detail, detail
         rows = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
         assert rows["bob"][A01] == "" and rows["cat"][A01] == "" and rows["ann"][A01] == "17", rows
 
-        for path in (subs / "cat", subs / "bob" / f"{A01}.ipynb"):  # readable now: the next run grades them
+        notes = {r["student_id"]: r["notes"] for r in csv.DictReader((out / "grades.csv").open())}
+        assert "timestamp.txt: could not be read by the account grading (Permission denied)" in notes["eve"], notes
+        for path in (subs / "cat", subs / "bob" / f"{A01}.ipynb", subs / "dan.zip"):  # readable now: graded next run
             path.chmod(0o755 if path.is_dir() else 0o644)
         again = {r.student_id: r for r in grade_class(subs, out, progress=False, workers=1, assignments=[A01])}
-        assert again["bob"].score == again["cat"].score == 17 and again["bob"].status.value == "ok"
+        assert again["bob"].score == again["cat"].score == again["dan"].score == 17, again
+        assert again["bob"].status.value == "ok"
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

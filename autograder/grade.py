@@ -1409,19 +1409,31 @@ def _keep_recorded(sub: StudentSubmission, assignment: str, recorded: datetime |
             f"--force --student {sub.student_id} --assignment {assignment}")
 
 
+def _inside_them(students: list[StudentSubmission], roster_ids: set[str]) -> bool:
+    """Whether a student's notebooks came from inside a folder or file named after a roster student
+    (`week1/alice/...`, `week1/carol_1003_..._01.ipynb`): the students found are class folders."""
+    for sub in students:
+        for origin in sub.origins.values():
+            inner = origin.rsplit(" (", 1)[0].split("/")[1:]  # below the student's own entry
+            if set(re.split(r"[/_. ]+", "/".join(inner))) & roster_ids:
+                return True
+    return False
+
+
 def _not_this_class(submissions: Path, students: list[StudentSubmission], roster_ids: set[str] | None) -> None:
-    """NothingToGrade when a roster is in force and not one of the folder's students is on it: the folder
-    above the class folder (its `week1/` and `week1-late/` graded as two students, every enrolled student
-    "missing", the two strangers in every table from then on), or a roster whose ids are not the students'."""
+    """NothingToGrade when a roster is in force, not one of the folder's students is on it, and their
+    notebooks lie inside folders or files named after roster students: the folder above the class folder
+    (its `week1/` and `week1-late/` graded as two students, every enrolled student "missing", the two
+    strangers in every table from then on)."""
     ids = sorted(s.student_id for s in students)
-    if not roster_ids or not ids or set(ids) & roster_ids:
-        return
+    if not roster_ids or not ids or set(ids) & roster_ids or not _inside_them(students, roster_ids):
+        return  # a folder of late enrollers alone (not on the roster yet) is graded, each named
     shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
     raise NothingToGrade(
         f"none of the {len(ids)} student{'s' if len(ids) != 1 else ''} found in {submissions} ({shown}) is on the "
         f"roster ({len(roster_ids)} ids, such as {', '.join(sorted(roster_ids)[:3])}): nothing was graded. Is "
         f"{submissions} the folder above the class folder? Give the class folder itself (the one holding a folder "
-        f"or file per student). If these are the students, the roster's id column must hold these ids.")
+        f"or file per student).")
 
 
 class NothingToGrade(ValueError):

@@ -335,6 +335,11 @@ def test_the_folder_above_the_class_folder_is_refused_before_it_makes_students_o
     assert "none of the 2 students found in" in err and "(week1, week1-late)" in err and "nothing was graded" in err
     with open(out / "grades_wide.csv") as fh:
         assert {row["student_id"] for row in csv.DictReader(fh)} == {"ann", "ben", "cat"}
+    # a folder holding only a student who enrolled late (not on the roster yet) is a class folder: graded
+    (tmp_path / "late-enrolled" / "dave").mkdir(parents=True)
+    nbformat.write(solved_notebook(course, A01), tmp_path / "late-enrolled" / "dave" / f"{A01}.ipynb")
+    graded = {r.student_id: r for r in grade(tmp_path / "late-enrolled", out, progress=False, workers=1)}
+    assert graded["dave"].score == 17 and any("not on the roster" in n for n in graded["dave"].notes), graded["dave"]
 
 
 def test_before_the_due_date_a_notebook_not_handed_in_is_not_missing_yet(course, tmp_path, capsys):

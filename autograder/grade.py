@@ -116,6 +116,7 @@ class NotebookResult:
     detail: str = ""  # the status in words: what happened, where (free text: shown, never parsed)
     notes: list[str] = field(default_factory=list)  # about the submission (a renamed id, a second copy): not the status
     other_kinds: list[Status] = field(default_factory=list)  # kinds of the incidents after the first (in `detail` too)
+    not_yet: bool = False  # MISSING while its due date had not passed when the tables were made: no 0, not a problem
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # a value such as "ok" is taken; free text is refused
@@ -125,15 +126,10 @@ class NotebookResult:
         """The status column of grades.csv: the kind, then the detail ('timeout: ...')."""
         return status_text(self.status, self.detail)
 
-    def not_due_yet(self, now: datetime | None = None) -> bool:
-        """Missing while its due date has not passed: nothing is wrong yet (no 0, no problem)."""
-        if self.status is not Status.MISSING or not self.due:
-            return False
-        try:
-            due = datetime.fromisoformat(self.due)
-        except ValueError:
-            return False
-        return due > (now or datetime.now(timezone.utc))
+    def not_due_yet(self) -> bool:
+        """Missing while its due date has not passed (decided once, by `_missing_as_of`, when the tables
+        were made): nothing is wrong yet (no 0, no problem)."""
+        return self.status is Status.MISSING and self.not_yet
 
     @property
     def kinds(self) -> list[Status]:
@@ -501,7 +497,8 @@ def _missing_as_of(r: "NotebookResult", due: datetime | None, now: datetime) -> 
     """A missing notebook's due date, and its words: 'not handed in yet' while the due date has not passed
     (grading the early submissions made everyone else 'missing', with a 0 and exit status 1)."""
     r.due = due.isoformat().replace("+00:00", "Z") if due else ""
-    r.detail = NOT_YET.format(due=r.due) if due and due > now else NOT_SUBMITTED
+    r.not_yet = bool(due and due > now)
+    r.detail = NOT_YET.format(due=r.due) if r.not_yet else NOT_SUBMITTED
 INCIDENT_ADVICE = ("the grader's own problem, not the student's: not graded and not saved, so running the "
                    "same command again grades it; if it happens again, see 'Sandbox' in the README")
 
@@ -1268,8 +1265,11 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         _print_listed(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):",
                       resent)
     if progress:
+        ids = {s.student_id for s in subs}
+        not_yet = sum(1 for r in results if r.student_id in ids and r.notebook in chosen and r.not_due_yet())
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
-                           course.late_policy(), kept=len(kept), missing=len(not_handed_in), held=len(held)))
+                           course.late_policy(), kept=len(kept), missing=max(len(not_handed_in) - not_yet, 0), held=len(held),
+                           not_yet=not_yet))
     # this run's students, and the gradebook's students with nothing at all in play (a roster's absentees)
     graded = {s.student_id for s in subs}
     absent = set() if students else \
@@ -1347,10 +1347,11 @@ def _refresh_manual_feedback(course: Course) -> None:
 
 def summary_line(students: int, new: int, reused: int, seconds: float, workers: int, out: Path,
                  results: list[NotebookResult], playing: list[str], policy: LatePolicy, kept: int = 0,
-                 missing: int = 0, held: int = 0) -> str:
+                 missing: int = 0, held: int = 0, not_yet: int = 0) -> str:
     """What the run did, in one sentence: how many notebooks were graded now and how many reused, how many
     newer grades (or grades set with --force: `held`) were kept over a file of this folder, and how many
-    notebooks in play the run's students did not hand in (missing: never counted as graded)."""
+    notebooks in play the run's students did not hand in (missing: never counted as graded; `not_yet`:
+    before their due date)."""
     def count(n: int, word: str) -> str:
         return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -1358,6 +1359,7 @@ def summary_line(students: int, new: int, reused: int, seconds: float, workers: 
     older = (f", {kept} kept: newer than the file here" if kept else "") + (f", {held} kept: set with --force" if held else "")
     return (f"{count(students, 'student')}: {count(new + reused + kept + held, 'notebook')} ({new} graded now, {reused} reused "
             f"from earlier runs{older})" + (f", {missing} missing (no notebook handed in)" if missing else "")
+            + (f", {not_yet} not handed in yet (not due)" if not_yet else "")
             + f" in {seconds:.0f} s, {workers} in parallel -> {out / 'grades.csv'}; "
             f"{count(len({r.student_id for r in results}), 'student')} in the gradebook, "
             f"in play: {', '.join(playing) or 'nothing yet'}"

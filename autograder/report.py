@@ -100,7 +100,8 @@ def _attention(results, not_on_roster=()) -> list[tuple[str, list[str]]]:
         found[sid].append(NOT_ON_ROSTER)
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
         if r.status is Status.MISSING:
-            found[r.student_id].append(f"{r.notebook}: missing (nothing handed in)")
+            found[r.student_id].append(f"{r.notebook}: not handed in yet (due {r.due})" if r.not_due_yet()
+                                       else f"{r.notebook}: missing (nothing handed in)")
             continue
         if r.status is not Status.OK:
             found[r.student_id].append(f"{r.notebook}: {r.status_text}")
@@ -143,12 +144,14 @@ def _mean(fractions: list[float]) -> int:
 
 def _notebook_section(name: str, results) -> dict:
     rows = [r for r in results if r.status is not Status.MISSING]
+    graded = [r for r in rows if r.status not in (Status.INCIDENT, Status.ERROR)]  # the grader's failures: no 0 in a mean
     per_exercise = _exercises(rows)
     incident_rows = sorted((r for r in rows if r.status is not Status.OK), key=lambda r: r.student_id)
     return {
-        "name": name, "submitted": len(rows), "missing": len(results) - len(rows),
+        "name": name, "submitted": len(rows), "not_yet": sum(1 for r in results if r.not_due_yet()),
+        "missing": sum(1 for r in results if r.status is Status.MISSING and not r.not_due_yet()),
         "blank": sum(1 for r in rows if is_blank(r)),
-        "mean": _mean([r.score / r.max_score if r.max_score else 0 for r in rows]),
+        "mean": _mean([r.score / r.max_score if r.max_score else 0 for r in graded]),
         "picture": _exercise_plot(name, per_exercise) if per_exercise else "",
         "alt": _alt_text(name, per_exercise),
         "exercises": [{"name": e, "n": len(f), "mean": _mean(f), "full": sum(1 for x in f if x >= 1),

@@ -343,6 +343,10 @@ def outcome(results) -> tuple[int, str]:
         bad += bool(found)
         kinds.update(found)
     notebooks, students = _count(len(results), "notebook"), _count(len({r.student_id for r in results}), "student")
+    not_yet = sum(1 for r in results if r.not_due_yet())
+    if not bad and not_yet:
+        return 0, (f"{len(results) - not_yet} of {notebooks} of {students} graded without problems; {not_yet} not "
+                   "handed in yet (before the due date)")
     if not bad:
         return 0, f"{'the' if len(results) == 1 else 'all'} {notebooks} of {students} graded without problems"
     detail = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())

@@ -350,9 +350,17 @@ def test_before_the_due_date_a_notebook_not_handed_in_is_not_missing_yet(course,
     (subs / "ann").mkdir(parents=True)
     nbformat.write(solved_notebook(course, A01), subs / "ann" / f"{A01}.ipynb")
     roster = tmp_path / "roster.csv"
+    (subs / "ben").mkdir()
+    (subs / "ben" / "notes.txt").write_text("to do")  # ben's folder, his notebook not in it yet
     roster.write_text("id\nann\nben\n")
     args = ["grade", str(subs), "--out", str(out), "--roster", str(roster), "--assignment", A01]
     assert cli.main([*args, "--due", f"{A01}=2099-12-01T23:59:00Z"]) == 0, capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "2 students: 1 notebook (1 graded now, 0 reused from earlier runs), 1 not handed in yet (not due)" in said.out
+    assert said.out.splitlines()[-1] == ("1 of 2 notebooks of 2 students graded without problems; 1 not handed "
+                                         "in yet (before the due date)"), said.out
+    report = (out / "report.html").read_text()
+    assert f"{A01}: not handed in yet (due 2099-12-01T23:59:00Z)" in report and "0 missing, 1 not handed in yet" in report
     rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
     assert rows["ben"]["status"] == "missing: not handed in yet: due 2099-12-01T23:59:00Z", rows["ben"]
     assert rows["ben"]["due"] == "2099-12-01T23:59:00Z"

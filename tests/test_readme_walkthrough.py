@@ -5,7 +5,8 @@ generated class handed in as a Canvas download.
 * release: `make build` (narrowed to notebook 01 by the Makefile's BUILD_ARGS) writes the student
   notebook; the class is made from the release it wrote;
 * collect and grade: three on-time uploads, a roster of four (one hands in nothing yet), the due
-  date and late penalty of the block; the run exits 1 naming the missing student;
+  date and late penalty of the block; the run exits 1 naming the missing student (before the block's
+  due date, an example, it says "not handed in yet" and exits 0);
 * review by hand: the formgrader command (`--no-browser` added, and `--allow-root` as root) is
   started in the background; once it answers, a submission is opened and a score typed over a
   test cell's is saved, through the requests formgrader's page sends; then the server is stopped;
@@ -33,7 +34,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import nbformat
@@ -265,7 +266,10 @@ def test_the_instructors_term_runs_as_written(tmp_path):
                 due = datetime.fromisoformat(option(command, "--due").partition("=")[2])
                 policy = LatePolicy.parse(option(command, "--late-penalty"))
                 upload(root, folder, ON_TIME, due - timedelta(days=1))
-                graded.append(run(command, root, env, expect=1))  # leekim (roster) has handed in nothing
+                # leekim (roster) has handed in nothing: missing (exit 1) once the block's due date has
+                # passed; before it, "not handed in yet" (exit 0): the block's date is an example
+                not_due = due > datetime.now(timezone.utc)
+                graded.append(run(command, root, env, expect=0 if not_due else 1))
             else:  # late work: a new download of everything, leekim's late upload in it
                 upload(root, folder, ON_TIME, due - timedelta(days=1))
                 upload(root, folder, LATE, due + LATE_BY)
@@ -282,7 +286,8 @@ def test_the_instructors_term_runs_as_written(tmp_path):
     out = root / "build" / "grading"
     first, late = graded
     assert "3 graded now, 0 reused from earlier runs" in first and "4 students in the gradebook" in first
-    assert re.search(r"leekim\s+01_similarity_attention\s+0 / 17\s+missing", first), first[-3000:]
+    leekim = "missing: not handed in yet" if not_due else "missing: no notebook"
+    assert re.search(rf"leekim\s+01_similarity_attention\s+0 / 17\s+{leekim}", first), first[-3000:]
     assert "1 graded now, 3 reused from earlier runs" in late, late[-3000:]
     assert "1 day 10 h late" in late and "4 notebooks of 4 students graded without problems" in late
 

@@ -1056,8 +1056,8 @@ def _take_saved(r: NotebookResult, saved: NotebookResult) -> None:
 def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
     """One row per student, one column per notebook (score after late penalty), and the total:
     the shape an LMS gradebook import expects. A notebook the grader failed on (GRADERS_OWN), and one not
-    handed in before its due date, are left empty, as the LMS exports leave them: never a 0 (the total
-    counts the others)."""
+    handed in before its due date, are left empty, as the LMS exports leave them: never a 0; the total
+    and max_total count the others."""
     notebooks = sorted({r.notebook for r in results})
     by_student: dict[str, dict[str, NotebookResult]] = {}
     for r in results:
@@ -1067,14 +1067,22 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(safe_row(["student_id", *notebooks, "total", "max_total"]))
         for sid in sorted(by_student):
-            finals = [None if n in by_student[sid] and (by_student[sid][n].status in GRADERS_OWN
-                                                        or by_student[sid][n].not_due_yet())
-                      else max(by_student[sid][n].score - by_student[sid][n].late_penalty, 0.0) if n in by_student[sid]
-                      else 0.0 for n in notebooks]
-            writer.writerow(safe_row([sid, *("" if x is None else f"{x:g}" for x in finals),
-                                      f"{sum(x for x in finals if x is not None):g}", f"{sum(tops.values()):g}"]))
+            finals = {n: _wide_cell(by_student[sid].get(n)) for n in notebooks}
+            counted = [n for n in notebooks if finals[n] is not None]
+            writer.writerow(safe_row([sid, *("" if finals[n] is None else f"{finals[n]:g}" for n in notebooks),
+                                      f"{sum(finals[n] for n in counted):g}", f"{sum(tops[n] for n in counted):g}"]))
     os.chmod(fh.name, 0o644)
     os.replace(fh.name, path)
+
+
+def _wide_cell(r: NotebookResult | None) -> float | None:
+    """A notebook's final score in grades_wide.csv: None (left empty) for the grader's failure or one not
+    due yet, 0 for no result at all."""
+    if r is None:
+        return 0.0
+    if r.status in GRADERS_OWN or r.not_due_yet():
+        return None
+    return max(r.score - r.late_penalty, 0.0)
 
 
 # grades `subs` elsewhere (a Dask cluster: autograder.cluster.on_cluster), calling `finish` for each

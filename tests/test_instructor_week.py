@@ -300,6 +300,7 @@ def test_a_notebook_the_grader_cannot_read_is_its_own_incident_never_a_missing_0
             assert path in detail and "Permission denied" in detail and "not the student's" in detail, detail
         rows = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
         assert rows["bob"][A01] == "" and rows["cat"][A01] == "" and rows["ann"][A01] == "17", rows
+        assert (rows["bob"]["total"], rows["bob"]["max_total"]) == ("0", "0"), rows  # an empty cell counts in neither
 
         notes = {r["student_id"]: r["notes"] for r in csv.DictReader((out / "grades.csv").open())}
         assert "timestamp.txt: could not be read by the account grading (Permission denied)" in notes["eve"], notes

@@ -5,6 +5,7 @@ after every run."""
 from __future__ import annotations
 
 import csv
+import os
 from datetime import datetime, timezone
 
 import nbformat
@@ -23,9 +24,13 @@ def _rows(out) -> dict[tuple[str, str], dict]:
     return {(r["student_id"], r["notebook"]): r for r in csv.DictReader((out / "grades.csv").open())}
 
 
+HANDED_IN = datetime(2025, 11, 30, 12, 0, tzinfo=timezone.utc).timestamp()  # before the term's due date, all past
+
+
 def _write(folder, student, nb) -> None:
     (folder / student).mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, folder / student / f"{A01}.ipynb")
+    os.utime(folder / student / f"{A01}.ipynb", (HANDED_IN, HANDED_IN))
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +46,10 @@ def term(course, tmp_path_factory):
     late = friday / "submitted" / "lou" / A01  # nbgrader's tree, with its timestamp.txt
     late.mkdir(parents=True)
     nbformat.write(good, late / f"{A01}.ipynb")
-    (late / "timestamp.txt").write_text("2026-12-03 10:00:00.000000 UTC")
+    (late / "timestamp.txt").write_text("2025-12-03 10:00:00.000000 UTC")
     roster = root / "roster.csv"
     roster.write_text("id,first_name,last_name\nann,Ann,A\nben,Ben,B\ncat,Cat,C\nlou,Lou,L\ndan,Dan,D\n")
-    due = {A01: datetime(2026, 12, 1, 23, 59, tzinfo=timezone.utc)}
+    due = {A01: datetime(2025, 12, 1, 23, 59, tzinfo=timezone.utc)}
     first = grade(monday, out, progress=False, workers=2, roster=roster, due=due, assignments=[A01],
                   late_penalty="zero")
     second = grade(friday, out, progress=False, workers=2, assignments=[A01])
@@ -65,7 +70,7 @@ def test_second_folder_keeps_the_first_and_the_roster(term):
 def test_late_student_gets_the_policys_penalty_with_due_and_time(term):
     rows = _rows(term["out"])
     lou, cat = rows["lou", A01], rows["cat", A01]
-    assert lou["submitted"].startswith("2026-12-03T10:00:00") and lou["due"].startswith("2026-12-01T23:59:00")
+    assert lou["submitted"].startswith("2025-12-03T10:00:00") and lou["due"].startswith("2025-12-01T23:59:00")
     assert float(lou["seconds_late"]) == 34 * 3600 + 60  # 1 day 10 h 1 min after the due date
     assert float(lou["late_penalty"]) == float(lou["score"]) == 17  # penalty "zero": all points taken
     assert cat["seconds_late"] == "0" and cat["late_penalty"] == "0"
@@ -102,10 +107,10 @@ def test_changing_the_late_policy_needs_no_force(term):
             assert gb.find_submission_notebook(A01, A01, "lou").late_submission_penalty == penalty, policy
         page = feedback.read_text()
         assert (shown in page) if shown else ("Late submission penalty" not in page), policy
-        assert "Handed in 2026-12-03 10:00 UTC; due 2026-12-01 23:59 UTC: <strong>1 day 10 h late</strong>" in page
+        assert "Handed in 2025-12-03 10:00 UTC; due 2025-12-01 23:59 UTC: <strong>1 day 10 h late</strong>" in page
         assert (f"{penalty:g} points taken for lateness" if penalty else "no points taken") in page, policy
     on_time = (out / "feedback" / "cat" / f"{A01}.html").read_text()
-    assert "due 2026-12-01 23:59 UTC: on time." in on_time
+    assert "due 2025-12-01 23:59 UTC: on time." in on_time
     assert record.stat().st_mtime_ns == stamp, "changing the policy regraded the notebook"
 
 

@@ -579,6 +579,10 @@ _REVIEW_MODULES = {
     "sys.monitoring": "it uses sys.monitoring, which can interfere with the grader's checks",
     "torch.overrides": "it uses torch.overrides, which can intercept PyTorch calls (and the grader's check)",
     "torch.utils._python_dispatch": "it uses PyTorch's dispatcher modes, which can intercept PyTorch calls",
+    # compiled code: its graph runs where the grader cannot see which of PyTorch's functions it came from
+    **{module: f"it compiles or loads compiled PyTorch code ({module}), in which the grader cannot see which "
+               "functions run (TorchScript is refused while an exercise is checked)"
+       for module in ("torch.jit", "torch.compile", "torch.export", "torch.fx", "torch.package", "torch.compiler")},
     "os.write": "it writes to a raw file descriptor (os.write), which can forge the grader's output",
     "os.dup2": "it redirects file descriptors (os.dup2), which can forge the grader's output",
     "os.fdopen": "it opens a raw file descriptor (os.fdopen), which can forge the grader's output",

@@ -204,6 +204,34 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     return w @ v, w
 '''
 MULTI_HEAD_FORWARD = "it calls torch.nn.functional.multi_head_attention_forward, PyTorch's own attention"
+BY_TORCHSCRIPT = '''import torch
+
+
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    # PyTorch's own multi_head_attention_forward (identity projections, one head) computes the weights,
+    # reached through a TorchScript string (a red team's: it scored 14/14, unflagged).
+    _cu = torch.jit.CompilationUnit(\"\"\"
+def w(q: Tensor, k: Tensor, e: Tensor, m: Optional[Tensor]):
+    return torch.nn.functional.multi_head_attention_forward(q, k, k, q.shape[-1], 1, e, None, None, None, False, 0.0, e, None, False, attn_mask=m, need_weights=True, use_separate_proj_weight=False)
+\"\"\")
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    T_q, T_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    qq = q.expand(*lead, T_q, d).reshape(-1, T_q, d).transpose(0, 1)
+    kk = k.expand(*lead, T_k, d).reshape(-1, T_k, d).transpose(0, 1)
+    eye = torch.eye(d, dtype=q.dtype)
+    m = full = None
+    if mask is not None:
+        full = mask.expand(*lead, T_q, T_k)
+        empty = ~full.any(-1, keepdim=True)
+        m = (~(full | empty)).reshape(-1, T_q, T_k)
+    _, weights = _cu.w(qq, kk, torch.cat([eye, eye, eye]), m)
+    weights = weights.reshape(*lead, T_q, T_k)
+    if full is not None:
+        weights = weights.masked_fill(~full, 0.0)
+    return weights @ v, weights
+'''
+TORCHSCRIPT = "it runs TorchScript (torch.jit) while the grader checks it"
 
 
 def _sdpa_messages(result) -> str:
@@ -219,6 +247,7 @@ ATTACKS = {
     "hooks switched off by a cell's unpickling": (BY_A_CELLS_PICKLE, HOOKS_OFF, ("deserialises objects (pickle)",)),
     "a thread started before the check": (BY_A_THREAD, SDPA_BUILTIN, ("thread",)),
     "PyTorch's multi-head attention, by a computed name": (BY_MULTI_HEAD_FORWARD, MULTI_HEAD_FORWARD, ("getattr",)),
+    "PyTorch's multi-head attention, scripted (TorchScript)": (BY_TORCHSCRIPT, TORCHSCRIPT, ("torch.jit",)),
 }
 
 
@@ -485,3 +514,29 @@ def test_a_decorated_helper_of_the_students_own_is_not_the_courses_reference():
     impl = Mistake("a helper of its own", "", own).build("Seq2SeqTransformer", exercise.namespace)
     check_exercise(exercise, impl)  # raises CheckFailed when refused
     assert not any("contextlib" in code.co_filename for code, _ in core._CallGuard(exercise.forbidden).codes.values())
+
+
+def test_torchscript_loaded_from_bytes_is_refused_while_an_exercise_is_checked(watch):
+    """The red team's second spelling: the scripted function saved as an archive and pasted in as bytes,
+    loaded with torch.jit.load: no source anywhere for the static pass; the call refuses at run time."""
+    import io
+
+    d = 4
+
+    class Weights(torch.nn.Module):
+        def forward(self, q, k):
+            eye = torch.eye(q.shape[-1])
+            return F.multi_head_attention_forward(q, k, k, q.shape[-1], 1, torch.cat([eye, eye, eye]), None, None,
+                                                  None, False, 0.0, eye, None, False, need_weights=True)[1]
+
+    blob = io.BytesIO()
+    torch.jit.save(torch.jit.script(Weights()), blob)
+    loaded = torch.jit.load(io.BytesIO(blob.getvalue()))
+
+    def by_the_archive(q, k, v, mask=None):
+        w = loaded(q.reshape(-1, *q.shape[-2:]).transpose(0, 1), k.reshape(-1, *k.shape[-2:]).transpose(0, 1))
+        w = w.reshape(*q.shape[:-1], k.shape[-2])
+        return w @ v, w
+
+    assert _refused(_outcomes(by_the_archive), TORCHSCRIPT)
+    assert loaded(torch.zeros(2, 1, d), torch.zeros(2, 1, d)).shape == (1, 2, 2)  # outside a check it runs

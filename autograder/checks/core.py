@@ -408,6 +408,7 @@ class _CallGuard:
         for func, why in _process_starters():  # F6: seen by identity too, where no audit event is raised
             self.builtins.setdefault(id(func), (func, why))
         self.hit: str | None = None
+        self.scripts_refused = False  # TorchScript refused while this guard is on (where PyTorch's entries are forbidden)
         self._modes: list = []
 
     def __enter__(self):
@@ -422,6 +423,9 @@ class _CallGuard:
         self._owner = threading.get_ident()
         threading.setprofile(self._hook)  # threads started during the check
         _ACTIVE_GUARD[:] = [self]  # threads the notebook started before it: their dispatcher forwards here
+        self.scripts_refused = bool(self.torch_functions or self.kernels)
+        if self.scripts_refused:
+            _refuse_torchscript_in_checks()
         self._modes = _torch_modes(self) if self.torch_functions or self.kernels else []
         for mode in self._modes:
             mode.__enter__()
@@ -496,6 +500,33 @@ def _process_starters() -> list[tuple[Any, str]]:
 
 
 _PROCESS_STARTERS: list[tuple[Any, str]] = []
+TORCHSCRIPT_WHY = ("it runs TorchScript (torch.jit) while the grader checks it: compiled code in which the grader "
+                   "cannot see which of PyTorch's functions run (a scripted multi_head_attention_forward does an "
+                   "exercise's work unseen); write the exercise in plain Python and PyTorch")
+
+
+def _refuse_torchscript_in_checks() -> None:
+    """Make a call of TorchScript code (a scripted function, a scripted module's method) refuse while a guard
+    that forbids PyTorch's entries is on: its graph runs in PyTorch's own interpreter, where neither the
+    profile hook nor the function mode sees the forbidden function it was scripted from, and its kernels
+    (linear, bmm, softmax) are everyone's. Once per process; a no-op until torch is imported."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(_refuse_torchscript_in_checks, "done", False):
+        return
+    for cls in (getattr(torch._C, "ScriptFunction", None), getattr(torch._C, "ScriptMethod", None)):
+        if cls is None:
+            continue
+        original = cls.__call__
+
+        def refusing(self, *args, _original=original, **kwargs):
+            guard = _ACTIVE_GUARD[0]
+            if guard is not None and guard.scripts_refused:
+                guard.hit = guard.hit or TORCHSCRIPT_WHY
+                raise ForbiddenCall(guard.hit)
+            return _original(self, *args, **kwargs)
+
+        cls.__call__ = refusing
+    _refuse_torchscript_in_checks.done = True
 TORCH_HOOKS_OFF = ("it leaves PyTorch's function or dispatch hooks switched off (torch._C.DisableTorchFunction, "
                    "torch._C._DisableTorchDispatch, entered and never left, for instance by unpickling), and the "
                    "grader's check of the built-ins you call relies on them; remove that")

@@ -136,6 +136,11 @@ def _program(arch: int, add_key: int, request_key: int, keyctl: int, ioctl: int)
 # --new-session, the fork server's per run), by platform.machine(): setsid, then memfd_create, memfd_secret
 # and shmget (x86_64's own numbers; aarch64 and riscv64 share the generic table).
 NOTEBOOK_REFUSED = {"x86_64": (112, 319, 447, 29), "aarch64": (157, 279, 447, 194), "riscv64": (157, 279, 447, 194)}
+# unshare, clone, clone3: a new user namespace is refused to the notebook (below)
+NAMESPACE_CALLS = {"x86_64": (272, 56, 435), "aarch64": (97, 220, 435), "riscv64": (97, 220, 435)}
+CLONE_NEWUSER = 0x10000000
+JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K: jump when A & k
+ARG0_LOW = 16  # offset of the first argument's low half in seccomp_data
 
 
 def deny_to_notebook() -> str:
@@ -145,16 +150,24 @@ def deny_to_notebook() -> str:
       grader, holding its classmates past their limits; in the run's one session they share one;
     - memfd_create, memfd_secret and SysV shmget (ENOSYS, as a kernel without them: libraries that try
       memfd fall back to /dev/shm, a sized tmpfs here): memory in no process's mapping, which the ordinary
-      user's memory watch cannot see (a red team's memfds went past the limit unseen)."""
+      user's memory watch cannot see (a red team's memfds went past the limit unseen);
+    - a new user namespace (unshare or clone with CLONE_NEWUSER: EPERM; clone3, whose flags a filter cannot
+      read, ENOSYS, and the C library falls back to clone, as under Docker's default profile): the kernel
+      counts user namespaces per uid, and a red team's notebook held the grader's whole quota, so that
+      classmates' sandboxes could not start (their grades became the grader's incidents)."""
     if not sys.platform.startswith("linux") or platform.machine() not in NOTEBOOK_REFUSED:
         return ""  # another kernel, or an architecture not numbered here: nothing refused
     arch = KEY_SYSCALLS[platform.machine()][0]
     setsid, memfd, secret, shmget = NOTEBOOK_REFUSED[platform.machine()]
-    program = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, 5, arch),        # another ABI: left to the keyring filter
-               (LD_ABS, 0, 0, NR), (JEQ, 4, 0, setsid),         # -> EPERM
-               (JEQ, 4, 0, memfd), (JEQ, 3, 0, secret), (JEQ, 2, 0, shmget),  # -> ENOSYS
-               (RET, 0, 0, RET_ALLOW),
-               (RET, 0, 0, RET_ERRNO | EPERM), (RET, 0, 0, RET_ERRNO | ENOSYS)]
+    unshare, clone, clone3 = NAMESPACE_CALLS[platform.machine()]
+    program = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, 8, arch),        # 0-1: another ABI: left to the keyring filter
+               (LD_ABS, 0, 0, NR), (JEQ, 10, 0, setsid),        # 2-3: -> EPERM
+               (JEQ, 10, 0, memfd), (JEQ, 9, 0, secret), (JEQ, 8, 0, shmget), (JEQ, 7, 0, clone3),  # 4-7: -> ENOSYS
+               (JEQ, 2, 0, unshare), (JEQ, 1, 0, clone),        # 8-9: -> the flags, at 11
+               (RET, 0, 0, RET_ALLOW),                          # 10
+               (LD_ABS, 0, 0, ARG0_LOW), (JSET, 1, 0, CLONE_NEWUSER),  # 11-12: a new user namespace -> EPERM
+               (RET, 0, 0, RET_ALLOW),                          # 13
+               (RET, 0, 0, RET_ERRNO | EPERM), (RET, 0, 0, RET_ERRNO | ENOSYS)]  # 14, 15
     filters = (SockFilter * len(program))(*(SockFilter(*instruction) for instruction in program))
     libc = ctypes.CDLL(None, use_errno=True)
     return _deny(libc, SockFprog(len(program), filters), filters)

@@ -434,7 +434,7 @@ def test_a_notebook_that_kills_its_own_process_is_a_crash_in_every_sandbox(class
 # socket outside the sandbox, root's kernel keyring, /proc's writable corners, three separate
 # scratch tmpfs; and what it closed that an honest notebook needs: the loopback interface.
 WAYS_OUT = '''
-import ctypes, errno, os, socket
+import ctypes, errno, os, socket, threading
 _found = {{}}
 for _i, _path in enumerate({sockets!r}):
     try:
@@ -477,6 +477,13 @@ except OSError as _err:
     _found["memfd"] = errno.errorcode.get(_err.errno, "?")
 _sysv = ctypes.CDLL(None, use_errno=True)
 _found["shmget"] = "ran" if _sysv.shmget(0, 1 << 20, 0o1600) >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+# a new user namespace: the kernel counts them per uid, and a notebook holding the quota stopped classmates' sandboxes
+_found["unshare_user"] = "ran" if _sysv.unshare(0x10000000) == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+_thread_ran = []
+_t = threading.Thread(target=_thread_ran.append, args=(1,))  # threads (clone3 refused: the C library falls back)
+_t.start()
+_t.join()
+_found["thread"] = "ran" if _thread_ran else "no"
 _found["pid1"] = [l.split()[1] for l in open("/proc/1/status") if l.startswith("Seccomp:")]  # its init filtered too
 _libc.ptrace.restype = ctypes.c_long
 _seized = _libc.ptrace(0x4206, 1, None, None)  # PTRACE_SEIZE the sandbox's PID 1 (never stops it)
@@ -615,6 +622,7 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     assert found["fscrypt_add_key"] == "EPERM" and found["getflags"] != "EPERM", found  # only fscrypt's ioctls refused
     assert found["setsid"] == "EPERM", found  # the run's processes stay in its one session (one autogroup)
     assert found["memfd"] == found["shmget"] == "ENOSYS", found  # no memory outside every process's mapping
+    assert found["unshare_user"] == "EPERM" and found["thread"] == "ran", found  # no user namespace; threads run
     assert found["pid1"] == ["2"], found  # the sandbox's PID 1 is filtered too ...
     assert found["ptrace_pid1"] == "EPERM" and found["pid1_mem"] == "PermissionError", found  # ... and out of reach
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found

@@ -44,14 +44,18 @@ def held(out: Path) -> Iterator[None]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
-    except PermissionError as err:
+    except OSError as err:  # not ours to write, or a read-only file system
+        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
         raise FolderNotWritable(_not_writable(out, err)) from None
     locked = _locked(fd, out)  # FolderInUse: the descriptor is closed, nothing of the holder's touched
     try:
         if locked:
             try:
                 _note_holder(out)
-            except PermissionError as err:
+            except OSError as err:
+                if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
                 raise FolderNotWritable(_not_writable(out, err)) from None
         yield
     finally:
@@ -82,10 +86,13 @@ def _locked(fd: int, out: Path) -> bool:
 
 
 def _not_writable(out: Path, err: OSError) -> str:
+    """What to do about a grading folder this user cannot write: grading needs a folder of one's own (a new
+    one, with --out), exporting or taking students out needs write access to this one."""
     import getpass
 
-    return (f"{out} cannot be written by {getpass.getuser()} ({err.strerror}: {err.filename}): give --out a "
-            f"folder you can write (`--out ~/grading`), or have its owner give you write access to it")
+    return (f"{out} cannot be written by {getpass.getuser()} ({err.strerror}: {err.filename}): grading needs a "
+            f"folder you can write (a new one: `--out ~/grading`); exporting from it, or changing it, needs write "
+            f"access to it from its owner")
 
 
 def _note_holder(out: Path) -> None:

@@ -968,9 +968,9 @@ def parser() -> argparse.ArgumentParser:
 BUILD_OUTPUTS = {"grade": "build/grading", "demo": "build/demo", "bench": "build/bench",  # default --out, in the course
                  "formgrader": "build/grading", "bench-peer": "build/peer",
                  "bench-compile": "build/compile"}
-PASS_THROUGH = ("lab", "formgrader")
+PASS_THROUGH = ("lab", "formgrader")  # commands whose unknown options go to Jupyter
 INTERRUPTED = {"grade": " Every notebook graded so far is kept: the same command grades the rest (nothing is graded twice).",
-               "export": " Run it again: it rewrites every file it writes."}  # commands whose unknown options go to Jupyter
+               "export": " Run it again: it rewrites every file it writes."}  # what a Ctrl-C left, per command
 
 
 def use_course(folder: str) -> Path:

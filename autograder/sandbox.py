@@ -702,13 +702,16 @@ def _set_limits(limits: dict, nproc: bool) -> None:
 
 
 def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], list[str]]:
-    """(folders, files) the namespaces fallback hides in every sandbox: homes and credentials. A
-    folder that holds what the sandbox needs (the Python, the course, the library) is not hidden
-    itself: its other entries are, down to the needed one."""
+    """(folders, files) the namespaces fallback hides in every sandbox: homes and credentials, and a /tmp
+    kept because the Python lives in it. A folder that holds what the sandbox needs (the Python, the
+    course, the library) is not hidden itself: its other entries are, down to the needed one."""
     root = Path(course_root) if course_root else None
     lib = Path(library) if library else None
     folders, files = [], [f for f in CREDENTIAL_FILES if os.path.isfile(f)]
     todo = [Path(p) for p in CREDENTIAL_DIRS if os.path.isdir(p)]
+    # a /tmp or /var/tmp the Python lives in is kept (not replaced by the scratch): its other entries (a class
+    # folder, another grading folder and its secret salt, a red team found) are covered one by one, as homes are
+    todo += [Path(p) for p in PRIVATE_SCRATCH if p != SCRATCH and _contains_needed(p) and os.path.isdir(p)]
     needed = [Path(p).resolve() for p in [*_python_roots(), *(x for x in (root, lib) if x)]]
     while todo:
         folder = todo.pop()

@@ -22,13 +22,24 @@ import platform
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from autograder.outcomes import Status
 
-from .setups import BWRAPS, bwrap_env, class_of_three, is_root, kind_works, ordinary_user, run_as
+from .setups import (
+    BWRAPS,
+    bwrap_env,
+    class_of_three,
+    is_root,
+    kind_works,
+    ordinary_user,
+    python_under_tmp,
+    run_as,
+    scratch_dir,
+)
 
 
 @pytest.fixture(scope="module")
@@ -404,6 +415,48 @@ def test_no_sandbox_shows_the_instructors_class_folders_in_the_course(class_fold
     assert "CLASSMATE-MARKER" not in text and "ROSTER-MARKER" not in text, found
     assert "# Attention, step by step" not in text, found  # (names may show: the mount points of what is covered)
     assert f"{REPO}/data=dir:" in text and "toy" in text, found  # the data still shows
+
+
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_a_kept_tmp_shows_only_the_python_that_lives_in_it(class_folder, who):
+    """A red team's leak under the namespaces fallback: with the grader's Python under /tmp (a venv kept
+    there), /tmp was left as the host's, and a late student read an on-time classmate's notebook and
+    another grading folder's secret salt beside it. Only the Python (and the course) show of it now."""
+    user = _grader(who)
+    if not kind_works("namespaces", user):
+        pytest.skip("the namespaces sandbox does not start here")
+    base = scratch_dir()
+    beside = Path(tempfile.mkdtemp(prefix="attn-grading-", dir="/tmp"))  # another grading folder in /tmp
+    classmate = base / "week1" / "ann" / "01_similarity_attention.ipynb"
+    try:
+        python = python_under_tmp(base)
+        classmate.parent.mkdir(parents=True)
+        classmate.write_text("CLASSMATE-MARKER\n")
+        for folder in (base / "week1", classmate.parent):
+            folder.chmod(0o755)
+        (beside / "check-seed").write_text("SALT-MARKER\n")
+        beside.chmod(0o755)
+        folder, paths = class_folder
+        attack = json.loads(paths["solved"].read_text())
+        for cell in attack["cells"]:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+                cell["source"] = READ_THE_COURSE.format(root=str(base), roster=str(beside / "check-seed"),
+                                                        classmate=str(classmate))
+        hostile = _hostile_copy(folder, f"kept-tmp-{who}", attack)
+        found = run_as(user, f"""
+        from pathlib import Path
+        from autograder.selfcheck import self_check
+        result, _ = self_check(Path({str(hostile)!r}))
+        print(json.dumps([result.score, [c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows")]]))
+        """, sandbox="namespaces", python=python)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(beside, ignore_errors=True)
+    score, messages = found
+    text = " ".join(messages)
+    assert "ValueError" in text, found  # the attack ran (with the Python under /tmp) and said what it read
+    assert "CLASSMATE-MARKER" not in text and "SALT-MARKER" not in text, found
+    assert score == 14, found  # 17 less normalize_rows's points: the sandbox works with its Python there
 
 
 @pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])

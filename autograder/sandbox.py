@@ -742,18 +742,28 @@ def course_rest(world: World) -> tuple[list[str], list[str]]:
     the sandbox needs there (the library, the data, the Python where a venv lives in it), as bubblewrap
     binds nothing else of it. An instructor's class folders, rosters and earlier grading folders live
     here (`week1/`, then `week1-late/`): a late student once read the on-time class's notebooks."""
-    if not world.course_root or not Path(world.course_root).is_dir():
-        return [], []
+    if not world.course_root or not Path(world.course_root).is_dir() or _system(Path(world.course_root).resolve()):
+        return [], []  # a course at / (or in /usr): its entries are the system's, needed by every sandbox
     root = Path(world.course_root)
+    library = Path(world.library) if world.library else None
     keep = [Path(p).resolve() for p in world.readonly]
     folders, files = [], []
     for entry in sorted(root.iterdir()):
-        if entry.is_symlink() or _contains_needed(str(entry), None, Path(world.library) if world.library else None):
-            continue  # a link is left as it is (covering it would cover where it points)
-        if any(entry.resolve() == k or k.is_relative_to(entry.resolve()) for k in keep):
+        place = entry.resolve()  # a link (week1 -> /srv/uploads/week1) is covered where it points
+        if _contains_needed(str(place), None, library) or _system(place):
             continue
-        (folders if entry.is_dir() else files if entry.is_file() else []).append(str(entry))
+        if any(place == k or k.is_relative_to(place) or place.is_relative_to(k) for k in keep):
+            continue
+        (folders if place.is_dir() else files if place.is_file() else []).append(str(place))
     return folders, files
+
+
+SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/dev", "/sys", "/boot")
+
+
+def _system(path: Path) -> bool:
+    """Whether `path` is the root or lies in the system's folders, which a sandbox needs and never covers."""
+    return path == Path("/") or any(path == Path(d) or path.is_relative_to(d) for d in SYSTEM_DIRS)
 
 
 def _host_sockets() -> list[str]:

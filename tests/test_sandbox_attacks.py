@@ -379,7 +379,8 @@ def test_no_sandbox_shows_the_instructors_class_folders_in_the_course(class_fold
     """A red team's leak under the namespaces fallback: the course folder was hidden entry by entry
     (solutions, build, tests), so what an instructor keeps beside them (`week1/` graded on time, then
     `week1-late/`, a roster) was readable to a late student, through an exception's message. Only the
-    library, the data and the Python show of the course folder, as under bubblewrap."""
+    library, the data and the Python show of the course folder, as under bubblewrap; a link in it to a
+    class folder elsewhere (week1 -> /opt/uploads/week1) is covered where it points."""
     from .layout import REPO
 
     user = _grader(who)
@@ -389,6 +390,7 @@ def test_no_sandbox_shows_the_instructors_class_folders_in_the_course(class_fold
         pytest.skip(f"{REPO} is not writable here: the instructor's files cannot be put in it")
     tag = f"attn-test-{kind}-{who}-{os.getpid()}"
     classmate, roster = REPO / f"{tag}-week1" / "ann" / "01_similarity_attention.ipynb", REPO / f"{tag}-roster.csv"
+    uploads = Path("/opt") / tag  # the class itself, elsewhere: linked into the course folder
     folder, paths = class_folder
     attack = json.loads(paths["solved"].read_text())
     for cell in attack["cells"]:
@@ -396,10 +398,11 @@ def test_no_sandbox_shows_the_instructors_class_folders_in_the_course(class_fold
             cell["source"] = READ_THE_COURSE.format(root=str(REPO), roster=str(roster), classmate=str(classmate))
     hostile = _hostile_copy(folder, f"course-{kind}-{who}", attack)
     try:
-        classmate.parent.mkdir(parents=True)
-        classmate.write_text("CLASSMATE-MARKER\n")
+        (uploads / "ann").mkdir(parents=True)
+        (uploads / "ann" / classmate.name).write_text("CLASSMATE-MARKER\n")
+        classmate.parent.parent.symlink_to(uploads, target_is_directory=True)
         roster.write_text("id\nROSTER-MARKER\n")
-        for made in (classmate.parent.parent, classmate.parent):
+        for made in (uploads, uploads / "ann"):
             made.chmod(0o755)
         found = run_as(user, f"""
         from pathlib import Path
@@ -408,7 +411,8 @@ def test_no_sandbox_shows_the_instructors_class_folders_in_the_course(class_fold
         print(json.dumps([c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows")]))
         """, sandbox=kind)
     finally:
-        shutil.rmtree(classmate.parent.parent, ignore_errors=True)
+        classmate.parent.parent.unlink(missing_ok=True)
+        shutil.rmtree(uploads, ignore_errors=True)
         roster.unlink(missing_ok=True)
     text = " ".join(found)
     assert "ValueError" in text, found  # the attack ran and reported what it could read

@@ -530,6 +530,8 @@ def _unread_detail(sub: StudentSubmission) -> str:
             f"grades, then run the same command again")
 
 
+STOPPING = ("\nstopping (Ctrl-C): no other notebook is started; the ones in their sandboxes now finish first, within "
+            "their time limits (Ctrl-C again not to wait for their grades)")
 GRADERS_OWN = (Status.INCIDENT, Status.ERROR)  # failures of the grader, not grades: never saved as done
 GRADER_TRIES = 2  # a grader failure (an exception of ours, not the student's) is tried once more before it is reported
 
@@ -1257,7 +1259,12 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         trusted.warm_up()
         with warm_sandbox.warm_sandboxes(warm_sandbox.servers_for(workers, len(chosen)), enabled=warm), \
                 ThreadPoolExecutor(max_workers=workers) as pool:
-            list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
+            try:
+                list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
+            except KeyboardInterrupt:  # said at once: the notebooks in the sandboxes now still finish first
+                print(STOPPING, file=sys.stderr, flush=True)
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     playing = in_play(course, chosen)
     dropped: list[str] = []
     with timings.phase(timings.OUTPUTS):

@@ -408,3 +408,23 @@ def test_a_student_graded_by_mistake_is_taken_out_with_everything_kept_aside(cou
     assert (kept / "feedback" / "week1" / f"{A01}.html").is_file()
     assert cli.main(["export", str(out), "--to", "gradescope"]) == 0
     assert {p.name for p in (out / "lms" / "gradescope").iterdir()} == {"ann"}
+
+
+def test_ctrl_c_while_grading_says_at_once_what_happens_then_what_was_kept(course, tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the middle of a class printed twenty lines of KeyboardInterrupt, after the notebooks in
+    their sandboxes had finished. Now the stop is said at once, then what was kept; the next run grades all."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    for student in ("ann", "ben"):
+        (subs / student).mkdir(parents=True)
+        nbformat.write(solved_notebook(course, A01), subs / student / f"{A01}.ipynb")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as the instructor's Ctrl-C reaches the run
+
+    monkeypatch.setattr(autograder.grade, "grade_one", interrupted)
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "stopping (Ctrl-C): no other notebook is started" in err, err
+    assert "interrupted (Ctrl-C). Every notebook graded so far is kept" in err and "Traceback" not in err, err
+    monkeypatch.undo()
+    assert {r.student_id: r.score for r in grade(subs, out, progress=False, workers=1)} == {"ann": 17, "ben": 17}

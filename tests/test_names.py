@@ -60,7 +60,8 @@ def test_students_whose_names_clean_up_alike_are_never_merged(tmp_path):
     }
     assert got["Orsted-2"]["notes"] == {"Ørsted": (
         "graded as student id 'Orsted-2', because 'Orsted' is already graded as 'Orsted'; "
-        "if both are the same student, merge them and grade again")}
+        "if both are the same student, keep one: move the notebooks you want graded into 'Orsted' and remove "
+        "'Ørsted' (an unzipped copy beside its zip, say), then grade again")}
     assert got["Orsted"]["notes"] == {"Ørsted": "another submission, 'Ørsted', is graded separately as student id 'Orsted-2'"}
     assert got["WangXiaoMing"]["notes"] == {
         "王小明": "another submission, '王小明', is graded separately as student id 'WangXiaoMing-2'",

@@ -41,22 +41,14 @@ def held(out: Path) -> Iterator[None]:
     the block left with nothing but the lock in it is removed again: a run stopped before it wrote
     anything leaves no folder."""
     made = not out.exists()
-    try:
+    with _writable(out):
         out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
-    except OSError as err:  # not ours to write, or a read-only file system
-        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        raise FolderNotWritable(_not_writable(out, err)) from None
     locked = _locked(fd, out)  # FolderInUse: the descriptor is closed, nothing of the holder's touched
     try:
         if locked:
-            try:
+            with _writable(out):
                 _note_holder(out)
-            except OSError as err:
-                if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                    raise
-                raise FolderNotWritable(_not_writable(out, err)) from None
         yield
     finally:
         if locked:
@@ -85,14 +77,22 @@ def _locked(fd: int, out: Path) -> bool:
     return True
 
 
-def _not_writable(out: Path, err: OSError) -> str:
-    """What to do about a grading folder this user cannot write: grading needs a folder of one's own (a new
-    one, with --out), exporting or taking students out needs write access to this one."""
+@contextmanager
+def _writable(out: Path) -> Iterator[None]:
+    """FolderNotWritable, saying what to do, for a write into `out` refused (not ours to write, or a read-only
+    file system): grading needs a folder of one's own (a new one, with --out), exporting from it or taking
+    students out needs write access to this one."""
     import getpass
 
-    return (f"{out} cannot be written by {getpass.getuser()} ({err.strerror}: {err.filename}): grading needs a "
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise FolderNotWritable(
+            f"{out} cannot be written by {getpass.getuser()} ({err.strerror}: {err.filename}): grading needs a "
             f"folder you can write (a new one: `--out ~/grading`); exporting from it, or changing it, needs write "
-            f"access to it from its owner")
+            f"access to it from its owner") from None
 
 
 def _note_holder(out: Path) -> None:

@@ -50,7 +50,7 @@ from .course import (
 from .course import assignments as list_assignments
 from .exports import safe_row
 from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
-from .outcomes import Status, Verdict, plain_fields, status_from_text, status_text
+from .outcomes import GRADERS_OWN, Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import (
     JobResult,
     SandboxUnavailable,
@@ -130,6 +130,15 @@ class NotebookResult:
         """Missing while its due date has not passed (decided once, by `_missing_as_of`, when the tables
         were made): nothing is wrong yet (no 0, no problem)."""
         return self.status is Status.MISSING and self.not_yet
+
+    def final_score(self) -> float:
+        """The points handed on: the score less the late penalty, never below 0."""
+        return max(self.score - self.late_penalty, 0.0)
+
+    def held_back(self) -> bool:
+        """No score to hand on (left empty in grades_wide.csv and every export, never a 0): the grader's
+        own failure, or a notebook not due yet."""
+        return self.status in GRADERS_OWN or self.not_due_yet()
 
     @property
     def kinds(self) -> list[Status]:
@@ -491,14 +500,8 @@ def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verd
 
 NOT_SUBMITTED = "no notebook for this assignment was submitted"  # the detail of a MISSING status
 NOT_YET = "not handed in yet: due {due}"  # ... while its due date has not passed (no 0, not a problem)
-
-
-def _missing_as_of(r: "NotebookResult", due: datetime | None, now: datetime) -> None:
-    """A missing notebook's due date, and its words: 'not handed in yet' while the due date has not passed
-    (grading the early submissions made everyone else 'missing', with a 0 and exit status 1)."""
-    r.due = due.isoformat().replace("+00:00", "Z") if due else ""
-    r.not_yet = bool(due and due > now)
-    r.detail = NOT_YET.format(due=r.due) if r.not_yet else NOT_SUBMITTED
+STOPPING = ("\nstopping (Ctrl-C): no other notebook is started; the ones in their sandboxes now finish first, within "
+            "their time limits (Ctrl-C again not to wait for their grades)")
 INCIDENT_ADVICE = ("the grader's own problem, not the student's: not graded and not saved, so running the "
                    "same command again grades it; if it happens again, see 'Sandbox' in the README")
 
@@ -521,6 +524,14 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
     return results
 
 
+def _missing_as_of(r: NotebookResult, due: datetime | None, now: datetime) -> None:
+    """A missing notebook's due date, and its words: 'not handed in yet' while the due date has not passed
+    (grading the early submissions made everyone else 'missing', with a 0 and exit status 1)."""
+    r.due = due.isoformat().replace("+00:00", "Z") if due else ""
+    r.not_yet = bool(due and due > now)
+    r.detail = NOT_YET.format(due=r.due) if r.not_yet else NOT_SUBMITTED
+
+
 def _unread_detail(sub: StudentSubmission) -> str:
     """Why a student's notebook may be there unseen: the files and folders of theirs the grader could not read."""
     paths = list(sub.unread)
@@ -530,9 +541,6 @@ def _unread_detail(sub: StudentSubmission) -> str:
             f"grades, then run the same command again")
 
 
-STOPPING = ("\nstopping (Ctrl-C): no other notebook is started; the ones in their sandboxes now finish first, within "
-            "their time limits (Ctrl-C again not to wait for their grades)")
-GRADERS_OWN = (Status.INCIDENT, Status.ERROR)  # failures of the grader, not grades: never saved as done
 GRADER_TRIES = 2  # a grader failure (an exception of ours, not the student's) is tried once more before it is reported
 
 
@@ -1078,13 +1086,10 @@ def write_wide_csv(results: list[NotebookResult], path: Path) -> None:
 
 
 def _wide_cell(r: NotebookResult | None) -> float | None:
-    """A notebook's final score in grades_wide.csv: None (left empty) for the grader's failure or one not
-    due yet, 0 for no result at all."""
+    """A notebook's final score in grades_wide.csv: None (left empty) when held back, 0 for no result."""
     if r is None:
         return 0.0
-    if r.status in GRADERS_OWN or r.not_due_yet():
-        return None
-    return max(r.score - r.late_penalty, 0.0)
+    return None if r.held_back() else r.final_score()
 
 
 # grades `subs` elsewhere (a Dask cluster: autograder.cluster.on_cluster), calling `finish` for each
@@ -1183,7 +1188,6 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     workers = workers or GradingSettings().worker_count
     done: list[NotebookResult] = []  # notebooks graded in this run
     reused: list[NotebookResult] = []
-    not_handed_in: list[NotebookResult] = []  # no notebook here for an assignment in play: missing, not graded
     kept: list[str] = []  # what this folder holds that is older than what is graded: not graded, said why
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
@@ -1204,7 +1208,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             record = _payload(_record_path(out, sub.student_id, assignment))  # read once, here
             saved = None if force else _saved_result(record, fingerprint)
             if saved is not None:
-                (not_handed_in if saved.status is Status.MISSING else reused).append(saved)
+                if saved.status is not Status.MISSING:  # missing: counted from the tables, never as graded
+                    reused.append(saved)
                 continue
             content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
             same = _saved_result(record, content=content) if content else None  # the very notebook graded before
@@ -1239,7 +1244,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                      "" if own else _fingerprint(sub, assignment, solutions, salt), r,
                      content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "",
                      forced=overriding and not own)
-        (not_handed_in if r.status is Status.MISSING else done).append(r)
+        if r.status is not Status.MISSING:
+            done.append(r)
 
     slots, slot = itertools.count(), threading.local()
 
@@ -1272,6 +1278,9 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     if progress and dropped:
         print(dropped[0])
     if progress:
+        mine = [r for r in results if r.student_id in {s.student_id for s in subs} and r.notebook in chosen]
+        not_yet = sum(1 for r in mine if r.not_due_yet())
+        missing = sum(1 for r in mine if r.status is Status.MISSING) - not_yet
         _print_listed(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):", kept)
         _print_listed(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded "
                       "again):", held)
@@ -1279,12 +1288,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                       nothing_here)
         _print_listed(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):",
                       resent)
-    if progress:
-        ids = {s.student_id for s in subs}
-        not_yet = sum(1 for r in results if r.student_id in ids and r.notebook in chosen and r.not_due_yet())
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
-                           course.late_policy(), kept=len(kept), missing=max(len(not_handed_in) - not_yet, 0), held=len(held),
-                           not_yet=not_yet))
+                           course.late_policy(), kept=len(kept), missing=missing, held=len(held), not_yet=not_yet))
     # this run's students, and the gradebook's students with nothing at all in play (a roster's absentees)
     graded = {s.student_id for s in subs}
     absent = set() if students else \

@@ -48,14 +48,13 @@ from anyascii import anyascii
 
 from .exports import safe_row
 from .lateness import how_late
-from .outcomes import Status
+from .outcomes import GRADERS_OWN, Status
 from .submissions import STUDENT_ID, flat_name
 
 if TYPE_CHECKING:
-    from .grade import NotebookResult
+    from .grade import Course, NotebookResult
 
 FORMATS = ("canvas", "gradescope", "prairielearn", "moodle")
-HELD_BACK = (Status.INCIDENT, Status.ERROR)  # the grader's own failures: not a grade to hand on
 NOT_GRADABLE = (Status.UNREADABLE, Status.WRONG_NOTEBOOK)  # PrairieLearn's "invalid, not gradable"
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 POINTS_POSSIBLE = "    Points Possible"  # the first cell of that row, as Canvas's export writes it
@@ -96,19 +95,35 @@ def class_grades(out: Path) -> tuple[list[NotebookResult], dict[str, dict[str, s
     student's first_name, last_name and email as the gradebook knows them."""
     from nbgrader.api import Gradebook
 
-    from .grade import Course, in_play, write_outputs
-
     out = grading_output(out)
-    course = Course(out / "course")
-    moved = course.settle()  # a copied or moved grading folder: its own gradebook, never the old place's
-    if moved:
-        print(moved, flush=True)
-    course.lock = threading.Lock()  # the gradebook may be written (a changed late penalty, feedback pages again)
-    results = write_outputs(course, out, in_play(course, _last_run_notebooks(out)))
+    course = settled_course(out)
+    results = rewrite_outputs(course, out)
     with Gradebook(course.db_url) as gb:
         people = {s.id: {"first_name": s.first_name or "", "last_name": s.last_name or "", "email": s.email or ""}
                   for s in gb.students}
     return results, people
+
+
+def settled_course(out: Path) -> "Course":
+    """The grading course of the grading output `out`, its nbgrader settings pointed here first (a copied
+    or moved folder: its own gradebook, never the old place's; said when they were), ready to write the
+    gradebook (a changed late penalty, feedback pages again)."""
+    from .grade import Course
+
+    course = Course(out / "course")
+    moved = course.settle()
+    if moved:
+        print(moved, flush=True)
+    course.lock = threading.Lock()
+    return course
+
+
+def rewrite_outputs(course: "Course", out: Path) -> list[NotebookResult]:
+    """grades.csv, grades_wide.csv, the report and the feedback pages from the gradebook now, for the
+    notebooks of the last grade run."""
+    from .grade import in_play, write_outputs
+
+    return write_outputs(course, out, in_play(course, _last_run_notebooks(out)))
 
 
 def _last_run_notebooks(out: Path) -> list[str]:
@@ -120,10 +135,6 @@ def _last_run_notebooks(out: Path) -> list[str]:
 
 
 SCORE_DIGITS = 6  # a score in results.json: 13.6 / 17 is 0.8, not 0.7999999999999999 (float noise); 8.8 / 12 is 0.733333
-
-
-def final(r: NotebookResult) -> float:
-    return max(r.score - r.late_penalty, 0.0)
 
 
 def points(x: float) -> str:
@@ -144,12 +155,12 @@ def _cell(r: NotebookResult | None) -> str:
     """A notebook's points in a CSV: empty when held back, 0 when there is no result."""
     if r is None:
         return "0"
-    return "" if r.status in HELD_BACK or r.not_due_yet() else points(final(r))
+    return "" if r.held_back() else points(r.final_score())
 
 
 def _held_back(results: list[NotebookResult]) -> list[str]:
     return [f"{r.student_id} {r.notebook}: not exported ({r.status_text}); grade it again, then export"
-            for r in sorted(results, key=lambda r: (r.student_id, r.notebook)) if r.status in HELD_BACK]
+            for r in sorted(results, key=lambda r: (r.student_id, r.notebook)) if r.status in GRADERS_OWN]
 
 
 def _write_csv(rows: list[list[str]], path: Path) -> None:
@@ -307,7 +318,7 @@ def _clip(text: str) -> str:
 
 
 def _summary(r: NotebookResult) -> str:
-    lines = [f"{r.notebook}: {final(r):g} / {r.max_score:g}"]
+    lines = [f"{r.notebook}: {r.final_score():g} / {r.max_score:g}"]
     if r.status is not Status.OK:
         lines.append(r.status_text)
     if r.late_penalty:
@@ -327,7 +338,7 @@ def gradescope_result(r: NotebookResult) -> dict:
               "tags": [c.exercise]} for c in r.cells]
     if r.late_penalty:
         tests.append({"name": "late penalty", "score": -r.late_penalty, "max_score": 0.0, "output": _late(r)})
-    return {"score": round(final(r), SCORE_DIGITS), "output": _summary(r), "output_format": "text", "test_output_format": "text",
+    return {"score": round(r.final_score(), SCORE_DIGITS), "output": _summary(r), "output_format": "text", "test_output_format": "text",
             "test_name_format": "text", "tests": tests,
             "extra_data": {"student_id": r.student_id, "notebook": r.notebook, "max_score": r.max_score,
                            "late_penalty": r.late_penalty, "status": r.status.value}}
@@ -343,7 +354,7 @@ def prairielearn_result(r: NotebookResult) -> dict:
     if r.late_penalty:
         tests.append({"name": "late penalty", "description": "the class's late policy", "points": -r.late_penalty,
                       "max_points": 0.0, "message": _late(r)})
-    score = min(max(final(r) / r.max_score, 0.0), 1.0) if r.max_score > 0 else 0.0
+    score = min(max(r.final_score() / r.max_score, 0.0), 1.0) if r.max_score > 0 else 0.0
     return {"gradable": True, "score": round(score, SCORE_DIGITS), "message": _summary(r), "tests": tests}
 
 
@@ -358,7 +369,7 @@ def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
             done.problems += [] if refused in done.problems else [refused]
             continue
         target = dest / r.student_id / r.notebook / "results.json"
-        if r.status is Status.MISSING or r.status in HELD_BACK:
+        if r.status is Status.MISSING or r.status in GRADERS_OWN:
             missing.extend([f"{r.student_id} {r.notebook}"] if r.status is Status.MISSING else [])
             target.unlink(missing_ok=True)
             continue

@@ -43,6 +43,9 @@ class Status(StrEnum):
             return cls.ERROR
 
 
+GRADERS_OWN = (Status.INCIDENT, Status.ERROR)  # failures of the grader, not grades: never saved as done, no score
+
+
 def status_text(status: Status, detail: str = "") -> str:
     """The status as grades.csv and the tables show it: 'ok', or 'timeout: <detail>'."""
     return f"{status.value}: {detail}" if detail else status.value

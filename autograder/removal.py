@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import difflib
 import shutil
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import folder_lock
-from .grade import Course, in_play, read_roster_ids, write_outputs
+from .grade import read_roster_ids
+from .lms import ExportError, grading_output, rewrite_outputs, settled_course
 
 
 class RemovalError(ValueError):
@@ -47,8 +47,6 @@ def remove_students(out: Path, students: list[str], yes: bool = False) -> Remova
     of them is not in its gradebook (with the closest id), or nothing was named."""
     from nbgrader.api import Gradebook
 
-    from .lms import ExportError, _last_run_notebooks, grading_output
-
     if not students:
         raise RemovalError("name the students to remove: attn-course remove-student OUT ID [ID ...]")
     try:
@@ -56,9 +54,7 @@ def remove_students(out: Path, students: list[str], yes: bool = False) -> Remova
     except ExportError as err:
         raise RemovalError(str(err)) from None
     with folder_lock.held(out):
-        course = Course(out / "course")
-        course.settle()
-        course.lock = threading.Lock()
+        course = settled_course(out)
         with Gradebook(course.db_url) as gb:
             known = sorted(s.id for s in gb.students)
         _refuse_unknown(students, known, out)
@@ -73,7 +69,7 @@ def remove_students(out: Path, students: list[str], yes: bool = False) -> Remova
                 gb.remove_student(student)
         for student in students:
             removal.kept_at[student] = _keep(out, student, stamp)
-        write_outputs(course, out, in_play(course, _last_run_notebooks(out)))
+        rewrite_outputs(course, out)
     return removal
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .lateness import LatePolicy, how_late
-from .outcomes import Status
+from .outcomes import GRADERS_OWN, Status
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BINS = [0, 0.2, 0.4, 0.6, 0.8, 1.0001]  # fractions of an exercise's points, as the picture groups them
@@ -144,7 +144,7 @@ def _mean(fractions: list[float]) -> int:
 
 def _notebook_section(name: str, results) -> dict:
     rows = [r for r in results if r.status is not Status.MISSING]
-    graded = [r for r in rows if r.status not in (Status.INCIDENT, Status.ERROR)]  # the grader's failures: no 0 in a mean
+    graded = [r for r in rows if r.status not in GRADERS_OWN]  # the grader's failures: no 0 in a mean
     per_exercise = _exercises(rows)
     incident_rows = sorted((r for r in rows if r.status is not Status.OK), key=lambda r: r.student_id)
     return {

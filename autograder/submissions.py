@@ -756,7 +756,7 @@ class _Intake:
     def unreadable(self, sub: StudentSubmission, path: Path, err: OSError) -> None:
         """A file or folder of this student's that the grader cannot read: their missing notebooks are the
         grader's incident, not a 0 (StudentSubmission.unread)."""
-        why = f"could not be read by the account grading ({err.strerror or type(err).__name__})"
+        why = _unread_why(err)
         sub.unread[self.rel(path)] = why
         self.problem(sub, path.name, self.rel(path), why)
 
@@ -865,7 +865,7 @@ class _Intake:
             with path.open("rb") as fh:
                 raw = fh.read(257).decode("ascii", errors="replace").strip()
         except OSError as err:  # the notebook beside it is still graded; its feedback cannot go back by the exchange
-            self.ignore(self.rel(path), f"could not be read by the account grading ({err.strerror})")
+            self.ignore(self.rel(path), _unread_why(err))
             return ""
         return raw if _SECRET.fullmatch(raw) else ""
 
@@ -877,10 +877,11 @@ class _Intake:
             stamp, when = top / TIMESTAMP_FILE, None
             if stamp.is_file() and not stamp.is_symlink():
                 try:
-                    when = _read_stamp(stamp)
-                    problem = None if when else f"not a time nbgrader wrote ({_head(stamp)!r})"
+                    raw = _head(stamp, MAX_TIMESTAMP_BYTES + 1)
+                    when = parse_timestamp(raw)
+                    problem = None if when else f"not a time nbgrader wrote ({raw[:60]!r})"
                 except OSError as err:  # a stamp the grader cannot read: the notebook is still graded, by its file time
-                    when, problem = None, f"could not be read by the account grading ({err.strerror})"
+                    when, problem = None, _unread_why(err)
                 if problem:
                     why = f"{problem}: the notebooks' file times are used instead"
                     self.ignore(self.rel(stamp), why)
@@ -1061,15 +1062,19 @@ def _top(folder: Path, path: Path) -> Path | None:
     return folder / parts[0] if len(parts) > 1 else None
 
 
-def _head(path: Path, size: int = 60) -> bytes:
+def _head(path: Path, size: int) -> bytes:
     """The first bytes of a file (a bounded read: a student's 'timestamp' may be any size)."""
     with path.open("rb") as fh:
         return fh.read(size)
 
 
 def _read_stamp(path: Path) -> datetime | None:
-    with path.open("rb") as fh:
-        return parse_timestamp(fh.read(MAX_TIMESTAMP_BYTES + 1))
+    return parse_timestamp(_head(path, MAX_TIMESTAMP_BYTES + 1))
+
+
+def _unread_why(err: OSError) -> str:
+    """Why a file of a student's was not read, when the grader's account could not open it (never theirs)."""
+    return f"could not be read by the account grading ({err.strerror or type(err).__name__})"
 
 
 def _zip_stamp(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> datetime | None:

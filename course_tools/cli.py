@@ -519,18 +519,16 @@ def _settle(course: Path) -> None:
     """A grading output copied or moved after grading still names its old place, and formgrader would
     open that gradebook: its settings are pointed here first (as `grade` and `export` do), and said so."""
     from autograder.course import CourseMoved
-    from autograder.grade import Course
+    from autograder.lms import settled_course
 
     try:
-        moved = Course(course).settle()
+        settled_course(course.parent)
     except CourseMoved as err:
         raise UsageError(str(err)) from None
     except OSError as err:
         raise UsageError(f"{course / 'nbgrader_config.py'} cannot be pointed at {course.parent} ({err.strerror}): "
                          f"formgrader would open the folder it was graded as; make it writable, or grade the class "
                          f"again into a folder of your own") from None
-    if moved:
-        print(moved, flush=True)
 
 
 def _recorded_root(course: Path) -> Path:

@@ -1033,11 +1033,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attn-course {args.command}: error: {err}", file=sys.stderr)
         return 2
     except CourseNotFound as err:
-        print(f"attn-course {args.command}: {err}, or name it: attn-course --course DIR {args.command} ...",
+        print(f"attn-course {args.command}: error: {err}, or name it: attn-course --course DIR {args.command} ...",
               file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError) as err:
-        print(f"attn-course {args.command}: {err}", file=sys.stderr)
+        print(f"attn-course {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"\nattn-course {args.command}: interrupted (Ctrl-C)." + INTERRUPTED.get(args.command, ""), file=sys.stderr)

@@ -564,3 +564,24 @@ def test_ctrl_c_says_what_was_kept_and_what_to_run_not_a_traceback(monkeypatch, 
     err = capsys.readouterr().err
     assert "attn-course grade: interrupted (Ctrl-C)" in err and "the same command grades the rest" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("refusal", [ValueError("--student: no submission in week1 for 'bob'"),
+                                     FileNotFoundError("no such roster: roster.csv")])
+def test_every_refusal_reads_as_an_error_with_exit_2(monkeypatch, capsys, refusal):
+    """A refusal raised while grading (a --student typo, a file that is not there) printed without the
+    'error:' that argparse and the other refusals put first: it read like a progress line."""
+    def refused(args):
+        raise refusal
+
+    parser = cli.parser
+
+    def patched():
+        made = parser()
+        for action in made._subparsers._group_actions:
+            action.choices["grade"].set_defaults(func=refused)
+        return made
+
+    monkeypatch.setattr(cli, "parser", patched)
+    assert cli.main(["grade", "somewhere", "--out", "elsewhere"]) == 2
+    assert capsys.readouterr().err == f"attn-course grade: error: {refusal}\n"

@@ -5,6 +5,7 @@ points off wrong implementations in the right cells."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -215,20 +216,51 @@ def test_pytorch_transformer_layer_is_not_accepted():
         nb05.check("EncoderLayer", EncoderLayer)
 
 
-@pytest.mark.parametrize("how", ["nn.LayerNorm", "F.layer_norm", "torch.layer_norm"])
-def test_pytorch_layer_norm_is_not_accepted(how):
+def _one_group(call):
+    """A layer norm by a group, instance or batch norm: [.., D] as one group of D (or D along the batch axis)."""
+    def norm(x, weight, bias, eps):
+        D = x.shape[-1]
+        if call == "batch":  # the rows become the channels: each normalized over its D values
+            rows = x.reshape(-1, D).T
+            return F.batch_norm(rows, None, None, training=True, eps=eps).T.reshape(x.shape) * weight + bias
+        flat = x.reshape(-1, 1, D)
+        done = F.group_norm(flat, 1, eps=eps) if call == "group" else F.instance_norm(flat, eps=eps)
+        return done.reshape(x.shape) * weight + bias
+    return norm
+
+
+NORMS = {"nn.LayerNorm": None, "F.layer_norm": lambda x, w, b, e: F.layer_norm(x, (x.shape[-1],), w, b, e),
+         "torch.layer_norm": lambda x, w, b, e: torch.layer_norm(x, (x.shape[-1],), w, b, e),
+         # a red team's: full points, unflagged, under every sandbox
+         "torch.native_layer_norm": lambda x, w, b, e: torch.native_layer_norm(x, [x.shape[-1]], w, b, e)[0],
+         "F.group_norm": _one_group("group"), "F.instance_norm": _one_group("instance"),
+         "F.batch_norm": _one_group("batch"),
+         "F.rms_norm": lambda x, w, b, e: F.rms_norm(x - x.mean(-1, keepdim=True), (x.shape[-1],), w, e) + b}
+KERNEL_NORMS = {  # the kernel by name: seen in PyTorch's dispatcher
+    "torch.ops.aten.native_layer_norm": lambda x, w, b, e: torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, e)[0],
+    "torch.ops.aten.native_group_norm": lambda x, w, b, e: torch.ops.aten.native_group_norm(
+        x.reshape(-1, 1, x.shape[-1]), None, None, x.numel() // x.shape[-1], 1, x.shape[-1], 1, e)[0].reshape(x.shape)
+    * w + b}
+
+
+@pytest.mark.parametrize("how", [*NORMS, *KERNEL_NORMS])
+def test_pytorch_normalizations_are_not_accepted(how):
     class LayerNorm(LayerNormAlt):
-        """Our parameters, PyTorch's layer norm doing the work."""
+        """Our parameters, one of PyTorch's normalizations doing the work."""
 
         def forward(self, x):
             if how == "nn.LayerNorm":
                 torch_norm = nn.LayerNorm(x.shape[-1], eps=self.eps)
                 torch_norm.load_state_dict(self.state_dict())
                 return torch_norm(x)
-            call = F.layer_norm if how == "F.layer_norm" else torch.layer_norm
-            return call(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+            return {**NORMS, **KERNEL_NORMS}[how](x, self.weight, self.bias, self.eps)
 
-    with pytest.raises(CheckFailed, match="built-in layer norm"):
+    named = how if how in NORMS else "nn.LayerNorm"  # a kernel's reason is that of the first entry it belongs to
+    with torch.no_grad():  # it does compute a layer norm: refused, not failed
+        ours = LayerNorm(6)
+        x = torch.randn(3, 4, 6)
+        torch.testing.assert_close(ours(x), F.layer_norm(x, (6,), ours.weight, ours.bias, ours.eps), atol=1e-4, rtol=1e-4)
+    with pytest.raises(CheckFailed, match=f"built-in normalizations \\({re.escape(named)}\\)"):
         nb05.check("LayerNorm", LayerNorm)
 
 

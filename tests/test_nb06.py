@@ -431,6 +431,44 @@ def test_builtin_label_smoothing_is_not_accepted():
         nb06.check("label_smoothed_cross_entropy", via_module)
 
 
+class _Eps(float):
+    """A red team's epsilon: false to `if`, read as 0.1 by PyTorch (30/30, unflagged, in every sandbox)."""
+
+    def __bool__(self):
+        return False
+
+
+def _smoothed_by_a_float_subclass(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore_index,
+                                             label_smoothing=_Eps(epsilon))
+
+
+def _smoothed_by_the_kernel(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    return torch._C._nn.cross_entropy_loss(logits.reshape(-1, V), target.reshape(-1), None, 1, ignore_index, epsilon)
+
+
+def _own_smoothing_beside_a_plain_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    """Honest: the built-in without smoothing for the NLL part, the smoothing term written by hand."""
+    V = logits.size(-1)
+    flat, t = logits.reshape(-1, V), target.reshape(-1)
+    keep = t != ignore_index
+    nll = torch.nn.functional.cross_entropy(flat, t, ignore_index=ignore_index, label_smoothing=0.0)
+    uniform = -(flat.log_softmax(-1).mean(-1) * keep).sum() / keep.sum()
+    return (1 - epsilon) * nll + epsilon * uniform
+
+
+@pytest.mark.parametrize("impl", [_smoothed_by_a_float_subclass, _smoothed_by_the_kernel], ids=["float subclass", "kernel"])
+def test_builtin_label_smoothing_is_not_accepted_however_it_is_spelled(impl):
+    with pytest.raises(CheckFailed, match="label_smoothing"):
+        nb06.check("label_smoothed_cross_entropy", impl)
+
+
+def test_a_plain_cross_entropy_beside_ones_own_smoothing_passes():
+    nb06.check("label_smoothed_cross_entropy", _own_smoothing_beside_a_plain_cross_entropy)
+
+
 def test_calling_the_reference_is_not_accepted():
     def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
         return ref.beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)

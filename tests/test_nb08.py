@@ -302,9 +302,29 @@ def whole_matrix_in_numpy(q, k, v, block_size, mask=None):
     return torch.from_numpy((e / np.where(z > 0, z, 1) @ V).astype(np.float32))
 
 
+def _numpy_by(convert):
+    """whole_matrix_in_numpy, its tensors taken out another way."""
+    def online_softmax_attention(q, k, v, block_size, mask=None):
+        import numpy as np
+
+        Q, K, V = (np.asarray(convert(t), dtype=np.float64) for t in (q, k, v))
+        s = Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])
+        if mask is not None:
+            s = np.where(np.broadcast_to(np.asarray(convert(mask)), s.shape), s, -np.inf)
+        mx = s.max(-1, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(mx), mx, 0))
+        z = e.sum(-1, keepdims=True)
+        return torch.from_numpy((e / np.where(z > 0, z, 1) @ V).astype(np.float32))
+    return online_softmax_attention
+
+
 @pytest.mark.parametrize("impl, words", [(whole_matrix_into_an_out_tensor, "largest tensor created inside"),
-                                         (whole_matrix_in_numpy, "Tensor.numpy")],
-                         ids=["out=", "numpy"])
+                                         (whole_matrix_in_numpy, "Tensor.numpy"),
+                                         # a red team's np.asarray(q): 8/8 (Tensor.__array__ calls .numpy() unseen)
+                                         (_numpy_by(lambda t: t), "Tensor.__array__"),
+                                         (_numpy_by(lambda t: __import__("numpy").from_dlpack(t)), "Tensor.__dlpack__"),
+                                         (_numpy_by(lambda t: t.tolist()), "Tensor.tolist")],
+                         ids=["out=", "numpy", "asarray", "dlpack", "tolist"])
 def test_the_whole_score_matrix_is_found_however_it_is_made(impl, words):
     """Both scored 8/8 under the real grader (a red team): now the memory case fails, or numpy is refused."""
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")

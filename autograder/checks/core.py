@@ -547,10 +547,16 @@ def _torch_hooks_off() -> bool:
 
 # The ATen kernels behind a built-in: calling one by name (torch.ops.aten.<kernel>, torch.<kernel>)
 # is the built-in under another spelling.
+_NORMALIZATIONS = ("native_layer_norm", "layer_norm", "native_group_norm", "group_norm", "native_batch_norm",
+                   "_native_batch_norm", "batch_norm", "_batch_norm", "instance_norm", "_fused_rms_norm", "rms_norm")
 _KERNELS = {
     "scaled_dot_product_attention": ("_scaled_dot_product", "scaled_dot_product"),
     "MultiheadAttention": ("_native_multi_head_attention", "multi_head_attention"),
     "multi_head_attention_forward": ("_native_multi_head_attention", "multi_head_attention"),
+    # a normalization is any of them (one group, one instance, or the input transposed, is a layer norm)
+    **{name: _NORMALIZATIONS for name in ("LayerNorm", "layer_norm", "native_layer_norm", "GroupNorm", "group_norm",
+                                          "native_group_norm", "RMSNorm", "rms_norm", "_BatchNorm", "batch_norm",
+                                          "native_batch_norm", "_InstanceNorm", "instance_norm")},
 }
 
 

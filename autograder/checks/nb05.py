@@ -225,10 +225,22 @@ LN_MISTAKES = (
             "scale first, then shift: x_hat * weight + bias",
             variant(LN_SOURCE, (_LN_OUT, "return (x_hat + self.bias) * self.weight"))),
 )
-_LN_BUILT_IN = ("it calls PyTorch's built-in layer norm (nn.LayerNorm, F.layer_norm), the computation this "
-                "exercise asks you to write yourself")
-LN_FORBIDDEN = HONESTY + ((nn.LayerNorm.forward, _LN_BUILT_IN), (F.layer_norm, _LN_BUILT_IN),
-                          (torch.layer_norm, _LN_BUILT_IN))
+_LN_BUILT_IN = ("it calls one of PyTorch's built-in normalizations ({name}), which computes the mean and variance "
+                "and normalizes for you: the computation this exercise asks you to write yourself (mean, variance, "
+                "divide, then weight and bias)")
+# Every public spelling of PyTorch's normalizations: with one group, one instance or the input transposed, a group,
+# instance or batch norm is a layer norm (a red team's torch.native_layer_norm and F.group_norm(x, 1) took full
+# points). Their kernels are refused too, by name (core._KERNELS: torch.ops.aten.native_layer_norm, ...).
+LN_BUILT_INS = (
+    (nn.LayerNorm.forward, "nn.LayerNorm"), (nn.GroupNorm.forward, "nn.GroupNorm"), (nn.RMSNorm.forward, "nn.RMSNorm"),
+    (nn.modules.batchnorm._BatchNorm.forward, "nn.BatchNorm"),
+    (nn.modules.instancenorm._InstanceNorm.forward, "nn.InstanceNorm"),
+    *((getattr(F, n), f"F.{n}") for n in ("layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm")),
+    *((getattr(torch, n), f"torch.{n}") for n in (
+        "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "instance_norm", "batch_norm",
+        "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_impl_index", "rms_norm", "_fused_rms_norm")
+      if hasattr(torch, n)))
+LN_FORBIDDEN = HONESTY + tuple((f, _LN_BUILT_IN.format(name=name)) for f, name in LN_BUILT_INS)
 
 
 # --------------------------------------------------------------------------- cases: modules

@@ -154,6 +154,7 @@ class _NoBuiltinLabelSmoothing:
     def __enter__(self):
         # looked up here, in the process that runs the student's code (the cases travel pickled by value)
         self.code = torch.nn.functional.cross_entropy.__code__
+        self.kernel = torch._C._nn.cross_entropy_loss  # what F.cross_entropy calls: from anywhere else, the same
         self.previous = sys.getprofile()
         sys.setprofile(self.hook)
         return self
@@ -164,12 +165,23 @@ class _NoBuiltinLabelSmoothing:
 
     def hook(self, frame, event, arg):
         if event == "call" and frame.f_code is self.code:
-            smoothing = frame.f_locals.get("label_smoothing", 0.0)
-            if smoothing:
-                sys.setprofile(self.previous)
-                raise ForbiddenCall(self.why)
+            if _smoothing(frame.f_locals.get("label_smoothing", 0.0)):
+                self._refuse()
+        elif event == "c_call" and arg is self.kernel and frame.f_code is not self.code:
+            self._refuse()  # the kernel called by hand: its arguments are out of a profile hook's sight
         if self.previous is not None:
             self.previous(frame, event, arg)
+
+    def _refuse(self):
+        sys.setprofile(self.previous)
+        raise ForbiddenCall(self.why)
+
+
+def _smoothing(value) -> bool:
+    """Whether F.cross_entropy smooths with `value`: anything but a plain number 0. PyTorch reads a float
+    subclass's own value, whatever its __bool__ or __eq__ say (a red team's `_Eps(0.1)`, false to
+    `if`, smoothed by 0.1 and took full points)."""
+    return type(value) not in (int, float, bool) or value != 0
 
 
 def _guarded(f, *args):

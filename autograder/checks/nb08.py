@@ -17,9 +17,16 @@ HONESTY = tuple(reference_guard(ref))
 NO_BUILTIN = FUSED_ATTENTION
 # The online softmax's memory is measured in PyTorch's dispatcher: work moved to numpy is out of its sight (a red
 # team's whole score matrix built there passed). The exercise is PyTorch's, so numpy's arrays are not for it.
-LEAVES_TORCH = ((torch.Tensor.numpy,
-                 "it turns tensors into numpy arrays (Tensor.numpy); this exercise is in PyTorch, where the grader "
-                 "measures the memory your online softmax uses: keep every step in torch"),)
+# Every way out: .numpy(), numpy's own conversion (np.asarray(t) enters Tensor.__array__, whose .numpy() the
+# function mode never sees: a red team's np.asarray passed), DLPack (np.from_dlpack) and Python lists.
+_LEAVES_WHY = ("it turns tensors into {what}; this exercise is in PyTorch, where the grader measures the memory "
+               "your online softmax uses: keep every step in torch")
+LEAVES_TORCH = tuple((f, _LEAVES_WHY.format(what=what)) for f, what in (
+    (torch.Tensor.numpy, "numpy arrays (Tensor.numpy)"),
+    (torch.Tensor.__array__, "numpy arrays (np.asarray, np.array: Tensor.__array__)"),
+    (torch.Tensor.__dlpack__, "another library's arrays (DLPack: np.from_dlpack, Tensor.__dlpack__)"),
+    (torch.utils.dlpack.to_dlpack, "another library's arrays (DLPack: torch.utils.dlpack.to_dlpack)"),
+    (torch.Tensor.tolist, "Python lists (Tensor.tolist)")))
 FORBIDDEN = HONESTY + torch_attention(*NO_BUILTIN)
 RTOL, ATOL = 1e-4, 1e-5
 # Scores of a few hundred are rounded by about 3e-5 in float32: a correct student computing in float64 (or

@@ -325,6 +325,7 @@ def read_result(course: Course, student: str, assignment: str, status: Status = 
             nb = gb.find_submission_notebook(assignment, assignment, student)
             result.score = float(nb.score)
             grades = {g.name: (float(g.score), float(g.max_score)) for g in nb.grades}
+            result.notes = [_by_hand(g) for g in nb.grades if g.manual_score is not None or (g.extra_credit or 0) > 0]
     except MissingEntry:
         return result
     autograded = course.root / "autograded" / student / assignment / f"{assignment}.ipynb"
@@ -340,6 +341,23 @@ def read_result(course: Course, student: str, assignment: str, status: Status = 
         message = _error_message(cells[gid]) if gid in cells else ""
         result.cells.append(CellResult(gid, exercise_of(gid, graded), score, top, message))
     return result
+
+
+BY_HAND = "set by hand"  # how a note about a score typed in formgrader starts (grades.csv's notes column)
+
+
+def _by_hand(grade) -> str:
+    """The note for one of nbgrader's grades a person set or added to in formgrader: the grader's own score beside
+    it, since a manual score outlives every later grading of the notebook (a corrected resubmission's too)."""
+    def pts(x) -> str:
+        return f"{float(x or 0):g}"
+
+    parts = []
+    if grade.manual_score is not None:
+        parts.append(f"{pts(grade.manual_score)} of {pts(grade.max_score)} (the grader's: {pts(grade.auto_score)})")
+    if (grade.extra_credit or 0) > 0:
+        parts.append(f"extra credit {pts(grade.extra_credit)}")
+    return f"{BY_HAND} in formgrader: {grade.name} {', '.join(parts)}"
 
 
 def sandbox_world(course: Course, assignment: str, job: Path) -> World:
@@ -634,6 +652,48 @@ def _fingerprint(sub: StudentSubmission, assignment: str, solutions: Path, salt:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def judge_digest() -> bytes:
+    """sha256 of what decides a grade besides the notebooks: the grader's code (its checks, tolerances, honesty
+    rules, sandbox) and the course library (the reference the checks compare with). A saved grade made by other
+    code is made again (an instructor who loosened a tolerance in checks/ saw every grade reused as it was),
+    unless it is an instructor's override (`_overridden`)."""
+    import autograder
+
+    h = hashlib.sha256()
+    for top in (Path(autograder.__file__).parent, library_dir()):
+        for path in sorted(top.rglob("*.py")):
+            h.update(f"{top.name}/{path.relative_to(top).as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.digest()
+
+
+def _removed_before(course: Course, out: Path, ids: list[str], named: list[str]) -> list[str]:
+    """The students of `ids` an instructor took out with remove-student (OUT/removed/<id>) and nobody brought
+    back since (not in the gradebook: no roster and no --student named them): their files still in the class
+    folder made them graded, and back in every export, on the next run."""
+    from nbgrader.api import Gradebook
+
+    gone = [i for i in ids if i not in named and (out / "removed" / i).is_dir()]
+    if not gone:
+        return []
+    with Gradebook(course.db_url) as gb:
+        enrolled = {s.id for s in gb.students}
+    return sorted(i for i in gone if i not in enrolled)
+
+
+def _refresh_changed_solutions(course: Course, solutions: Path) -> list[str]:
+    """The grading course's copy of each solution notebook that differs from solutions/ (an instructor fixed
+    a hidden test mid-term), made again with nbgrader from solutions/: the changed ones, by name. The saved
+    grades depend on the solution too (`_fingerprint`), so their notebooks are graded again; before, they
+    were, against the old copy, and the fix reached nobody."""
+    changed = [a for a in course.assignments if (solutions / a / f"{a}.ipynb").is_file()
+               and _file_digest(solutions / a / f"{a}.ipynb") != _file_digest(course.root / "source" / a / f"{a}.ipynb")]
+    if changed:
+        course.setup(solutions, only=changed)
+        course._api = None  # nbgrader's settings are read again, with the grading lines setup wrote
+    return changed
+
+
 def _file_digest(path: Path) -> bytes:
     """sha256 of a file (b"" when it is absent), read once per version of it: every notebook of a class
     fingerprints the same solution up to four times."""
@@ -656,12 +716,13 @@ def _record_path(out: Path, student: str, assignment: str) -> Path:
 def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: str = "", forced: bool = False) -> None:
     """The record of one graded notebook. It also keeps the contents graded for this student and notebook
     before (`seen`) and whether this grade is an instructor's override (`forced`: --force --student
-    --assignment), so a later plain run never grades again, over the override, a file it graded before."""
+    --assignment), so a later plain run never grades again, over the override, a file it graded before; and
+    the digest of the code that judged it (`judge_digest`): a grade saved by other code is made again."""
     earlier = _payload(path)
     before = [*earlier.get("seen", []), earlier.get("content", "") if earlier.get("fingerprint") else ""]
     seen = [c for c in dict.fromkeys(before) if isinstance(c, str) and c and c != content]
     payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "content": content, "result": result.to_dict(),
-               "seen": seen, "forced": forced}
+               "seen": seen, "forced": forced, "judge": judge_digest().hex()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
@@ -1049,7 +1110,8 @@ def _take_saved(r: NotebookResult, saved: NotebookResult) -> None:
     """What the gradebook does not hold, from the saved run onto `r` (scores from the gradebook):
     the status, notes and review; per cell, a failure's message and the mistake it named (kept
     when a manual grade passed it since), or a pass's note if it passed when graded too."""
-    r.status, r.detail, r.notes, r.other_kinds = saved.status, saved.detail, saved.notes, saved.other_kinds
+    r.status, r.detail, r.other_kinds = saved.status, saved.detail, saved.other_kinds
+    r.notes = [*saved.notes, *r.notes]  # the intake's, then the gradebook's scores set by hand
     r.review, r.sandbox, r.source_file = saved.review, saved.sandbox, saved.source_file
     by_id = {c.grade_id: c for c in saved.cells}
     for c in r.cells:
@@ -1143,6 +1205,10 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         moved = course.settle()  # a copied or moved grading folder grades into itself, never the old place
         if progress and moved:
             print(moved)
+        refreshed = _refresh_changed_solutions(course, solutions)
+        if progress and refreshed:
+            print(f"changed in {solutions} since this folder was prepared: {', '.join(refreshed)}; its hidden tests "
+                  "and points were taken from there again, and its notebooks are graded again")
     course.extra_hidden = [str(Path(submissions).resolve()), str(solutions.resolve())]
     intake = collect_all(Path(submissions), course.grade_ids(), due={**due_dates(course), **(due or {})})
     if not any(s.notebooks for s in intake.students):  # before anything of this run is written into the gradebook
@@ -1169,6 +1235,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         banner, strong = describe_sandbox()
         print(banner, file=sys.stdout if strong else sys.stderr)
     subs = [s for s in intake.students if not students or s.student_id in students]
+    removed = _removed_before(course, out, [s.student_id for s in subs], named=students or [])
+    subs = [s for s in subs if s.student_id not in removed]
     play = choose_in_play(course, intake.students, assignments)
     chosen = play.chosen
     left_out = play.left_out(subs)
@@ -1179,6 +1247,12 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         print(f"not graded ({n} file{'' if n == 1 else 's'}; each with the reason):")
         for path, why in [*intake.ignored, *left_out]:
             print(f"  {path}: {why}")
+    if progress and removed:
+        print(f"not graded: taken out of this class with remove-student ({len(removed)}; their earlier files are in "
+              f"{out / 'removed'}): {', '.join(removed)}; to grade one of them again, name them: --student ID")
+    if progress and removed:
+        print(f"not graded: taken out of this class with remove-student ({len(removed)}; their earlier files are in "
+              f"{out / 'removed'}): {', '.join(removed)}; to grade one of them again, name them: --student ID")
     roster_ids = read_roster_ids(course)
     strangers = sorted(s.student_id for s in subs if roster_ids is not None and s.student_id not in roster_ids)
     if progress and strangers:
@@ -1192,6 +1266,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
     nothing_here: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
+    other_code: list[str] = []  # notebooks graded again because other grading code made their saved grade
     overriding = bool(force and students and assignments)  # this run's grades replace others by hand: remembered
     started = time.time()
     salt = class_salt(out)
@@ -1206,14 +1281,15 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         for assignment in chosen:
             fingerprint = _fingerprint(sub, assignment, solutions, salt)
             record = _payload(_record_path(out, sub.student_id, assignment))  # read once, here
-            saved = None if force else _saved_result(record, fingerprint)
+            judged_so_now = record.get("judge") == judge_digest().hex()  # else saved by other grading code
+            saved = None if force or not judged_so_now else _saved_result(record, fingerprint)
             if saved is not None:
                 if saved.status is not Status.MISSING:  # missing: counted from the tables, never as graded
                     reused.append(saved)
                 continue
             content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
             same = _saved_result(record, content=content) if content else None  # the very notebook graded before
-            if force and same is not None:  # the very notebook again, overridden: handed in when it first was
+            if same is not None and (force or not judged_so_now):  # graded again, as handed in when it first was
                 _keep_earlier_time(sub, assignment, recorded.get(assignment))
             elif same is not None:  # the very notebook graded before, downloaded again (a new file time): kept as graded
                 reused.append(same)
@@ -1228,6 +1304,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 why = None
             if why is None:
                 left.append(assignment)
+                if record.get("fingerprint") and not judged_so_now and not force:
+                    other_code.append(assignment)
             elif why:
                 kept.append(why)
             elif overriding:  # nothing of theirs for it here: an override of no file never takes the grade away
@@ -1278,6 +1356,9 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     if progress and dropped:
         print(dropped[0])
     if progress:
+        now = {(r.student_id, r.notebook) for r in done}
+        hand_kept = [f"{r.student_id} {r.notebook}: {n.removeprefix(BY_HAND + ' in formgrader: ')}" for r in results
+                     if (r.student_id, r.notebook) in now for n in r.notes if n.startswith(BY_HAND)]
         mine = [r for r in results if r.student_id in {s.student_id for s in subs} and r.notebook in chosen]
         not_yet = sum(1 for r in mine if r.not_due_yet())
         missing = sum(1 for r in mine if r.status is Status.MISSING) - not_yet
@@ -1288,6 +1369,11 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                       nothing_here)
         _print_listed(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):",
                       resent)
+        _print_listed(f"a score set by hand kept over a notebook graded now ({len(hand_kept)}; look at it again in "
+                      "formgrader, where it can be emptied):", hand_kept)
+        if other_code:
+            print(f"graded again: {len(other_code)} notebook{'s' if len(other_code) > 1 else ''} whose saved grade was "
+                  "made by other grading code (the grader's checks or the course library changed since)")
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
                            course.late_policy(), kept=len(kept), missing=missing, held=len(held), not_yet=not_yet))
     # this run's students, and the gradebook's students with nothing at all in play (a roster's absentees)

@@ -426,7 +426,10 @@ def _remove_student(args) -> int:
               f"{done.out / 'removed' / student}/<time>/")
     for student in done.on_roster:
         print(f"{student} is on the last roster given: the next `grade` with that roster lists them again "
-              "(missing); give a roster without them")
+              "(missing, or graded from their files); give a roster without them")
+    if done.done:
+        print("a later `grade` of a folder that still holds their files leaves them out and says so; "
+              "`grade ... --student ID` grades one of them again")
     if not done.done:
         print(f"nothing was changed: run again with --yes to take {'them' if len(done.moved) > 1 else 'this student'} "
               "out", file=sys.stderr)

@@ -9,6 +9,7 @@ import contextlib
 import csv
 import io
 import os
+import shutil
 import subprocess
 from datetime import datetime, timezone
 
@@ -19,6 +20,7 @@ from autograder.grade import grade
 from course_tools import cli
 
 from .conftest import inject, solved_notebook
+from .layout import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -202,3 +204,78 @@ def test_a_forced_regrade_of_a_new_download_keeps_each_notebooks_first_time(cour
     _graded(again, out, force=True)
     row = _rows(out)[("ann", A01)]
     assert (row["submitted"], row["late_penalty"], row["score"]) == (first["submitted"], "0", "17"), row
+
+
+# --------------------------------------------------------------------------- 5. the instructor changes the grading
+UNSTABLE = {"softmax": "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)"}
+STABILITY_CHECK, SWAPPED = 'nb01.check(\\"softmax_stability\\", softmax)', 'nb01.check(\\"softmax\\", softmax)'
+
+
+def test_a_hidden_test_fixed_in_solutions_regrades_everyone_against_the_fix(course, tmp_path):
+    """An instructor's walkthrough: the stability test ran the plain softmax check by mistake, so an unstable
+    softmax kept its 2 points; fixed in solutions/, the next run said "graded now" for everyone and still
+    graded against the grading folder's old copy of the notebook (even with --force)."""
+    solutions = tmp_path / "solutions"
+    shutil.copytree(REPO / "solutions" / A01, solutions / A01)
+    source = solutions / A01 / f"{A01}.ipynb"
+    fixed = source.read_text()
+    assert fixed.count(STABILITY_CHECK) == 1
+    source.write_text(fixed.replace(STABILITY_CHECK, SWAPPED))
+    week1, out = tmp_path / "week1", tmp_path / "out"
+    _put(week1 / "bob" / f"{A01}.ipynb", inject(solved_notebook(course, A01), UNSTABLE))
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    first = _graded(week1, out, solutions=solutions)
+    assert "changed in" not in first
+    buggy = {k: float(r["score"]) for k, r in _rows(out).items()}
+    assert buggy[("bob", A01)] == buggy[("ann", A01)] == 17, buggy  # the bug: the unstable softmax passes
+    source.write_text(fixed)
+    said = _graded(week1, out, solutions=solutions)
+    assert f"changed in {solutions} since this folder was prepared: {A01}" in said, said
+    assert "(2 graded now, 0 reused" in said, said
+    rows = _rows(out)
+    assert float(rows[("bob", A01)]["score"]) == 15 and float(rows[("ann", A01)]["score"]) == 17, rows
+    assert "softmax without subtracting the max" in (out / "feedback" / "bob" / f"{A01}.html").read_text()
+    again = _graded(week1, out, solutions=solutions)  # nothing changed since: nothing made again
+    assert "changed in" not in again and "(0 graded now, 2 reused" in again, again
+
+
+def test_grades_saved_by_other_grading_code_are_made_again_and_said(course, tmp_path, monkeypatch):
+    """A tolerance loosened in autograder/checks/ (the instructor's walkthrough) reached no one: every grade
+    was reused, as its notebook and solution had not changed. Grades remember the code that judged them."""
+    import autograder.grade as grading
+
+    week1, out = tmp_path / "week1", tmp_path / "out"
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(week1 / "ben" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    assert "(2 graded now" in _graded(week1, out)
+    assert "(0 graded now, 2 reused" in _graded(week1, out)
+    monkeypatch.setattr(grading, "judge_digest", lambda: b"another version of checks/nb01.py")
+    said = _graded(week1, out)
+    assert "(2 graded now, 0 reused" in said and "graded again: 2 notebooks whose saved grade was made by other " \
+        "grading code" in said, said
+    assert "(0 graded now, 2 reused" in _graded(week1, out)
+
+
+def test_a_score_set_by_hand_is_shown_and_said_when_its_notebook_is_graded_again(course, tmp_path):
+    """An instructor's walkthrough: a score set by hand on ben's first notebook silently stood over his corrected
+    resubmission (nbgrader keeps a manual score through every autograde), and no table said a person typed it."""
+    from nbgrader.api import Gradebook
+
+    week1, again, out = tmp_path / "week1", tmp_path / "again", tmp_path / "out"
+    _put(week1 / "ben" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _graded(week1, out)
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        cell = gb.find_grade("test_dot_similarity", A01, A01, "ben")
+        assert (cell.auto_score, cell.max_score) == (0, 1)
+        cell.manual_score = 0.5
+        gb.db.commit()
+    _put(again / "ben" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)  # the corrected notebook
+    said = _graded(again, out)
+    assert "a score set by hand kept over a notebook graded now (1; look at it again in formgrader, where it can be " \
+        f"emptied):\n  ben {A01}: test_dot_similarity 0.5 of 1 (the grader's: 1)\n" in said, said
+    rows = _rows(out)
+    assert float(rows[("ben", A01)]["score"]) == 16.5
+    assert "set by hand in formgrader: test_dot_similarity 0.5 of 1 (the grader's: 1)" in rows[("ben", A01)]["notes"]
+    assert rows[("ann", A01)]["notes"] == ""
+    assert "set by hand" not in _graded(again, out)  # said when graded again, not at every run

@@ -408,6 +408,20 @@ def test_a_student_graded_by_mistake_is_taken_out_with_everything_kept_aside(cou
     assert (kept / "feedback" / "week1" / f"{A01}.html").is_file()
     assert cli.main(["export", str(out), "--to", "gradescope"]) == 0
     assert {p.name for p in (out / "lms" / "gradescope").iterdir()} == {"ann"}
+    capsys.readouterr()
+
+    # the next run over the same folder (their files still in it): left out, and said; an instructor's walkthrough
+    # found them graded again and back in every export
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1"]) == 0
+    said = capsys.readouterr().out
+    assert "not graded: taken out of this class with remove-student (1; " in said and ": week1; to grade one of " \
+        "them again, name them: --student ID" in said, said
+    assert {r["student_id"] for r in csv.DictReader((out / "grades.csv").open())} == {"ann"}
+    # ... until the instructor names them
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1", "--student", "week1"]) == 0
+    assert {r["student_id"] for r in csv.DictReader((out / "grades.csv").open())} == {"ann", "week1"}
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1"]) == 0
+    assert "taken out of this class" not in capsys.readouterr().out
 
 
 def test_ctrl_c_while_grading_says_at_once_what_happens_then_what_was_kept(course, tmp_path, capsys, monkeypatch):

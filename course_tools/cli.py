@@ -438,6 +438,20 @@ def _remove_student(args) -> int:
     return 0
 
 
+def _extend(args) -> int:
+    """`extend OUT ID NOTEBOOK --days N [--hours H]`: the student's own due date, and the outputs rewritten."""
+    from autograder.extensions import ExtensionError, describe, grant
+
+    try:
+        done = grant(Path(args.out), args.student, args.notebook, days=args.days, hours=args.hours)
+    except ExtensionError as err:
+        raise UsageError(str(err)) from None
+    print(describe(done))
+    print(f"grades.csv, grades_wide.csv, report.html and the feedback pages of {Path(args.out)} rewritten; "
+          "`attn-course export` takes it to your LMS")
+    return 0
+
+
 def _bench(args) -> int:
     import json
 
@@ -834,6 +848,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("students", metavar="ID", nargs="+", help="student ids, as in grades.csv")
     p.add_argument("--yes", action="store_true", help="do it (without it, only say what would be done)")
     p.set_defaults(func=_remove_student)
+    p = sub.add_parser("extend", help="give a student more time for one notebook (their own due date)",
+                       description="Give a student an extension for one notebook of the class graded into OUT: "
+                                   "nbgrader's extension, added to the notebook's due date for them alone. Their "
+                                   "lateness and late penalty are worked out again at once, in every table, page and "
+                                   "export, without grading again. A second extension replaces the first; --days 0 "
+                                   "takes it back. The notebook must have been graded for them first.")
+    p.add_argument("out", metavar="OUT", help="the folder `attn-course grade SUBMISSIONS --out OUT` wrote")
+    p.add_argument("student", metavar="ID", help="the student's id, as in grades.csv")
+    p.add_argument("notebook", metavar="NOTEBOOK", help="the notebook, e.g. 01_similarity_attention")
+    p.add_argument("--days", type=float, default=0.0, help="days after the due date (0: no extension)")
+    p.add_argument("--hours", type=float, default=0.0, help="hours, added to --days")
+    p.set_defaults(func=_extend)
     names = " | ".join(TRAIN_CONFIGS)
     p = sub.add_parser("train", help=f"train the notebook-06 translator (configs: {', '.join(TRAIN_CONFIGS)}, auto)")
     p.add_argument("--config", default="auto", help=f"{names} | auto (gpu if CUDA is available, else cpu)")

@@ -442,3 +442,42 @@ def test_ctrl_c_while_grading_says_at_once_what_happens_then_what_was_kept(cours
     assert "interrupted (Ctrl-C). Every notebook graded so far is kept" in err and "Traceback" not in err, err
     monkeypatch.undo()
     assert {r.student_id: r.score for r in grade(subs, out, progress=False, workers=1)} == {"ann": 17, "ben": 17}
+
+
+def test_an_extension_for_one_student_changes_their_lateness_everywhere_without_grading_again(course, tmp_path, capsys):
+    """The README said "extensions given in formgrader", which has no such field (an instructor's walkthrough):
+    `attn-course extend` gives one, and the penalty, the due column and the exports follow at once."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    two_days_late = datetime(2025, 12, 3, 20, 0, tzinfo=timezone.utc).timestamp()
+    for student in ("ann", "ben"):
+        (subs / student).mkdir(parents=True)
+        nbformat.write(solved_notebook(course, A01), subs / student / f"{A01}.ipynb")
+        os.utime(subs / student / f"{A01}.ipynb", (two_days_late, two_days_late))
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1", "--due", f"{A01}=2025-12-01T23:59:00Z",
+                     "--late-penalty", "per-day:10"]) == 0
+    capsys.readouterr()
+
+    def penalties():
+        rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+        return {s: (float(r["late_penalty"]), r["due"][:16]) for s, r in rows.items()}
+
+    assert penalties() == {"ann": (3.4, "2025-12-01T23:59"), "ben": (3.4, "2025-12-01T23:59")}  # 2 days late: 20%
+
+    assert cli.main(["extend", str(out), "ann", A01, "--days", "3"]) == 0
+    said = capsys.readouterr().out
+    assert f"ann {A01}: due 2025-12-04 23:59 UTC for them (the class's: 2025-12-01 23:59 UTC)" in said, said
+    assert penalties() == {"ann": (0.0, "2025-12-04T23:59"), "ben": (3.4, "2025-12-01T23:59")}
+    assert {r["student_id"]: r[A01] for r in csv.DictReader((out / "grades_wide.csv").open())} == \
+        {"ann": "17", "ben": "13.6"}
+    assert "(Score: 17 / 17)" in (out / "feedback" / "ann" / f"{A01}.html").read_text()
+
+    assert cli.main(["extend", str(out), "ann", A01, "--days", "1"]) == 0  # replaces the first: still 1 day late
+    assert penalties()["ann"] == (1.7, "2025-12-02T23:59")
+    assert cli.main(["extend", str(out), "ann", A01]) == 0  # taken back
+    assert "ann 01_similarity_attention: no extension now" in capsys.readouterr().out
+    assert penalties()["ann"] == (3.4, "2025-12-01T23:59")
+
+    assert cli.main(["extend", str(out), "cat", A01, "--days", "2"]) == 2  # nothing of theirs graded yet
+    assert f"cat has no {A01} graded in" in capsys.readouterr().err
+    assert cli.main(["extend", str(out), "ann", "01_similarity", "--days", "2"]) == 2
+    assert f"no notebook '01_similarity' in {out}; its notebooks: " in capsys.readouterr().err

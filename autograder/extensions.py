@@ -1,0 +1,73 @@
+"""A student's extension (`attn-course extend OUT ID NOTEBOOK --days N`): their own due date for one notebook.
+
+nbgrader keeps extensions in its gradebook (a submission's `extension`, added to the assignment's due date),
+and every lateness the grader writes comes from there: grades.csv, the penalties, the report, the feedback
+pages and the exports. formgrader has no field for it, and nbgrader no command: this is the one. An
+extension replaces the one before (nbgrader's rule: they do not add up); `--days 0` takes it back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from . import folder_lock
+from .lms import ExportError, grading_output, rewrite_outputs, settled_course
+
+
+class ExtensionError(ValueError):
+    """An extension that cannot be given as asked: the message says why and what to do instead."""
+
+
+@dataclass
+class Extension:
+    student: str
+    notebook: str
+    due: datetime | None  # the assignment's due date (UTC), None when it has none
+    extended_to: datetime | None  # the student's own, None when no extension is left
+
+
+def grant(out: Path, student: str, notebook: str, days: float = 0.0, hours: float = 0.0) -> Extension:
+    """Give `student` `days` + `hours` more for `notebook` in the class graded into `out`, then rewrite its
+    tables, report and feedback pages: the new lateness and penalty show at once, without grading again."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if days < 0 or hours < 0:
+        raise ExtensionError("an extension is a time after the due date: give --days and --hours of 0 or more")
+    try:
+        out = grading_output(out)
+    except ExportError as err:
+        raise ExtensionError(str(err)) from None
+    with folder_lock.held(out):
+        course = settled_course(out)
+        with Gradebook(course.db_url) as gb:
+            try:
+                assignment = gb.find_assignment(notebook)
+            except MissingEntry:
+                names = ", ".join(sorted(a.name for a in gb.assignments))
+                raise ExtensionError(f"no notebook {notebook!r} in {out}; its notebooks: {names}") from None
+            try:
+                gb.find_student(student)
+                gb.find_submission(notebook, student)
+            except MissingEntry:
+                raise ExtensionError(
+                    f"{student} has no {notebook} graded in {out} yet (nbgrader keeps an extension on a submission): "
+                    "grade their notebook first, then give the extension; their late penalty is worked out again "
+                    "at once, with no grading again") from None
+            gb.grant_extension(notebook, student, hours=hours, days=days)
+            due = assignment.duedate
+            extended = gb.find_submission(notebook, student).duedate if (days or hours) else None
+        rewrite_outputs(course, out)
+    return Extension(student, notebook, due, extended)
+
+
+def describe(done: Extension) -> str:
+    """The console line for a granted (or taken back) extension."""
+    if done.extended_to is None:
+        return f"{done.student} {done.notebook}: no extension now (due {_when(done.due)}, as for everyone)"
+    return (f"{done.student} {done.notebook}: due {_when(done.extended_to)} for them (the class's: {_when(done.due)}); "
+            f"an extension given again replaces this one")
+
+
+def _when(moment: datetime | None) -> str:
+    return "never (no due date)" if moment is None else moment.strftime("%Y-%m-%d %H:%M UTC")

@@ -224,6 +224,8 @@ class Course:
         if old is None:
             return None
         self._api = None
+        if Path(old).resolve() == self.root.resolve():  # only the grader's own settings file moved (another checkout or venv)
+            return f"{self.root.parent}: its nbgrader settings now take the course's shared settings from this grader's copy"
         return (f"{self.root.parent} was graded as {Path(old).parent} before (copied or moved): its nbgrader settings "
                 f"now name this folder, and nothing is read from or written to {Path(old).parent}")
 

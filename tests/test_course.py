@@ -182,3 +182,19 @@ def test_two_graders_at_once_prepare_the_course_once(tmp_path, cache, solutions,
         job.join()
     assert len(calls) == 1, calls
     assert _max_points(tmp_path / "a" / "gradebook.db") == _max_points(tmp_path / "b" / "gradebook.db") == 17
+
+
+def test_a_grading_folder_used_by_another_copy_of_the_grader_is_not_called_copied_or_moved(tmp_path):
+    """Only the line naming the grader's shared settings differed (the course's venv or checkout moved): the
+    run said "OUT was graded as OUT before (copied or moved)", the same folder twice (an instructor's walkthrough)."""
+    from autograder.course import write_course_config
+    from autograder.grade import Course
+
+    root = tmp_path / "grading" / "course"
+    config = write_course_config(root, f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}")
+    first, *rest = config.read_text().splitlines()
+    config.write_text("\n".join(["exec(open('/elsewhere/autograder/nbgrader_config.py').read())", *rest]) + "\n")
+    said = Course(root).settle()
+    assert said == f"{root.parent}: its nbgrader settings now take the course's shared settings from this grader's copy"
+    assert config.read_text().splitlines()[0] == first
+    assert Course(root).settle() is None

@@ -10,6 +10,12 @@ applied to their own), and the refusal is logged as an error naming the folder a
 with no folder of their own (all servers write as one account, or the instructor put a file in by hand)
 keeps nbgrader's behaviour and warning: owners say nothing there.
 
+A submission's time is the one `nbgrader submit` wrote, in the student's own process, into the folder's
+name and its `timestamp.txt`: a student can make a folder today named for last week. The kernel's record
+of when the folder last changed (its ctime, which no user can set back) bounds it: a claimed time earlier
+than that by more than `CLOCK_SLACK` is replaced, in the record collect decides with and in the collected
+`timestamp.txt`, by the folder's own time, and the refusal is logged as an error naming both times.
+
 Configured for the course's collect by `c.ExchangeFactory.collect` (the checkout's nbgrader_config.py,
 the JupyterHub's deploy/jupyterhub/jupyter/nbgrader_config.py).
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import glob
 import os
 import stat
+from datetime import datetime, timedelta, timezone
 
 from nbgrader.exchange.default.collect import ExchangeCollect
 
@@ -42,9 +49,42 @@ def owner_of(path: str) -> str | None:
         return f"uid {info.st_uid}"
 
 
+# How far a submission's claimed time may lie before the time its folder was last changed: a copy of a large
+# notebook, and the clocks of the student's server and the exchange's file server, which may differ a little.
+CLOCK_SLACK = timedelta(minutes=15)
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # what `nbgrader submit` writes (its default timestamp_format)
+
+
+def changed_at(path: str) -> datetime | None:
+    """When the kernel last changed folder `path` (its ctime: set at each entry made or removed, never set
+    back by a user), naive UTC as nbgrader's parsed timestamps; None when it cannot be read."""
+    try:
+        return datetime.fromtimestamp(os.lstat(path).st_ctime, timezone.utc).replace(tzinfo=None)
+    except OSError:
+        return None
+
+
 class OwnerCheckedCollect(ExchangeCollect):
     """nbgrader's ExchangeCollect; a submission whose folder another user owns is never collected as a
-    student's who has folders of their own."""
+    student's who has folders of their own, and none is dated earlier than its folder was made."""
+
+    def _path_to_record(self, path):
+        record = super()._path_to_record(path)
+        made = changed_at(path)
+        if made is not None and record["timestamp"] is not None and record["timestamp"] < made - CLOCK_SLACK:
+            self.log.error("%s claims to have been submitted at %s UTC, but its folder was made at %s UTC: dated "
+                           "%s UTC (the time a student's own process writes is not taken over the file system's).",
+                           path, record["timestamp"], made, made)
+            self._redated = {**getattr(self, "_redated", {}), os.path.basename(path): made}
+            record["timestamp"] = made
+        return record
+
+    def do_copy(self, src, dest, log=None):
+        super().do_copy(src, dest, log)
+        made = getattr(self, "_redated", {}).get(os.path.basename(src))
+        if made is not None:  # what the grader reads as the submission time: the folder's, not the claim
+            with open(os.path.join(dest, "timestamp.txt"), "w") as fh:
+                fh.write(made.replace(tzinfo=timezone.utc).strftime(TIMESTAMP_FORMAT))
 
     def copy_files(self):
         if pwd is not None and self.check_owner and self.src_records:

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import nbformat
@@ -78,6 +79,13 @@ def test_release_submit_collect_grade_and_hand_back_through_nbgrader_exchange(co
     assert "BEGIN HIDDEN TESTS" not in html and "autograder.checks" not in html
 
 
+def _at(minutes: float) -> str:
+    """A submission time as `nbgrader submit` writes it, `minutes` after twelve minutes ago: a folder made now may
+    claim a time up to exchange.CLOCK_SLACK (15 minutes) before it was made, no earlier."""
+    when = datetime.now(timezone.utc) - timedelta(minutes=12) + timedelta(minutes=minutes)
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 def _submit(inbound: Path, owner: str, named: str, when: str, marker: str) -> None:
     """A folder in the exchange's inbound as `nbgrader submit` writes it, made by user `owner`."""
     folder = inbound / f"{named}+{A01}+{when} UTC+{marker}"
@@ -100,15 +108,16 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
     inbound = exchange / COURSE_ID / "inbound"
     inbound.mkdir(parents=True)
     teaching.mkdir()
-    _submit(inbound, "daemon", "daemon", "2026-11-28 10:00:00.000000", "daemon's own")
-    _submit(inbound, "nobody", "daemon", "2026-11-28 11:00:00.000000", "forged")
-    _submit(inbound, "nobody", "nobody", "2026-11-28 09:00:00.000000", "nobody's own")
-    _submit(inbound, "bin", "bin", "2026-11-28 10:00:00.000000", "bin's own")
+    daemons = _at(1)
+    _submit(inbound, "daemon", "daemon", daemons, "daemon's own")
+    _submit(inbound, "nobody", "daemon", _at(2), "forged")
+    _submit(inbound, "nobody", "nobody", _at(0), "nobody's own")
+    _submit(inbound, "bin", "bin", _at(1), "bin's own")
     work = tmp_path / "bins-work"  # a folder of bin's (a working copy, say), named by another's link
     work.mkdir()
     shutil.chown(work, "bin")
-    (inbound / f"bin+{A01}+2026-11-28 12:00:00.000000 UTC+link").symlink_to(work)
-    _submit(inbound, "nobody", "sys", "2026-11-28 09:30:00.000000", "put in by another account")  # sys has none
+    (inbound / f"bin+{A01}+{_at(3)} UTC+link").symlink_to(work)
+    _submit(inbound, "nobody", "sys", _at(0.5), "put in by another account")  # sys has none
     (teaching / "nbgrader_config.py").write_text(
         f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
     env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
@@ -123,7 +132,7 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
     # a student with no folder of their own (one account for every server, or a file put in by hand): as nbgrader
     assert collected == {"daemon": "daemon's own", "nobody": "nobody's own", "sys": "put in by another account",
                          "bin": "bin's own"}, collected
-    assert (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text().startswith("2026-11-28 10:00")
+    assert (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text() == f"{daemons} UTC"
     assert "claims to be daemon's submission but is owned by nobody: not collected" in done.stderr, done.stderr[-3000:]
     assert "claims to be bin's submission but is not a folder of its own" in done.stderr, done.stderr[-3000:]
 
@@ -135,3 +144,36 @@ def test_the_courses_collect_settings_name_the_owner_checked_collect():
     for folder in (REPO, REPO / "deploy" / "jupyterhub" / "jupyter"):
         config = PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
         assert config.ExchangeFactory.collect == "autograder.exchange.OwnerCheckedCollect", folder
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a submission owned by another user needs root to make")
+def test_collect_dates_a_submission_no_earlier_than_its_folder_was_made(tmp_path):
+    """A red team's open point: the time is what the student's own process wrote, so daemon could make today a
+    folder named, and a timestamp.txt saying, a week ago (before the due date). The folder's ctime, which no
+    user sets back, now bounds it; a claim within the clocks' slack is kept as it is."""
+    from autograder.exchange import CLOCK_SLACK
+
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    week_ago = (datetime.now(timezone.utc) - timedelta(days=7)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    _submit(inbound, "daemon", "daemon", week_ago, "made today, dated a week ago")
+    bins = _at(0)
+    _submit(inbound, "bin", "bin", bins, "made today, dated 12 minutes ago")  # within the slack
+    (teaching / "nbgrader_config.py").write_text(
+        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
+    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    before = datetime.now(timezone.utc)
+    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
+                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    stamp = (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text()
+    dated = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f %Z").replace(tzinfo=timezone.utc)
+    assert before - CLOCK_SLACK <= dated <= datetime.now(timezone.utc), stamp  # the folder's time: today
+    assert f"claims to have been submitted at {week_ago[:19]}" in done.stderr and "but its folder was made at " \
+        in done.stderr, done.stderr[-3000:]
+    assert (teaching / "submitted" / "bin" / A01 / "timestamp.txt").read_text() == f"{bins} UTC"

@@ -1357,13 +1357,17 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         results = write_outputs(course, out, playing, said=dropped)
     if progress and dropped:
         print(dropped[0])
+    # this run's students, and each notebook in play that another student of the gradebook has not handed in (a
+    # roster's absentee; one who handed in last week's notebook and not this week's, once left out: exit 0)
+    graded = {s.student_id for s in subs}
+    reported = [r for r in results if r.notebook in chosen and
+                (r.student_id in graded or (not students and r.status is Status.MISSING))]
     if progress:
         now = {(r.student_id, r.notebook) for r in done}
         hand_kept = [f"{r.student_id} {r.notebook}: {n.removeprefix(BY_HAND + ' in formgrader: ')}" for r in results
                      if (r.student_id, r.notebook) in now for n in r.notes if n.startswith(BY_HAND)]
-        mine = [r for r in results if r.student_id in {s.student_id for s in subs} and r.notebook in chosen]
-        not_yet = sum(1 for r in mine if r.not_due_yet())
-        missing = sum(1 for r in mine if r.status is Status.MISSING) - not_yet
+        not_yet = sum(1 for r in reported if r.not_due_yet())
+        missing = sum(1 for r in reported if r.status is Status.MISSING) - not_yet
         _print_listed(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):", kept)
         _print_listed(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded "
                       "again):", held)
@@ -1378,11 +1382,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                   "made by other grading code (the grader's checks or the course library changed since)")
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
                            course.late_policy(), kept=len(kept), missing=missing, held=len(held), not_yet=not_yet))
-    # this run's students, and the gradebook's students with nothing at all in play (a roster's absentees)
-    graded = {s.student_id for s in subs}
-    absent = set() if students else \
-        {r.student_id for r in results} - {r.student_id for r in results if r.status is not Status.MISSING}
-    return [r for r in results if (r.student_id in graded or r.student_id in absent) and r.notebook in chosen]
+    return reported
 
 
 def staggered(left: list[str], chosen: list[str], slot: int, workers: int) -> list[str]:

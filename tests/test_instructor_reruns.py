@@ -132,6 +132,17 @@ def test_the_summary_counts_notebooks_graded_and_names_the_missing_apart(course,
         in first, first
     assert "3 students: 5 notebooks (0 graded now, 5 reused from earlier runs), 1 missing" in second, second
     assert _rows(out)["cat", A02]["status"].startswith("missing")
+    # a folder of next week's notebooks that cat is not in: cat's missing 02 is still this run's problem (an
+    # instructor's walkthrough: "all graded without problems", exit 0, with cat's 0 in grades_wide.csv)
+    week2 = tmp_path / "week2"
+    for student in ("ann", "ben"):
+        _put(week2 / student / f"{A02}.ipynb", solved_notebook(course, A02))
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        assert cli.main(["grade", str(week2), "--out", str(out), "--workers", "2"]) == 1
+    said = buffer.getvalue()
+    assert "2 students: 2 notebooks (0 graded now, 2 reused from earlier runs), 1 missing" in said, said
+    assert "cat      02_queries_keys_values   0 / 14   missing" in said and "1 missing; see the status column" in said, said
 
 
 # --------------------------------------------------------------------------- 4. a copied grading folder

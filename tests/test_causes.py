@@ -307,3 +307,14 @@ def test_biases_kept_when_bias_false_is_told_once_with_the_known_mistake():
                    '"q_proj.bias", "k_proj.bias", "v_proj.bias". ')
     summary = state_dict_summary("SelfAttention", torch_error)
     assert "bias=False" in summary and "attribute names must be exactly" not in summary, summary
+
+
+def test_biases_a_module_should_not_have_are_explained_for_a_module_without_a_bias_argument():
+    """AdditiveAttention takes no bias argument (Bahdanau's layers have none): the hint told a student with a bias
+    only on `score` to 'pass the bias argument on to every nn.Linear' (a mutation test's finding)."""
+    from autograder.checks.core import state_dict_summary
+
+    said = state_dict_summary("AdditiveAttention", 'Error(s) in loading state_dict for AdditiveAttention:\n\t'
+                                                   'Missing key(s) in state_dict: "score.bias". ')
+    assert said is not None and "score.bias" in said, said
+    assert "or the specification's layers have none at all" in said and "else with bias=False" in said, said

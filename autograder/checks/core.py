@@ -149,6 +149,33 @@ class Case:
     atol: float | None = None
 
 
+def keeps_inputs(description: str, call: Callable[..., Any], *inputs) -> Case:
+    """A case that also takes the inputs back after the call: an implementation that changes its caller's
+    array or tensor in place (`S /= S.sum(...)`, `mask.logical_not_()`: a mask shared by the next layer is then
+    flipped there) took full points, every other case handing it a copy. Compared as (output, whether each
+    input is unchanged), the second decided in the trusted process from the inputs this closure keeps."""
+    def run(f):
+        given = [x.clone() if hasattr(x, "clone") else x.copy() for x in inputs]
+        return call(f, *given), tuple(given)
+
+    def derive(result):
+        out, after = result
+        if not isinstance(after, (tuple, list)) or len(after) != len(inputs):
+            raise TypeError("the inputs did not come back")
+        return out, np.array([_same_input(a, b) for a, b in zip(after, inputs, strict=True)])
+
+    return Case(f"{description}, then whether each input is unchanged after the call (True: your function must "
+                "not change its caller's arrays or tensors in place: compute a new one, x = x - m, not x -= m)",
+                run, derive=derive)
+
+
+def _same_input(after, before) -> bool:
+    a, b = np.asarray(_to_numpy(after)), np.asarray(_to_numpy(before))
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
 def tolerances(exercise: Exercise, case: Case) -> tuple[float, float]:
     """(rtol, atol) for comparing outputs on `case`."""
     return exercise.rtol, exercise.atol if case.atol is None else max(case.atol, exercise.atol)
@@ -931,8 +958,10 @@ def state_dict_summary(name: str, message: str, known_cause: bool = False) -> st
         if known_cause:  # the catalogued mistake's own line says why
             return head
         if missing and not unexpected and all(k.endswith(".bias") for k in missing):
-            return (head + "\n  Likely cause: this case builds the module with bias=False, and your layers have biases "
-                           "anyway: pass the bias argument on to every nn.Linear (nn.Linear(..., bias=bias)).")
+            return (head + "\n  Likely cause: the layers have no bias here (this case passes bias=False, or the "
+                           "specification's layers have none at all, as Bahdanau's), and yours have biases anyway: "
+                           "build each nn.Linear with bias=bias where your __init__ takes a bias argument, else with "
+                           "bias=False.")
         return head + "\n  Likely cause: the attribute names must be exactly the ones the exercise gives."
     return None
 

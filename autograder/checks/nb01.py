@@ -5,7 +5,7 @@ import numpy as np
 
 from attention_course import similarity as ref
 
-from .core import ByName, Case, Exercise, Mistake, make_checker, reference_guard
+from .core import ByName, Case, Exercise, Mistake, keeps_inputs, make_checker, reference_guard
 
 HONESTY = tuple(reference_guard(ref))
 
@@ -52,6 +52,8 @@ def _normalize_cases(rng):
     for n, m in [(3, 5), (4, 4), (6, 6)]:
         S = rng.uniform(0.05, 2.0, size=(n, m)) if n != m else _square_similarities(rng, n)
         cases.append(Case(f"S of shape {S.shape} with rows of different sums", lambda f, S=S: f(S.copy())))
+    S = rng.uniform(0.05, 2.0, size=(3, 4))
+    cases.append(keeps_inputs(f"S of shape {S.shape}", lambda f, S: f(S), S))
     return cases
 
 
@@ -62,6 +64,11 @@ def _contextualize_cases(rng):
         E = rng.normal(size=(n, d))
         cases.append(Case(f"W of shape {W.shape} (not symmetric), E of shape {E.shape}",
                           lambda f, W=W, E=E: f(W.copy(), E.copy())))
+    # weights whose rows do not sum to 1 (the lecture's similarity matrix itself): W is used as given, never
+    # normalized again (a rescaled W passed every case above, whose rows all summed to 1)
+    S, E = rng.uniform(0, 2, size=(3, 3)), rng.normal(size=(3, 4))
+    cases.append(Case(f"W of shape {S.shape} whose rows do not sum to 1 (use W as it is), E of shape {E.shape}",
+                      lambda f, W=S, E=E: f(W.copy(), E.copy())))
     return cases
 
 
@@ -73,6 +80,8 @@ def _softmax_cases(rng):
         cases.append(Case(f"x of shape {shape}, axis={axis}", lambda f, x=x, axis=axis: f(x.copy(), axis=axis)))
     x = rng.normal(size=(3, 6))
     cases.append(Case("x of shape (3, 6), default axis", lambda f, x=x: f(x.copy())))
+    x = rng.normal(scale=3.0, size=(2, 5))
+    cases.append(keeps_inputs("x of shape (2, 5), axis=-1", lambda f, x: f(x, axis=-1), x))
     return cases
 
 
@@ -103,6 +112,9 @@ def _attention_cases(rng):
     for n, d in [(5, 3), (4, 6), (6, 6)]:
         X = rng.normal(size=(n, d))
         cases.append(Case(f"X of shape {X.shape}", lambda f, X=X: f(X.copy())))
+    X = rng.normal(scale=25.0, size=(4, 3))  # X X^T in the thousands: exp overflows (past 709) unless the softmax is stable
+    cases.append(Case(f"X of shape {X.shape} with entries of about 25 (scores in the thousands: use your stable "
+                      "softmax)", lambda f, X=X: f(X.copy())))
     return cases
 
 
@@ -122,6 +134,10 @@ SOFTMAX_MISTAKES = (
     Mistake("the sum rule (x / x.sum) instead of softmax",
             "softmax exponentiates first: exp(x - max) / sum(exp(x - max))",
             "def softmax(x, axis=-1):\n    return x / x.sum(axis=axis, keepdims=True)"),
+    Mistake("x changed in place (x -= ..., np.exp(x, out=x)): the caller's array changed too",
+            "x -= x.max(...) writes into the array you were given: compute new arrays, e = np.exp(x - x.max(...))",
+            "def softmax(x, axis=-1):\n    x -= np.max(x, axis=axis, keepdims=True)\n    np.exp(x, out=x)\n"
+            "    x /= x.sum(axis=axis, keepdims=True)\n    return x"),
 )
 
 EXERCISES = [
@@ -136,6 +152,10 @@ EXERCISES = [
                 "def normalize_rows(S):\n    e = np.exp(S - S.max(axis=1, keepdims=True))\n    return e / e.sum(axis=1, keepdims=True)"),
         Mistake("row sums broadcast along the wrong axis", "S.sum(axis=1) has shape [n]; keep it as [n, 1] with keepdims=True",
                 "def normalize_rows(S):\n    return S / S.sum(axis=1)"),
+        Mistake("S divided in place (S /= ...): the caller's matrix changed too",
+                "S /= S.sum(axis=1, keepdims=True) writes into the array you were given: return a new one, "
+                "S / S.sum(axis=1, keepdims=True)",
+                "def normalize_rows(S):\n    S /= S.sum(axis=1, keepdims=True)\n    return S"),
     ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
     Exercise("contextualize", ref.contextualize, _contextualize_cases, mistakes=(
         Mistake("used the columns of W (W.T @ E) instead of its rows", "row i of the result is sum_j W[i, j] * E[j]: that is W @ E",

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from attention_course import attention as ref
 
-from .core import Case, Exercise, Mistake, make_checker, reference_guard, variant
+from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, reference_guard, variant
 from .tensors import (
     RANDOM_COLUMN,
     Builtin,
@@ -100,6 +100,9 @@ def _sdpa_mask_cases(rng):
     q, k, v = tensor(rng, 2, 3, 6), tensor(rng, 2, 5, 6), tensor(rng, 2, 5, 4)
     cases.append(_sdpa_case("gradients without a mask (returns output, weights, q.grad, k.grad, v.grad)",
                             q, k, v, grads=True))
+    q, k, v = tensor(rng, 2, 4, 6), tensor(rng, 2, 4, 6), tensor(rng, 2, 4, 3)
+    cases.append(keeps_inputs("q, k [2, 4, 6], v [2, 4, 3], a [4, 4] causal mask (a mask shared by every layer of a "
+                              "model)", lambda f, *given: f(*given), q, k, v, causal(4)))
     return cases
 
 
@@ -130,6 +133,10 @@ def _sdpa(body: str, mask_fill: str = "    scores = scores.masked_fill(~mask, fl
 GOOD_SCORES = "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])"
 
 SDPA_MISTAKES = (
+    Mistake("the mask inverted in place (mask.logical_not_(), ~= ...): the caller's mask is flipped too",
+            "an in-place change of the mask reaches every layer that shares it: make a new one, ~mask or mask == 0",
+            _sdpa(GOOD_SCORES, mask_fill="    mask.logical_not_()\n        scores = scores.masked_fill(mask, float('-inf'))",
+                  after="    weights = weights.masked_fill(mask, 0.0)")),
     Mistake("no 1/sqrt(d_k) scaling",
             "divide the scores q @ k^T by math.sqrt(d_k), where d_k = q.shape[-1]",
             _sdpa("    scores = q @ k.transpose(-2, -1)")),
@@ -242,6 +249,10 @@ def _additive_cases(rng):
         _additive_case(rng, " (query_dim = key_dim, the keys are the values)", (2, 4, 8), (2, 6, 8), attn_dim=4),
         _additive_case(rng, " (returns context, weights, query.grad, key.grad, value.grad and the parameters' grads)",
                        (2, 3, 6), (2, 4, 5), attn_dim=7, value_dim=3, grads=True),
+        # the keys are the values: the key's gradient comes through both (a detached copy of the key as the
+        # value passed every other case)
+        _additive_case(rng, " (the keys are the values; returns context, weights, query.grad, key.grad and the "
+                       "parameters' grads)", (2, 3, 6), (2, 4, 5), attn_dim=5, grads=True),
     ]
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from attention_course import multihead as ref
 
-from .core import Case, Exercise, Mistake, make_checker, numbers, raises, reference_guard
+from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, numbers, raises, reference_guard
 from .nb02 import ATTEND_SOURCE
 from .tensors import Builtin, backpropagate, causal, load_weights, random_mask, tensor, torch_attention
 
@@ -315,7 +315,20 @@ def _mha_mask_cases(rng):
                   mask_text=", a [2, 3, 4, 4] mask, different per head (one row fully masked)"),
         _mha_case(rng, dict(d_model=8, num_heads=2), T_q=5, mask=empty,
                   mask_text=", a causal mask with a fully masked row (query 1): zero weights, no NaN"),
+        _mha_keeps_inputs(rng),
     ]
+
+
+def _mha_keeps_inputs(rng):
+    """The mask and x after a call: a mask flipped in place (mask.logical_not_() for PyTorch's convention)
+    is flipped for every other layer that shares it."""
+    state = _mha_state(rng, 8, 2, 4, 4, True)
+
+    def call(cls, x, mask):
+        with torch.no_grad():
+            return load_weights(cls(d_model=8, num_heads=2), state)(x, mask=mask)
+    return keeps_inputs("MultiHeadAttention(d_model=8, num_heads=2) on x [2, 4, 8] with a [4, 4] causal mask", call,
+                        tensor(rng, 2, 4, 8), causal(4))
 
 
 def _mha_cross_cases(rng):
@@ -603,6 +616,8 @@ def _count_cases(rng):
     with torch.random.fork_rng():
         torch.manual_seed(int(rng.integers(2**31)))
         shared = nn.Linear(4, 4)
+        tied = nn.Sequential(nn.Linear(4, 4, bias=False), nn.Tanh(), nn.Linear(4, 4, bias=False))
+        tied[2].weight = tied[0].weight  # one weight in two different layers (tied embeddings, say)
         modules = [
             ("the lecture's Keras layer (d_model=16, num_heads=3, key_dim=2) as four Linear layers",
              _KerasLayout(16, 3, 2)),
@@ -614,6 +629,8 @@ def _count_cases(rng):
              nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6))),
             ("nn.Sequential(lin, nn.ReLU(), lin): one Linear(4, 4) used twice (shared parameters count once)",
              nn.Sequential(shared, nn.ReLU(), shared)),
+            ("nn.Sequential(a, nn.Tanh(), b) with b.weight = a.weight: one weight tied between two different "
+             "layers (counts once)", tied),
             ("torch.nn.MultiheadAttention(8, 2)", nn.MultiheadAttention(8, 2)),
             ("nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 3)) with the embedding frozen "
              "(requires_grad=False: a frozen parameter is still a parameter)", _frozen()),

@@ -6,7 +6,7 @@ import torch
 
 from attention_course import positional as ref
 
-from .core import Case, Exercise, Mistake, make_checker, numbers, raises_value_error, reference_guard
+from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, numbers, raises_value_error, reference_guard
 from .tensors import tensor
 
 HONESTY = tuple(reference_guard(ref))
@@ -55,6 +55,9 @@ def _module_cases(rng):
         desc = (f"PositionalEncoding({d}{'' if max_len is None else f', max_len={max_len}'}) "
                 f"on x of shape [B={B}, T={T}, {d}]")
         cases.append(Case(desc, lambda cls, x=x, d=d, kw=kwargs: cls(d, **kw).eval()(x.clone())))
+
+    cases.append(keeps_inputs("PositionalEncoding(8, max_len=20) in evaluation mode on x of shape [B=2, T=5, 8]",
+                              lambda cls, x: cls(8, max_len=20).eval()(x), tensor(rng, 2, 5, 8)))
 
     def buffers_and_parameters(cls):
         m = cls(12, max_len=30)

@@ -14,7 +14,7 @@ from torch import nn
 from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
 
-from .core import Case, Exercise, Mistake, make_checker, numbers, random_state, reference_guard, variant
+from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, numbers, random_state, reference_guard, variant
 from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, require_names, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
@@ -75,8 +75,18 @@ def _softmax_cases(rng):
          random_mask(rng, 3, 4, 7, p_keep=0.5, keep_column=RANDOM_COLUMN)),
         ("large scores (|x| ~ 50) with a random mask", tensor(rng, 4, 6, scale=50),
          random_mask(rng, 4, 6, p_keep=0.5, keep_column=RANDOM_COLUMN)),
+        # exp overflows in float32 past 88: scores of a few hundred need the max subtracted (at 50 an unstable
+        # softmax still passed)
+        ("scores of a few hundred (exp overflows without subtracting the max) with a random mask",
+         tensor(rng, 3, 5, scale=50) + 300.0, random_mask(rng, 3, 5, p_keep=0.6, keep_column=RANDOM_COLUMN)),
     ]
-    return [Case(d, lambda f, s=s, m=m: f(s.clone(), m.clone())) for d, s, m in cases]
+    found = [Case(d, lambda f, s=s, m=m: f(s.clone(), m.clone())) for d, s, m in cases]
+    scores = tensor(rng, 2, 4, 5, scale=2)
+    found.append(Case("scores [2, 4, 5] and no mask (mask=None: a plain softmax over the keys)",
+                      lambda f, s=scores: f(s.clone())))
+    found.append(keeps_inputs("scores [2, 4, 5] with a causal mask [4, 5]", lambda f, *given: f(*given),
+                              tensor(rng, 2, 4, 5), torch.ones(4, 5, dtype=torch.bool).tril()))
+    return found
 
 
 def _fully_masked_cases(rng):
@@ -520,22 +530,27 @@ CAUSAL_MISTAKES = (
             "    return torch.zeros(size, size).masked_fill(torch.ones(size, size, dtype=torch.bool).triu(1), float('-inf'))"),
 )
 
+_NONE = "def masked_softmax(scores, mask=None):\n    if mask is None:\n        return torch.softmax(scores, dim=-1)\n"
 SOFTMAX_MISTAKES = (
+    Mistake("mask=None not handled (the mask is optional)",
+            "without a mask, masked_softmax is a plain softmax over the keys: start with if mask is None: return "
+            "torch.softmax(scores, dim=-1)",
+            "def masked_softmax(scores, mask=None):\n"
+            "    w = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)\n"
+            "    return torch.nan_to_num(w.masked_fill(~mask, 0.0))"),
     Mistake("mask applied after the softmax (masked weights zeroed, the rest not renormalized)",
             "fill the masked *scores* with -inf before the softmax, so the allowed weights sum to 1",
-            "def masked_softmax(scores, mask=None):\n    return torch.softmax(scores, dim=-1) * mask"),
+            _NONE + "    return torch.softmax(scores, dim=-1) * mask"),
     Mistake("mask convention inverted (True treated as 'blocked', PyTorch's nn convention)",
             "True means 'may attend': fill where the mask is False, scores.masked_fill(~mask, float('-inf'))",
-            "def masked_softmax(scores, mask=None):\n"
-            "    w = torch.softmax(scores.masked_fill(mask, float('-inf')), dim=-1)\n"
+            _NONE + "    w = torch.softmax(scores.masked_fill(mask, float('-inf')), dim=-1)\n"
             "    return w.masked_fill(mask, 0.0)"),
     Mistake("masked scores set to 0 (or multiplied by the mask) instead of -inf",
             "exp(0) = 1 is not 'no weight': masked scores must be -inf so that exp gives 0",
-            "def masked_softmax(scores, mask=None):\n    return torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)"),
+            _NONE + "    return torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)"),
     Mistake("softmax over the wrong axis (the queries, dim=-2)",
             "each query's row of weights sums to 1: softmax over the keys, dim=-1",
-            "def masked_softmax(scores, mask=None):\n"
-            "    w = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-2)\n"
+            _NONE + "    w = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-2)\n"
             "    return torch.nan_to_num(w.masked_fill(~mask, 0.0))"),
 )
 
@@ -543,13 +558,11 @@ FULLY_MASKED_MISTAKES = (
     Mistake("fully masked rows give NaN (softmax of a row of -inf)",
             "after the softmax, set the masked entries to 0 (weights.masked_fill(~mask, 0.0)): "
             "a row with no allowed key then becomes all zeros",
-            "def masked_softmax(scores, mask=None):\n"
-            "    return torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)"),
+            _NONE + "    return torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)"),
     Mistake("a large negative number (-1e9) instead of -inf: fully masked rows become uniform",
             "-1e9 is fine for rows with an allowed key, but a row with none becomes a uniform average of "
             "forbidden keys: zero the masked entries after the softmax",
-            "def masked_softmax(scores, mask=None):\n"
-            "    return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)"),
+            _NONE + "    return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)"),
 ) + SOFTMAX_MISTAKES
 
 PADDING_MISTAKES = (

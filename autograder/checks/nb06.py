@@ -220,11 +220,12 @@ def _ls_cases(rng):
 
 def _ls_stability_cases(rng):
     cases = []
-    for scale, V in [(60.0, 8), (200.0, 12)]:
-        logits = torch.from_numpy(rng.normal(scale=scale, size=(10, V)).astype(np.float32))
-        target = torch.from_numpy(rng.integers(1, V, size=(10,)).astype(np.int64))
-        target[::4] = 0
-        cases.append(Case(f"large logits (scale {scale:g}): exp overflows and softmax underflows to 0",
+    for scale, V, shape in [(60.0, 8, (10,)), (200.0, 12, (2, 5))]:  # [2, 5, V]: the vocabulary is not axis 1
+        logits = torch.from_numpy(rng.normal(scale=scale, size=(*shape, V)).astype(np.float32))
+        target = torch.from_numpy(rng.integers(1, V, size=shape).astype(np.int64))
+        target.view(-1)[::4] = 0
+        cases.append(Case(f"large logits {list(logits.shape)} (scale {scale:g}): exp overflows and softmax "
+                          "underflows to 0",
                           lambda f, x=logits, y=target: _guarded(f, x.clone(), y.clone(), 0.1, 0),
                           derive=_loss_and_rank))
     return cases
@@ -1104,14 +1105,15 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
     {check}
     logits = {scale}
     if top_k is not None:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        kth = {kth}
         logits = logits.masked_fill({drop}, float("-inf"))
     probs = {probs}
     {draw}
 '''
 _SAMPLE_RIGHT = dict(
     check='if not temperature > 0:\n        raise ValueError("temperature must be > 0")',
-    scale="logits / temperature", drop="logits < kth", probs="torch.softmax(logits, dim=-1)",
+    scale="logits / temperature", kth="logits.topk(top_k, dim=-1).values[..., -1:]", drop="logits < kth",
+    probs="torch.softmax(logits, dim=-1)",
     draw="return torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator).reshape(probs.shape[:-1])")
 
 
@@ -1135,6 +1137,10 @@ SAMPLE_MISTAKES = (
     Mistake("top-k kept only k-1 tokens (masked the k-th largest too)",
             "mask the logits *strictly* smaller than the k-th largest (logits < kth), so k tokens remain",
             _sample_code(drop="logits <= kth")),
+    Mistake("top-k kept k+1 tokens (the threshold taken at the (k+1)-th largest)",
+            "the k-th largest logit is logits.topk(top_k).values[..., -1:]: mask the logits strictly below it, so "
+            "exactly k tokens can be drawn",
+            _sample_code(kth="logits.topk(min(top_k + 1, logits.size(-1)), dim=-1).values[..., -1:]")),
     Mistake("softmax over the wrong axis",
             "the distribution is over the vocabulary: softmax(..., dim=-1)",
             _sample_code(probs="torch.softmax(logits, dim=0)")),

@@ -138,12 +138,13 @@ def _kv_cache_cases(rng):
         seen += [cache.seq_len(0), cache.seq_len(1), cache.seq_len(2)]
         return np.array(seen)
 
-    def sizes(cls):
+    def sizes(cls, dtype=torch.float32):
         cache = cls(2)
-        cache.append(0, k_only.clone(), v_wide.clone())
+        keys, values = k_only.to(dtype), v_wide.to(dtype)
+        cache.append(0, keys.clone(), values.clone())
         first = cache.nbytes()
-        cache.append(1, k_only[..., :1, :].clone(), v_wide[..., :1, :].clone())
-        cache.append(0, k_only[..., :1, :].clone(), v_wide[..., :1, :].clone())
+        cache.append(1, keys[..., :1, :].clone(), values[..., :1, :].clone())
+        cache.append(0, keys[..., :1, :].clone(), values[..., :1, :].clone())
         return np.array([first, cache.nbytes()])
 
     def layers(cls):
@@ -161,6 +162,8 @@ def _kv_cache_cases(rng):
              "after 1 more on layers 0 and 2: seq_len(0), seq_len(1), seq_len(2)", lengths),
         Case("KVCache(2), float32 keys [1, 2, 3, 8] and values [1, 2, 3, 5]: nbytes() after the first append, "
              "then after one more position on each layer (bytes, keys and values, all layers)", sizes),
+        Case("the same in float16, as a cache is kept for inference (2 bytes per number: the tensors' own element "
+             "size, t.element_size())", lambda cls: sizes(cls, torch.float16)),
     ]
 
 
@@ -300,6 +303,17 @@ def _gqa_cases(rng):
         cases.append(Case(f"GroupedQueryAttention(d_model={d}, num_heads={H}, num_kv_heads={H_kv}) in evaluation mode, "
                           f"x [{B}, {T}, {d}], {what}: (output, weights)",
                           lambda cls, c=(d, H, H_kv), s=state, x=x, m=mask: _gqa_run(cls, c, s, x, m)))
+    # bias=False: every case above builds the default layer, so projections that ignored it passed
+    state = random_state(ref.GroupedQueryAttention(16, 4, 2, bias=False), rng)
+    x = tensor(rng, 2, 5, 16)
+
+    def unbiased(cls, s=state, x=x):
+        m = cls(16, 4, 2, bias=False)
+        names = sorted(name for name, _ in m.named_parameters())
+        return (np.array([name.endswith("bias") for name in names]).any().reshape(1),
+                *_gqa_run(lambda *a: m, (16, 4, 2), s, x, causal(5)))
+    cases.append(Case("GroupedQueryAttention(16, 4, 2, bias=False) in evaluation mode, x [2, 5, 16], a causal mask: "
+                      "(whether it has a bias parameter (False), output, weights)", unbiased))
     for d, H, H_kv in [(16, 4, 3), (18, 4, 2)]:
         cases.append(Case(f"GroupedQueryAttention({d}, {H}, {H_kv}) must raise ValueError (True = it did): "
                           + ("4 query heads cannot share 3 key/value heads evenly" if H_kv == 3

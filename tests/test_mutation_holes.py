@@ -1,0 +1,94 @@
+"""Wrong implementations that two mutation tests (plausible slips, written as a student at midnight would, run
+through `attn-course check`) found taking full points, each now failing its exercise. Every one is the course's
+reference with one change, re-created from source (the honesty guard refuses the reference's own objects)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attention_course import attention, efficient, layers, multihead, positional, similarity, translate
+from autograder.checks import nb01, nb02, nb03, nb04, nb05, nb06, nb07
+from autograder.checks.core import CheckFailed, check_exercise
+
+from .conftest import fresh_copy
+
+
+def mutated(module, old: str, new: str) -> dict:
+    """`module`'s source with `old` replaced by `new` (exactly once), executed as a student's copy."""
+    source = Path(module.__file__).read_text()
+    assert source.count(old) == 1, f"{old!r} is not in {module.__name__} once"
+    namespace: dict = {"__name__": "student_copy"}
+    exec(compile(source.replace(old, new), "<student copy>", "exec"), namespace)
+    return namespace
+
+
+HOLES = [  # (id, checks, exercise, module, old, new, what the failure must say)
+    ("contextualize renormalizes W", nb01, "contextualize", similarity,
+     "return np.asarray(W, dtype=float) @ np.asarray(E, dtype=float)",
+     "W = np.asarray(W, dtype=float)\n    return (W / W.sum(axis=1, keepdims=True)) @ np.asarray(E, dtype=float)",
+     "rows do not sum to 1"),
+    ("normalize_rows divides in place", nb01, "normalize_rows", similarity,
+     "    S = np.asarray(S, dtype=float)\n    return S / S.sum(axis=1, keepdims=True)",
+     "    S /= S.sum(axis=1, keepdims=True)\n    return S", "known mistake: S divided in place"),
+    ("basic self-attention with an unstable softmax", nb01, "basic_self_attention", similarity,
+     "weights = softmax(X @ X.T, axis=-1)",
+     "weights = np.exp(X @ X.T) / np.exp(X @ X.T).sum(axis=-1, keepdims=True)", "contains NaN"),
+    ("AdditiveAttention's default value detached", nb02, "AdditiveAttention", attention,
+     "value = key if value is None else value", "value = key.detach() if value is None else value",
+     "the keys are the values; returns context"),
+    ("the mask inverted in place", nb02, "scaled_dot_product_attention_mask", attention,
+     "        scores = scores.masked_fill(~mask, float(\"-inf\"))     # forbidden keys",
+     "        mask.logical_not_()  # nn's convention (True = blocked), in the caller's tensor\n"
+     "        scores = scores.masked_fill(mask, float(\"-inf\"))\n        mask = ~mask  # forbidden keys",
+     "whether each input is unchanged"),
+    ("a weight tied between two layers counted twice", nb03, "count_parameters", multihead,
+     "return sum(p.numel() for p in module.parameters())",
+     "return sum(p.numel() for m in module.modules() for p in m.parameters(recurse=False))",
+     "tied between two different layers"),
+    ("PositionalEncoding adds into x in place", nb04, "PositionalEncoding", positional,
+     "return self.dropout(x + self.pe[:T])", "x += self.pe[:T]\n        return self.dropout(x)",
+     "whether each input is unchanged"),
+    ("masked_softmax without the max subtracted", nb05, "masked_softmax", layers,
+     "    scores = scores.masked_fill(~mask, float(\"-inf\"))    # forbidden keys: exp(-inf) = 0\n"
+     "    weights = torch.softmax(scores, dim=-1)",
+     "    e = scores.exp().masked_fill(~mask, 0.0)\n    weights = e / e.sum(dim=-1, keepdim=True)",
+     "scores of a few hundred"),
+    ("masked_softmax without mask=None", nb05, "masked_softmax", layers,
+     "    if mask is None:\n        return torch.softmax(scores, dim=-1)\n", "",
+     "known mistake: mask=None not handled"),
+    ("masked_softmax fills the caller's scores", nb05, "masked_softmax", layers,
+     "scores = scores.masked_fill(~mask, float(\"-inf\"))", "scores = scores.masked_fill_(~mask, float(\"-inf\"))",
+     "whether each input is unchanged"),
+    ("label smoothing's log_softmax over axis 1", nb06, "label_smoothed_cross_entropy_stability", translate,
+     "log_probs = F.log_softmax(logits, dim=-1).reshape(-1, V)",
+     "log_probs = F.log_softmax(logits, dim=1).reshape(-1, V)", "large logits [2, 5, 12]"),
+    ("GroupedQueryAttention ignores bias=False", nb07, "GroupedQueryAttention", efficient,
+     "self.q_proj = nn.Linear(d_model, num_heads * self.head_dim, bias=bias)",
+     "self.q_proj = nn.Linear(d_model, num_heads * self.head_dim, bias=True)", "bias=False"),
+    ("KVCache.nbytes counts 4 bytes a number", nb07, "KVCache", efficient,
+     "return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)",
+     "return sum(t.numel() * 4 for t in self.keys + self.values if t is not None)", "float16"),
+]
+
+
+@pytest.mark.parametrize("hole", HOLES, ids=[h[0] for h in HOLES])
+def test_a_wrong_implementation_that_took_full_points_fails_now(hole):
+    _, checks, exercise_name, module, old, new, says = hole
+    exercise = next(e for e in checks.EXERCISES if e.name == exercise_name)
+    right, wrong = fresh_copy(module)[exercise.graded], mutated(module, old, new)[exercise.graded]
+    check_exercise(exercise, right)  # the reference, re-created, still passes every case
+    with pytest.raises(CheckFailed, match=re.escape(says)):
+        check_exercise(exercise, wrong)
+
+
+def test_multi_head_attention_that_flips_the_callers_mask_fails():
+    """In notebook 03's layer (the course's PyTorch convention turned into nn's by flipping the mask in place)."""
+    wrong = mutated(multihead, "_, weights = scaled_dot_product_attention(q, k, v, mask)",
+                    "if mask is not None:\n            mask.logical_not_()\n"
+                    "        _, weights = scaled_dot_product_attention(q, k, v, None if mask is None else ~mask)")
+    exercise = next(e for e in nb03.EXERCISES if e.name == "MultiHeadAttention_mask")
+    check_exercise(exercise, fresh_copy(multihead)["MultiHeadAttention"])
+    with pytest.raises(CheckFailed, match="whether each input is unchanged"):
+        check_exercise(exercise, wrong["MultiHeadAttention"])

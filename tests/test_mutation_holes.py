@@ -92,3 +92,13 @@ def test_multi_head_attention_that_flips_the_callers_mask_fails():
     check_exercise(exercise, fresh_copy(multihead)["MultiHeadAttention"])
     with pytest.raises(CheckFailed, match="whether each input is unchanged"):
         check_exercise(exercise, wrong["MultiHeadAttention"])
+
+
+def test_a_layer_that_returns_only_its_output_is_told_so_in_the_gradient_case_too():
+    """Unpacked, its [2, 5, 6] output split into two, and the gradients case said 'expected shape (2, 5, 6), got
+    shape (5, 6)' beside the other cases' 'a tuple of 2 values'."""
+    wrong = mutated(attention, "return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)",
+                    "return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)[0]")
+    exercise = next(e for e in nb02.EXERCISES if e.name == "SelfAttention_gradients")
+    with pytest.raises(CheckFailed, match=r"output: expected a tuple of \d+ values, got Tensor"):
+        check_exercise(exercise, wrong["SelfAttention"])

@@ -27,6 +27,7 @@ from .tensors import (
     shape_text,
     tensor,
     torch_attention,
+    two_outputs,
 )
 
 HONESTY = tuple(reference_guard(ref))
@@ -229,7 +230,9 @@ def _additive_case(rng, description, query_shape, key_shape, attn_dim, value_dim
         q, k = query.clone().requires_grad_(), key.clone().requires_grad_()
         if value is not None:
             extra["value"] = extra["value"].requires_grad_()
-        context, weights = layer(q, k, **extra)
+        if (pair := two_outputs(result := layer(q, k, **extra))) is None:
+            return result
+        context, weights = pair
         backpropagate(context, weights)
         params = dict(layer.named_parameters())
         return ((context, weights, q.grad, k.grad, None if value is None else extra["value"].grad)
@@ -382,7 +385,10 @@ def _self_attention_case(rng, description, args, x_shape, mask=None, grads=False
             with torch.no_grad():
                 return layer(x.clone(), mask=m) if m is not None else layer(x.clone())
         xx = x.clone().requires_grad_()
-        out, w = layer(xx, mask=m) if m is not None else layer(xx)
+        result = layer(xx, mask=m) if m is not None else layer(xx)
+        if (pair := two_outputs(result)) is None:
+            return result
+        out, w = pair
         backpropagate(out, w)
         params = dict(layer.named_parameters())
         return (out, w, xx.grad) + tuple(params[name].grad if name in params else None for name in state)

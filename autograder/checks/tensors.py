@@ -76,6 +76,13 @@ def shape_text(t) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
+def two_outputs(result) -> tuple | None:
+    """(output, weights) from a layer's call; None when it returned anything else, to be compared as it is ("expected
+    a tuple of 2 values"): unpacked, a lone [2, ...] output split into two and said "expected shape (2, 5, 6), got
+    shape (5, 6)" (a mutation test's finding)."""
+    return tuple(result) if isinstance(result, (tuple, list)) and len(result) == 2 else None
+
+
 def backpropagate(out, weights) -> None:
     """Backpropagate a fixed random linear function of the output and the weights."""
     g = torch.Generator().manual_seed(0)

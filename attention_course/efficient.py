@@ -40,7 +40,8 @@ def attention_flops_and_memory(seq_len: int, d_model: int, num_heads: int, num_l
 
 
 class KVCache:
-    """The keys and values of every position decoded so far, one entry per layer (None until the first append)."""
+    """The keys and values of every position decoded so far, in two lists with one entry per layer: `keys[layer]`,
+    `values[layer]` (None until the first append; the checks read them)."""
 
     def __init__(self, num_layers: int = 1):
         self.keys: list[torch.Tensor | None] = [None] * num_layers     # two lists: never keys = values = [...]

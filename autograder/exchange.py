@@ -12,7 +12,7 @@ keeps nbgrader's behaviour and warning: owners say nothing there.
 
 A submission's time is the one `nbgrader submit` wrote, in the student's own process, into the folder's
 name and its `timestamp.txt`: a student can make a folder today named for last week. The kernel's record
-of when the folder last changed (its ctime, which no user can set back) bounds it: a claimed time earlier
+of when the folder or a file in it last changed (their ctimes, which no user can set back) bounds it: a claimed time earlier
 than that by more than `CLOCK_SLACK` is replaced, in the record collect decides with and in the collected
 `timestamp.txt`, by the folder's own time, and the refusal is logged as an error naming both times.
 
@@ -56,12 +56,21 @@ TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # what `nbgrader submit` writes (i
 
 
 def changed_at(path: str) -> datetime | None:
-    """When the kernel last changed folder `path` (its ctime: set at each entry made or removed, never set
-    back by a user), naive UTC as nbgrader's parsed timestamps; None when it cannot be read."""
+    """When the kernel last changed folder `path` or anything in it (the latest ctime: set at each entry made or
+    removed, each file written, never set back by a user; a folder made before the due date, its notebook
+    rewritten after it, is dated by the notebook), naive UTC as nbgrader's parsed timestamps; None when the
+    folder cannot be read."""
     try:
-        return datetime.fromtimestamp(os.lstat(path).st_ctime, timezone.utc).replace(tzinfo=None)
+        latest = os.lstat(path).st_ctime
     except OSError:
         return None
+    for folder, dirs, files in os.walk(path):
+        for name in dirs + files:
+            try:
+                latest = max(latest, os.lstat(os.path.join(folder, name)).st_ctime)
+            except OSError:
+                continue
+    return datetime.fromtimestamp(latest, timezone.utc).replace(tzinfo=None)
 
 
 class OwnerCheckedCollect(ExchangeCollect):

@@ -177,3 +177,21 @@ def test_collect_dates_a_submission_no_earlier_than_its_folder_was_made(tmp_path
     assert f"claims to have been submitted at {week_ago[:19]}" in done.stderr and "but its folder was made at " \
         in done.stderr, done.stderr[-3000:]
     assert (teaching / "submitted" / "bin" / A01 / "timestamp.txt").read_text() == f"{bins} UTC"
+
+
+def test_a_folder_is_dated_by_the_last_change_of_anything_in_it(tmp_path):
+    """A folder made before the due date (named and stamped then) whose notebook is rewritten after it keeps the
+    folder's own ctime: the notebook's, later, is what dates it."""
+    import time
+
+    from autograder.exchange import changed_at
+
+    folder = tmp_path / f"daemon+{A01}+2026-01-01 00:00:00.000000 UTC+x"
+    folder.mkdir()
+    notebook = folder / f"{A01}.ipynb"
+    notebook.write_text("{}")
+    time.sleep(1.1)  # past any file system's timestamp granularity
+    notebook.write_text('{"cells": []}')  # rewritten in place: the folder's own ctime does not move
+    made, written = os.lstat(folder).st_ctime, os.lstat(notebook).st_ctime
+    assert written > made
+    assert changed_at(str(folder)) == datetime.fromtimestamp(written, timezone.utc).replace(tzinfo=None)

@@ -158,7 +158,8 @@ GRADER_LAYERS = [
      "autograder.trusted", "autograder.submissions", "autograder.exports", "autograder.lateness",
      "autograder.warm_sandbox"},
     {"autograder.grade", "autograder.report", "autograder.selfcheck", "autograder.lms"},
-    {"autograder.cluster", "autograder.removal"},  # above grade and lms (Dask workers; taking students out)
+    {"autograder.cluster", "autograder.removal", "autograder.extensions"},  # above grade and lms (Dask workers; taking
+    # students out; a student's extension)
     {"autograder.plugins", "autograder.nbgrader_config", "autograder.nbgrader_grading_config",
      "autograder.exchange"},
 ]

@@ -18,7 +18,15 @@ def _references(salt: str) -> list[np.ndarray]:
     """The reference outputs of notebook 01's softmax check on the cases drawn under `salt`."""
     ref = trusted.CheckRef("nb01", "softmax", "softmax")
     with checks_salted(salt):
-        return [np.asarray(x, dtype=float) for x in trusted.expected(ref)]
+        return [np.asarray(x, dtype=float) for x in _leaves(trusted.expected(ref))]
+
+
+def _leaves(values) -> list:
+    """Every array of the references, nested tuples flattened (a case that also returns its inputs' check)."""
+    found = []
+    for x in values:
+        found += _leaves(x) if isinstance(x, (tuple, list)) else [x]
+    return found
 
 
 def test_another_salt_draws_other_inputs_and_their_own_references():

@@ -112,9 +112,6 @@ def _attention_cases(rng):
     for n, d in [(5, 3), (4, 6), (6, 6)]:
         X = rng.normal(size=(n, d))
         cases.append(Case(f"X of shape {X.shape}", lambda f, X=X: f(X.copy())))
-    X = rng.normal(scale=25.0, size=(4, 3))  # X X^T in the thousands: exp overflows (past 709) unless the softmax is stable
-    cases.append(Case(f"X of shape {X.shape} with entries of about 25 (scores in the thousands: use your stable "
-                      "softmax)", lambda f, X=X: f(X.copy())))
     return cases
 
 

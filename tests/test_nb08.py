@@ -330,22 +330,3 @@ def test_the_whole_score_matrix_is_found_however_it_is_made(impl, words):
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
     with pytest.raises(CheckFailed, match=words.replace(".", "\\.")):
         check_exercise(memory, impl)
-
-
-def online_softmax_by_query_rows(q, k, v, block_size, mask=None):
-    """A red team's 8/8: exact attention, one query row at a time (little memory, but no online softmax)."""
-    outs = []
-    for i in range(q.shape[-2]):
-        s = (q[..., i:i + 1, :] @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            s = s.masked_fill(~(mask[..., i:i + 1, :] if mask.shape[-2] != 1 else mask), float("-inf"))
-        outs.append(torch.softmax(s, dim=-1).nan_to_num(0.0) @ v)
-    return torch.cat(outs, dim=-2)
-
-
-def test_attention_one_query_row_at_a_time_is_named_and_loses_the_memory_point_only():
-    for name in ("online_softmax_attention", "online_softmax_attention_mask"):
-        check_exercise(next(e for e in nb08.EXERCISES if e.name == name), online_softmax_by_query_rows)
-    memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
-    with pytest.raises(CheckFailed, match="known mistake: plain attention one query row at a time"):
-        check_exercise(memory, online_softmax_by_query_rows)

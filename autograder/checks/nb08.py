@@ -87,14 +87,9 @@ def _online_mask_cases(rng):
     return cases
 
 
-# The matrix products a dispatch mode sees (torch.matmul, @ and einsum end in one of them)
-_PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::mv", "aten::dot")
-
-
 class _Largest:
-    """The largest storage a call allocates (views and in-place changes of its inputs not counted), and the
-    most columns a matrix product of it gives (q times every key at once: T_k; one block: block_size),
-    via a PyTorch dispatch mode; used inside the case, its numbers are judged in the trusted process."""
+    """The largest storage a call allocates (views and in-place changes of its inputs not counted),
+    via a PyTorch dispatch mode; used inside the case, its number is judged in the trusted process."""
 
     def __init__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -116,12 +111,9 @@ class _Largest:
                 for t in tree_flatten(out)[0]:
                     if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
                         owner.largest = max(owner.largest, int(t.untyped_storage().nbytes()))
-                if func._schema.name in _PRODUCTS and isinstance(out, torch.Tensor) and out.dim():
-                    owner.widest = max(owner.widest, int(out.shape[-1]))
                 return out
 
         self.largest = 0
-        self.widest = 0
         self.mode = Mode()
 
 
@@ -129,19 +121,16 @@ def _measured(f, q, k, v, block, mask):
     probe = _Largest()
     with torch.no_grad(), probe.mode:
         out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
-    return out, np.array([probe.largest, probe.widest])
+    return out, np.array([probe.largest])
 
 
-def _fits(limit: int, block: int):
-    """derive: (output, [largest allocation, widest product]) -> (output, [largest allocation < limit],
-    [no product wider than a block of keys]), decided here. The second: plain attention computed one query row
-    at a time holds little memory, but it is no online softmax (a red team's took full points)."""
+def _fits(limit: int):
+    """derive: (output, largest allocation) -> (output, [largest allocation < limit]), decided here."""
     def verdict(result):
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             raise TypeError(f"unexpected result {type(result).__name__}")
-        out, measured = result
-        largest, widest = (float(x) for x in np.asarray(measured, dtype=np.float64).reshape(-1)[:2])
-        return out, np.array([largest < limit]), np.array([widest <= block])
+        out, largest = result
+        return out, np.array([float(np.asarray(largest).reshape(-1)[0]) < limit])
     return verdict
 
 
@@ -156,10 +145,9 @@ def _online_memory_cases(rng):
         cases.append(Case(f"q, k, v [{B}, {H}, {T}, {D}], block_size={block}"
                           + (", a causal mask" if masked else "")
                           + f": (output, whether the largest tensor created inside stays below half of the "
-                          f"[{B}, {H}, {T}, {T}] float32 score matrix, {full // 2} bytes, whether every product "
-                          f"of q with the keys takes at most block_size = {block} keys at a time)",
+                          f"[{B}, {H}, {T}, {T}] float32 score matrix, {full // 2} bytes)",
                           lambda f, q=q, k=k, v=v, b=block, m=mask: _measured(f, q, k, v, b, m),
-                          derive=_fits(full // 2, block)))
+                          derive=_fits(full // 2)))
     return cases
 
 
@@ -228,19 +216,6 @@ def online_softmax_attention(q, k, v, block_size, mask=None):
         scores = scores.masked_fill(~mask, float('-inf'))
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return weights @ v
-"""),
-    Mistake("plain attention one query row at a time (no online softmax)",
-            "a loop over the query rows still takes every key's score at once for each row: online softmax goes "
-            "through the keys one block of block_size at a time, keeping a running max, sum and output per query",
-            """
-def online_softmax_attention(q, k, v, block_size, mask=None):
-    rows = []
-    for i in range(q.shape[-2]):
-        s = (q[..., i:i + 1, :] @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            s = s.masked_fill(~(mask[..., i:i + 1, :] if mask.shape[-2] != 1 else mask), float('-inf'))
-        rows.append(torch.softmax(s, dim=-1).nan_to_num(0.0) @ v)
-    return torch.cat(rows, dim=-2)
 """),
     Mistake("no 1/sqrt(d) scaling",
             "scores are q . k / sqrt(d), as in notebook 02: multiply each block's scores by 1 / sqrt(q.shape[-1])",

@@ -54,6 +54,9 @@ def grant(out: Path, student: str, notebook: str, days: float = 0.0, hours: floa
                     f"{student} has no {notebook} graded in {out} yet (nbgrader keeps an extension on a submission): "
                     "grade their notebook first, then give the extension; their late penalty is worked out again "
                     "at once, with no grading again") from None
+            if assignment.duedate is None:  # nbgrader would store it, then fail on every later read of the class
+                raise ExtensionError(f"{notebook} has no due date in {out}, so there is nothing to extend: give it one "
+                                     f"first (attn-course grade ... --due {notebook}=DATE)")
             gb.grant_extension(notebook, student, hours=hours, days=days)
             due = assignment.duedate
             extended = gb.find_submission(notebook, student).duedate if (days or hours) else None

@@ -1252,9 +1252,6 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     if progress and removed:
         print(f"not graded: taken out of this class with remove-student ({len(removed)}; their earlier files are in "
               f"{out / 'removed'}): {', '.join(removed)}; to grade one of them again, name them: --student ID")
-    if progress and removed:
-        print(f"not graded: taken out of this class with remove-student ({len(removed)}; their earlier files are in "
-              f"{out / 'removed'}): {', '.join(removed)}; to grade one of them again, name them: --student ID")
     roster_ids = read_roster_ids(course)
     strangers = sorted(s.student_id for s in subs if roster_ids is not None and s.student_id not in roster_ids)
     if progress and strangers:

@@ -414,8 +414,8 @@ def test_a_student_graded_by_mistake_is_taken_out_with_everything_kept_aside(cou
     # found them graded again and back in every export
     assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1"]) == 0
     said = capsys.readouterr().out
-    assert "not graded: taken out of this class with remove-student (1; " in said and ": week1; to grade one of " \
-        "them again, name them: --student ID" in said, said
+    assert said.count("not graded: taken out of this class with remove-student (1; ") == 1, said
+    assert ": week1; to grade one of them again, name them: --student ID" in said, said
     assert {r["student_id"] for r in csv.DictReader((out / "grades.csv").open())} == {"ann"}
     # ... until the instructor names them
     assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1", "--student", "week1"]) == 0
@@ -481,3 +481,12 @@ def test_an_extension_for_one_student_changes_their_lateness_everywhere_without_
     assert f"cat has no {A01} graded in" in capsys.readouterr().err
     assert cli.main(["extend", str(out), "ann", "01_similarity", "--days", "2"]) == 2
     assert f"no notebook '01_similarity' in {out}; its notebooks: " in capsys.readouterr().err
+
+    # a class graded without a due date: nothing to extend, refused before nbgrader stores one (a review found the
+    # stored extension broke every later export and grade of the class)
+    undated = tmp_path / "undated"
+    assert cli.main(["grade", str(subs), "--out", str(undated), "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert cli.main(["extend", str(undated), "ann", A01, "--days", "2"]) == 2
+    assert f"{A01} has no due date in {undated}" in capsys.readouterr().err
+    assert cli.main(["export", str(undated), "--to", "gradescope"]) == 0

@@ -469,6 +469,18 @@ def test_a_plain_cross_entropy_beside_ones_own_smoothing_passes():
     nb06.check("label_smoothed_cross_entropy", _own_smoothing_beside_a_plain_cross_entropy)
 
 
+def test_a_zero_smoothing_as_a_numpy_float_is_no_smoothing():
+    """A review's false refusal: label_smoothing=np.float64(0.0) is PyTorch's 0, not its built-in smoothing."""
+    def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+        V = logits.size(-1)
+        flat, t = logits.reshape(-1, V), target.reshape(-1)
+        keep = t != ignore_index
+        nll = torch.nn.functional.cross_entropy(flat, t, ignore_index=ignore_index, label_smoothing=np.float64(0.0))
+        return (1 - epsilon) * nll + epsilon * (-(flat.log_softmax(-1).mean(-1) * keep).sum() / keep.sum())
+
+    nb06.check("label_smoothed_cross_entropy", label_smoothed_cross_entropy)
+
+
 def test_calling_the_reference_is_not_accepted():
     def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
         return ref.beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)

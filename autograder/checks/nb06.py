@@ -178,10 +178,14 @@ class _NoBuiltinLabelSmoothing:
 
 
 def _smoothing(value) -> bool:
-    """Whether F.cross_entropy smooths with `value`: anything but a plain number 0. PyTorch reads a float
-    subclass's own value, whatever its __bool__ or __eq__ say (a red team's `_Eps(0.1)`, false to
-    `if`, smoothed by 0.1 and took full points)."""
-    return type(value) not in (int, float, bool) or value != 0
+    """Whether F.cross_entropy smooths with `value`, read as PyTorch reads it: a float's (or a numpy float's) own
+    double, whatever its __bool__ or __eq__ say (a red team's `_Eps(0.1)`, false to `if`, smoothed by 0.1 and took
+    full points), an int's own value; anything else counts as smoothing."""
+    if isinstance(value, float):
+        return float.__float__(value) != 0.0
+    if isinstance(value, int):
+        return int.__index__(value) != 0
+    return True
 
 
 def _guarded(f, *args):

@@ -1266,6 +1266,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
     nothing_here: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
     other_code: list[str] = []  # notebooks graded again because other grading code made their saved grade
+    still_forced: set[tuple[str, str]] = set()  # overrides (--force) whose very file is graded again: they stay overrides
     overriding = bool(force and students and assignments)  # this run's grades replace others by hand: remembered
     started = time.time()
     salt = class_salt(out)
@@ -1290,6 +1291,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             same = _saved_result(record, content=content) if content else None  # the very notebook graded before
             if same is not None and (force or not judged_so_now):  # graded again, as handed in when it first was
                 _keep_earlier_time(sub, assignment, recorded.get(assignment))
+                if record.get("forced") is True:  # an override's file, graded again by other code: still the override
+                    still_forced.add((sub.student_id, assignment))
             elif same is not None:  # the very notebook graded before, downloaded again (a new file time): kept as graded
                 reused.append(same)
                 resent.append(f"{sub.student_id} {assignment}: {sub.origins.get(assignment, '') or 'the file here'} is "
@@ -1320,7 +1323,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         _save_result(_record_path(out, sub.student_id, assignment),
                      "" if own else _fingerprint(sub, assignment, solutions, salt), r,
                      content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "",
-                     forced=overriding and not own)
+                     forced=(overriding or (sub.student_id, assignment) in still_forced) and not own)
         if r.status is not Status.MISSING:
             done.append(r)
 

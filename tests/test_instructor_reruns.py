@@ -290,3 +290,22 @@ def test_a_score_set_by_hand_is_shown_and_said_when_its_notebook_is_graded_again
     assert "set by hand in formgrader: test_dot_similarity 0.5 of 1 (the grader's: 1)" in rows[("ben", A01)]["notes"]
     assert rows[("ann", A01)]["notes"] == ""
     assert "set by hand" not in _graded(again, out)  # said when graded again, not at every run
+
+
+def test_an_override_stays_an_override_when_other_grading_code_grades_its_file_again(course, tmp_path, monkeypatch):
+    """A review: after a grader change the overridden file was graded again as a plain grade, and the next plain run
+    of the late folder put the late file's 16 back over the instructor's choice of the on-time 17."""
+    import autograder.grade as grading
+
+    week1, late, out = tmp_path / "week1", tmp_path / "late", tmp_path / "out"
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(late / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG), LATE)
+    _graded(week1, out)
+    _graded(late, out)
+    _graded(week1, out, force=True, students=["ann"], assignments=[A01])
+    assert _rows(out)["ann", A01]["score"] == "17"
+    monkeypatch.setattr(grading, "judge_digest", lambda: b"another version of the grader")
+    assert "graded again: 1 notebook" in _graded(week1, out)
+    said = _graded(late, out)
+    assert _rows(out)["ann", A01]["score"] == "17", said  # the override's file, still chosen
+    assert "kept the grade set with --force (1;" in said, said

@@ -690,10 +690,28 @@ def _refresh_changed_solutions(course: Course, solutions: Path) -> list[str]:
     were, against the old copy, and the fix reached nobody."""
     changed = [a for a in course.assignments if (solutions / a / f"{a}.ipynb").is_file()
                and _file_digest(solutions / a / f"{a}.ipynb") != _file_digest(course.root / "source" / a / f"{a}.ipynb")]
+    for a in changed:  # nbgrader refuses to add or remove a graded notebook's cells: said before anything is touched
+        new, old = _graded_cells(solutions / a / f"{a}.ipynb"), _graded_cells(course.root / "source" / a / f"{a}.ipynb")
+        if new != old:
+            raise SolutionCellsChanged(
+                f"{solutions / a / f'{a}.ipynb'} changed its graded cells since {course.root.parent} graded it "
+                f"(new: {', '.join(sorted(new - old)) or 'none'}; gone: {', '.join(sorted(old - new)) or 'none'}): "
+                "nbgrader cannot change the cells of a notebook it holds grades for. Grade the class into a new "
+                "folder (--out), or put the cells back as they were; nothing was changed here")
     if changed:
         course.setup(solutions, only=changed)
         course._api = None  # nbgrader's settings are read again, with the grading lines setup wrote
     return changed
+
+
+class SolutionCellsChanged(ValueError):
+    """A solution notebook whose graded cells changed since the grading folder graded it: nbgrader cannot follow."""
+
+
+def _graded_cells(path: Path) -> set[str]:
+    """The grade ids of a notebook's nbgrader cells (answers, tests, written answers)."""
+    return {c.metadata["nbgrader"].get("grade_id", "") for c in nbformat.read(path, as_version=4).cells
+            if c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("solution")}
 
 
 def _file_digest(path: Path) -> bytes:

@@ -309,3 +309,31 @@ def test_an_override_stays_an_override_when_other_grading_code_grades_its_file_a
     said = _graded(late, out)
     assert _rows(out)["ann", A01]["score"] == "17", said  # the override's file, still chosen
     assert "kept the grade set with --force (1;" in said, said
+
+
+def test_a_solution_that_adds_a_graded_cell_mid_term_is_refused_before_anything_changes(course, tmp_path):
+    """A review: the refresh deleted the grading folder's source and release, nbgrader then refused the new cell,
+    and every later run failed (with the grading settings gone from its nbgrader_config.py)."""
+    import json
+
+    from autograder.grade import SolutionCellsChanged
+
+    solutions = tmp_path / "solutions"
+    shutil.copytree(REPO / "solutions" / A01, solutions / A01)
+    week1, out = tmp_path / "week1", tmp_path / "out"
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _graded(week1, out, solutions=solutions)
+    config = (out / "course" / "nbgrader_config.py").read_text()
+    source = solutions / A01 / f"{A01}.ipynb"
+    nb = json.loads(source.read_text())
+    test = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_dot_similarity")
+    extra = json.loads(json.dumps(test))
+    extra["metadata"]["nbgrader"]["grade_id"] = "test_dot_similarity_again"
+    extra.pop("id", None)
+    nb["cells"].append(extra)
+    source.write_text(json.dumps(nb))
+    with pytest.raises(SolutionCellsChanged, match="new: test_dot_similarity_again; gone: none"):
+        _graded(week1, out, solutions=solutions)
+    assert (out / "course" / "nbgrader_config.py").read_text() == config
+    shutil.copy2(REPO / "solutions" / A01 / f"{A01}.ipynb", source)  # put back: the folder grades as before
+    assert "(0 graded now, 1 reused" in _graded(week1, out, solutions=solutions)

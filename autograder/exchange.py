@@ -58,19 +58,30 @@ TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # what `nbgrader submit` writes (i
 def changed_at(path: str) -> datetime | None:
     """When the kernel last changed folder `path` or anything in it (the latest ctime: set at each entry made or
     removed, each file written, never set back by a user; a folder made before the due date, its notebook
-    rewritten after it, is dated by the notebook), naive UTC as nbgrader's parsed timestamps; None when the
-    folder cannot be read."""
-    try:
-        latest = os.lstat(path).st_ctime
-    except OSError:
-        return None
-    for folder, dirs, files in os.walk(path):
-        for name in dirs + files:
+    rewritten after it, is dated by the notebook), links followed to what they name, as nbgrader's copy follows
+    them; naive UTC as nbgrader's parsed timestamps; None when the folder cannot be read."""
+    times: list[float] = []
+    seen: set[str] = set()
+
+    def note(entry: str) -> None:
+        for look in (os.lstat, os.stat):  # the link itself, and the file or folder it names
             try:
-                latest = max(latest, os.lstat(os.path.join(folder, name)).st_ctime)
+                times.append(look(entry).st_ctime)
             except OSError:
                 continue
-    return datetime.fromtimestamp(latest, timezone.utc).replace(tzinfo=None)
+
+    note(path)
+    if not times:
+        return None
+    for folder, dirs, files in os.walk(path, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # a link back up: walked once
+            dirs[:] = []
+            continue
+        seen.add(real)
+        for name in dirs + files:
+            note(os.path.join(folder, name))
+    return datetime.fromtimestamp(max(times), timezone.utc).replace(tzinfo=None)
 
 
 class OwnerCheckedCollect(ExchangeCollect):
@@ -78,22 +89,29 @@ class OwnerCheckedCollect(ExchangeCollect):
     student's who has folders of their own, and none is dated earlier than its folder was made."""
 
     def _path_to_record(self, path):
-        record = super()._path_to_record(path)
         made = changed_at(path)
+        try:
+            record = super()._path_to_record(path)
+        except Exception:  # noqa: BLE001 - a name that is no time (anyone can write in the inbound): never the whole collect
+            name = os.path.basename(path)
+            self.log.error("%s: its name holds no submission time; dated by the file system instead (%s UTC).",
+                           path, made)
+            record = {"username": name.rsplit("+", 3)[0], "filename": name, "timestamp": made or datetime.min}
         if made is not None and record["timestamp"] is not None and record["timestamp"] < made - CLOCK_SLACK:
-            self.log.error("%s claims to have been submitted at %s UTC, but its folder was made at %s UTC: dated "
+            self.log.error("%s claims to have been submitted at %s UTC, but it was last changed at %s UTC: dated "
                            "%s UTC (the time a student's own process writes is not taken over the file system's).",
                            path, record["timestamp"], made, made)
-            self._redated = {**getattr(self, "_redated", {}), os.path.basename(path): made}
             record["timestamp"] = made
+        self._dated = {**getattr(self, "_dated", {}), os.path.basename(path): record["timestamp"]}
         return record
 
     def do_copy(self, src, dest, log=None):
         super().do_copy(src, dest, log)
-        made = getattr(self, "_redated", {}).get(os.path.basename(src))
-        if made is not None:  # what the grader reads as the submission time: the folder's, not the claim
+        when = getattr(self, "_dated", {}).get(os.path.basename(src))
+        if when is not None:  # what the grader reads as the submission time: the one decided here, never the
+            # timestamp.txt the student's process wrote (it may say another time than the folder's name)
             with open(os.path.join(dest, "timestamp.txt"), "w") as fh:
-                fh.write(made.replace(tzinfo=timezone.utc).strftime(TIMESTAMP_FORMAT))
+                fh.write(when.replace(tzinfo=timezone.utc).strftime(TIMESTAMP_FORMAT))
 
     def copy_files(self):
         if pwd is not None and self.check_owner and self.src_records:

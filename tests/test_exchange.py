@@ -161,6 +161,13 @@ def test_collect_dates_a_submission_no_earlier_than_its_folder_was_made(tmp_path
     _submit(inbound, "daemon", "daemon", week_ago, "made today, dated a week ago")
     bins = _at(0)
     _submit(inbound, "bin", "bin", bins, "made today, dated 12 minutes ago")  # within the slack
+    # a red team's: the folder's name says now, the timestamp.txt inside it a week ago (the grader reads the file)
+    nobodys = _at(1)
+    _submit(inbound, "nobody", "nobody", nobodys, "named now, stamped a week ago")
+    stamp = next(inbound.glob("nobody+*")) / "timestamp.txt"
+    stamp.write_text(f"{week_ago} UTC")
+    # and a folder whose name holds no time at all: once, the whole collect stopped on it
+    _submit(inbound, "sys", "sys", "x", "no time in the name")
     (teaching / "nbgrader_config.py").write_text(
         f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
     env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
@@ -174,9 +181,11 @@ def test_collect_dates_a_submission_no_earlier_than_its_folder_was_made(tmp_path
     stamp = (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text()
     dated = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f %Z").replace(tzinfo=timezone.utc)
     assert before - CLOCK_SLACK <= dated <= datetime.now(timezone.utc), stamp  # the folder's time: today
-    assert f"claims to have been submitted at {week_ago[:19]}" in done.stderr and "but its folder was made at " \
+    assert f"claims to have been submitted at {week_ago[:19]}" in done.stderr and "but it was last changed at " \
         in done.stderr, done.stderr[-3000:]
     assert (teaching / "submitted" / "bin" / A01 / "timestamp.txt").read_text() == f"{bins} UTC"
+    assert (teaching / "submitted" / "nobody" / A01 / "timestamp.txt").read_text() == f"{nobodys} UTC"
+    assert (teaching / "submitted" / "sys" / A01).is_dir() and "its name holds no submission time" in done.stderr
 
 
 def test_a_folder_is_dated_by_the_last_change_of_anything_in_it(tmp_path):
@@ -195,3 +204,10 @@ def test_a_folder_is_dated_by_the_last_change_of_anything_in_it(tmp_path):
     made, written = os.lstat(folder).st_ctime, os.lstat(notebook).st_ctime
     assert written > made
     assert changed_at(str(folder)) == datetime.fromtimestamp(written, timezone.utc).replace(tzinfo=None)
+    # a red team's: the notebook a link to a file elsewhere, rewritten later (nbgrader's copy follows the link)
+    outside = tmp_path / "outside.ipynb"
+    outside.write_text("{}")
+    (folder / "extra.ipynb").symlink_to(outside)
+    time.sleep(1.1)
+    outside.write_text('{"cells": [1]}')
+    assert changed_at(str(folder)) == datetime.fromtimestamp(os.stat(outside).st_ctime, timezone.utc).replace(tzinfo=None)

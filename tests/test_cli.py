@@ -546,20 +546,25 @@ def test_checks_live_line_is_redrawn_while_one_slow_cell_runs(monkeypatch, capsy
     assert "the code cell starting 'import time': 3 s of its 20 s limit" in shown, shown[-500:]
 
 
-def test_ctrl_c_says_what_was_kept_and_what_to_run_not_a_traceback(monkeypatch, capsys):
-    """An instructor's Ctrl-C in the middle of grading printed twenty lines of KeyboardInterrupt."""
-    def interrupted(args):
-        raise KeyboardInterrupt
+def _grade_raises(monkeypatch, error: BaseException) -> None:
+    """`attn-course grade` raises `error` once its arguments are read (as grading would)."""
+    def raising(args):
+        raise error
 
     parser = cli.parser
 
     def patched():
         made = parser()
         for action in made._subparsers._group_actions:
-            action.choices["grade"].set_defaults(func=interrupted)
+            action.choices["grade"].set_defaults(func=raising)
         return made
 
     monkeypatch.setattr(cli, "parser", patched)
+
+
+def test_ctrl_c_says_what_was_kept_and_what_to_run_not_a_traceback(monkeypatch, capsys):
+    """An instructor's Ctrl-C in the middle of grading printed twenty lines of KeyboardInterrupt."""
+    _grade_raises(monkeypatch, KeyboardInterrupt())
     assert cli.main(["grade", "somewhere", "--out", "elsewhere"]) == 130
     err = capsys.readouterr().err
     assert "attn-course grade: interrupted (Ctrl-C)" in err and "the same command grades the rest" in err, err
@@ -571,17 +576,6 @@ def test_ctrl_c_says_what_was_kept_and_what_to_run_not_a_traceback(monkeypatch, 
 def test_every_refusal_reads_as_an_error_with_exit_2(monkeypatch, capsys, refusal):
     """A refusal raised while grading (a --student typo, a file that is not there) printed without the
     'error:' that argparse and the other refusals put first: it read like a progress line."""
-    def refused(args):
-        raise refusal
-
-    parser = cli.parser
-
-    def patched():
-        made = parser()
-        for action in made._subparsers._group_actions:
-            action.choices["grade"].set_defaults(func=refused)
-        return made
-
-    monkeypatch.setattr(cli, "parser", patched)
+    _grade_raises(monkeypatch, refusal)
     assert cli.main(["grade", "somewhere", "--out", "elsewhere"]) == 2
     assert capsys.readouterr().err == f"attn-course grade: error: {refusal}\n"

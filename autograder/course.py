@@ -72,6 +72,13 @@ def package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+def hash_python_sources(h, root: Path) -> None:
+    """Feed every .py file under `root` (its path below root, then its bytes) into the hash `h`, in a fixed order:
+    what the grader's version and its judging code are fingerprinted from."""
+    for path in sorted(Path(root).rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+
+
 def library_dir() -> Path:
     """The folder of the student-facing library as this Python imports it (a checkout or site-packages)."""
     found = package_dir("attention_course")

@@ -38,6 +38,7 @@ from .course import (
     CourseFolder,
     CourseNotFound,
     cache_root,
+    hash_python_sources,
     is_course,
     library_dir,
     modules_from,
@@ -664,8 +665,8 @@ def judge_digest() -> bytes:
 
     h = hashlib.sha256()
     for top in (Path(autograder.__file__).parent, library_dir()):
-        for path in sorted(top.rglob("*.py")):
-            h.update(f"{top.name}/{path.relative_to(top).as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(top.name.encode() + b"\0")
+        hash_python_sources(h, top)
     return h.digest()
 
 

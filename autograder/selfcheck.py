@@ -33,7 +33,7 @@ from typing import Callable
 import nbformat
 
 from . import trusted, warm_sandbox
-from .course import CACHE_ENV, assignments, cache_root, notebook_path, write_course_config  # noqa: F401 - CACHE_ENV named here by tests
+from .course import CACHE_ENV, assignments, cache_root, hash_python_sources, notebook_path, write_course_config  # noqa: F401 - CACHE_ENV named here by tests
 from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
 from .sandbox import Limits, SandboxUnavailable, make_kit, run_notebook_job
@@ -54,10 +54,8 @@ def grader_version() -> str:
     and of nbgrader's version: a prepared entry made by other code is never reused."""
     from importlib.metadata import PackageNotFoundError, version
 
-    root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    hash_python_sources(h, Path(__file__).resolve().parent)
     try:
         h.update(version("nbgrader").encode())
     except PackageNotFoundError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+import threading
 
 import nbformat
 import numpy as np
@@ -449,6 +450,18 @@ def _smoothed_by_the_kernel(logits, target, epsilon=0.1, ignore_index=-100):
     return torch._C._nn.cross_entropy_loss(logits.reshape(-1, V), target.reshape(-1), None, 1, ignore_index, epsilon)
 
 
+def _smoothed_by_torch_ops_by_a_computed_name(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    kernel = getattr(torch.ops.aten, "cross_" + "entropy_loss")
+    return kernel(logits.reshape(-1, V), target.reshape(-1), None, 1, ignore_index, epsilon)
+
+
+def _smoothed_by_a_torch_ops_overload(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    return torch.ops.aten.cross_entropy_loss.default(logits.reshape(-1, V), target.reshape(-1), None, 1,
+                                                     ignore_index, epsilon)
+
+
 def _own_smoothing_beside_a_plain_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
     """Honest: the built-in without smoothing for the NLL part, the smoothing term written by hand."""
     V = logits.size(-1)
@@ -459,10 +472,68 @@ def _own_smoothing_beside_a_plain_cross_entropy(logits, target, epsilon=0.1, ign
     return (1 - epsilon) * nll + epsilon * uniform
 
 
-@pytest.mark.parametrize("impl", [_smoothed_by_a_float_subclass, _smoothed_by_the_kernel], ids=["float subclass", "kernel"])
+@pytest.mark.parametrize("impl", [_smoothed_by_a_float_subclass, _smoothed_by_the_kernel,
+                                  _smoothed_by_torch_ops_by_a_computed_name, _smoothed_by_a_torch_ops_overload],
+                         ids=["float subclass", "kernel", "torch.ops, a computed name", "torch.ops overload"])
 def test_builtin_label_smoothing_is_not_accepted_however_it_is_spelled(impl):
     with pytest.raises(CheckFailed, match="label_smoothing"):
         nb06.check("label_smoothed_cross_entropy", impl)
+
+
+def _smoothed_in_a_new_thread(logits, target, epsilon=0.1, ignore_index=-100):
+    """The built-in's smoothing in a worker thread started during the check (took full points: the exercise's
+    own hook was on the checking thread only)."""
+    import concurrent.futures
+
+    V = logits.size(-1)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(torch.nn.functional.cross_entropy, logits.reshape(-1, V), target.reshape(-1),
+                           ignore_index=ignore_index, label_smoothing=epsilon).result()
+
+
+def _smoothed_through_asyncio(logits, target, epsilon=0.1, ignore_index=-100):
+    import asyncio
+
+    V = logits.size(-1)
+
+    async def loss():
+        return await asyncio.to_thread(torch.nn.functional.cross_entropy, logits.reshape(-1, V), target.reshape(-1),
+                                       ignore_index=ignore_index, label_smoothing=epsilon)
+
+    return asyncio.run(loss())
+
+
+_EARLY_POOL: list = []
+
+
+def _smoothed_in_a_thread_started_before(logits, target, epsilon=0.1, ignore_index=-100):
+    """A pool the notebook started before any check, handed the work during it."""
+    import concurrent.futures
+
+    if not _EARLY_POOL:
+        _EARLY_POOL.append(concurrent.futures.ThreadPoolExecutor(1))
+    V = logits.size(-1)
+    return _EARLY_POOL[0].submit(torch._C._nn.cross_entropy_loss, logits.reshape(-1, V), target.reshape(-1),
+                                 None, 1, ignore_index, epsilon).result()
+
+
+@pytest.mark.parametrize("impl", [_smoothed_in_a_new_thread, _smoothed_through_asyncio],
+                         ids=["worker thread", "asyncio.to_thread"])
+def test_builtin_label_smoothing_in_another_thread_is_not_accepted(impl):
+    with pytest.raises(CheckFailed, match="label_smoothing"):
+        nb06.check("label_smoothed_cross_entropy", impl)
+
+
+def test_the_kernel_in_a_thread_started_before_the_check_is_not_accepted():
+    core.install_behaviour_watch()  # what the sandbox's runner does before any student code
+    _EARLY_POOL.append(__import__("concurrent.futures").futures.ThreadPoolExecutor(1))
+    _EARLY_POOL[0].submit(int).result()  # its thread runs now, before the check
+    try:
+        with pytest.raises(CheckFailed, match="label_smoothing"):
+            nb06.check("label_smoothed_cross_entropy", _smoothed_in_a_thread_started_before)
+    finally:
+        _EARLY_POOL.pop().shutdown()
+        threading.setprofile(None)  # the suite's later threads carry no dispatcher
 
 
 def test_a_plain_cross_entropy_beside_ones_own_smoothing_passes():
@@ -604,6 +675,30 @@ def test_nbgrader_demo_mistake_costs_exactly_its_cells(course):
     assert failed_cells(result) == cells
     assert result.score == result.max_score - 4
     assert "V-1 wrong classes" in " ".join(c.message for c in result.cells)
+
+
+SMOOTHED_IN_A_WORKER_THREAD = '''
+import concurrent.futures
+
+
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(torch.nn.functional.cross_entropy, logits.reshape(-1, V), target.reshape(-1),
+                           ignore_index=ignore_index, label_smoothing=epsilon).result()
+'''
+
+
+@pytest.mark.slow
+def test_builtin_label_smoothing_in_a_worker_thread_gets_no_points(course):
+    """A red team's way round the guard, graded for real: the built-in's smoothing called from a worker
+    thread took the loss's 4 points; now its cells score 0 and say why, and nothing else is lost."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
+                                                  {"label_smoothed_cross_entropy": SMOOTHED_IN_A_WORKER_THREAD}))
+    assert result.status == "ok", result.status_text
+    assert failed_cells(result) == {"test_label_smoothed_cross_entropy", "test_label_smoothed_cross_entropy_stability"}
+    assert result.score == result.max_score - 4
+    assert "label_smoothing" in " ".join(c.message for c in result.cells)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ tensors and numbers.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import math
@@ -431,10 +432,11 @@ class _CallGuard:
         if self.kernels:
             for func, why in _kernel_functions(self.kernels):  # torch._scaled_dot_product_..., by identity
                 self.builtins.setdefault(id(func), (func, why))
-        self.op_calls = _op_call_codes() if self.kernels else {}
+        self.op_calls = op_call_codes() if self.kernels else {}
         for func, why in _process_starters():  # F6: seen by identity too, where no audit event is raised
             self.builtins.setdefault(id(func), (func, why))
         self.hit: str | None = None
+        self.watchers: list = []  # an exercise's own checks of a call's arguments (watching_calls), in every thread
         self.scripts_refused = False  # TorchScript refused while this guard is on (where PyTorch's entries are forbidden)
         self._modes: list = []
 
@@ -491,14 +493,17 @@ class _CallGuard:
             if found and found[0] is frame.f_code:
                 self._found(found[1])
             if id(frame.f_code) in self.op_calls:  # torch.ops.<namespace>.<kernel>(...)
-                op = frame.f_locals.get("self")
-                why = self._kernel(str(getattr(op, "_qualified_op_name", None) or getattr(op, "_name", "")))
+                why = self._kernel(op_name(frame))
                 if why:
                     self._found(why)
         elif event == "c_call":
             found = self.builtins.get(id(arg))
             if found and found[0] is arg:
                 self._found(found[1])
+        for watcher in self.watchers:
+            why = watcher(frame, event, arg)
+            if why:
+                self._found(why)
 
     def _kernel(self, name: str) -> str | None:
         """The reason a kernel (aten::name, aten.name.overload or its Python name) is forbidden, if it is."""
@@ -616,7 +621,13 @@ def _kernel_functions(kernels: tuple[tuple[str, str], ...]) -> list[tuple[Any, s
     return _KERNEL_FUNCTIONS[kernels]
 
 
-def _op_call_codes() -> dict[int, Any]:
+def op_name(frame) -> str:
+    """The kernel's name (aten::x, or x.overload) in a frame of one of torch.ops' call methods."""
+    op = frame.f_locals.get("self")
+    return str(getattr(op, "_qualified_op_name", None) or getattr(op, "_name", ""))
+
+
+def op_call_codes() -> dict[int, Any]:
     """The code of torch.ops' call methods (torch.ops.aten.x(...) enters one of them)."""
     try:
         from torch._ops import OpOverload, OpOverloadPacket
@@ -721,6 +732,31 @@ _WATCH: list[dict] = []  # the audit hook's state, once the runner installed it
 _ACTIVE_GUARD: list = [None]  # the _CallGuard of the case running now, if any
 
 
+@contextlib.contextmanager
+def watching_calls(watcher):
+    """Let `watcher(frame, event, arg) -> reason or None` (a profile hook's arguments) refuse a call while the
+    case running now is checked, wherever the guard's hook runs: on the checking thread and on every thread
+    the notebook started, before the check or during it (a hook of the exercise's own, set with
+    sys.setprofile, sees the checking thread only: label smoothing computed in a worker thread took full
+    points). With no guard on (an exercise that forbids only the course's reference, which the sandbox leaves to
+    the reference's stub; the trusted process), a guard of its own watches the block."""
+    guard = _ACTIVE_GUARD[0]
+    if guard is None:
+        guard = _CallGuard(())
+        with guard:
+            guard.watchers.append(watcher)
+            yield
+        if guard.hit:  # seen on another thread, or the student's code swallowed the refusal
+            raise ForbiddenCall(guard.hit)
+        return
+    guard.watchers.append(watcher)
+    try:
+        yield
+    finally:
+        if watcher in guard.watchers:
+            guard.watchers.remove(watcher)
+
+
 def _thread_dispatch(frame, event, arg):
     """The profile hook of every thread the notebook starts (threading's, set before any student code):
     it forwards to the guard of the case running, if any. A thread started before a check and handed its
@@ -811,7 +847,7 @@ def _guarded_run(guard: _CallGuard, case: Case, impl):
 def trusted_run(case: Case, impl):
     """`case.run(impl)` for the reference or a catalogued mistake, in the trusted process: one
     thread at a time, warnings silenced."""
-    with TRUSTED_TURN, warnings.catch_warnings(), np.errstate(all="ignore"):
+    with TRUSTED_TURN, warnings.catch_warnings(), np.errstate(all="ignore"), plain_torch_settings():
         warnings.simplefilter("ignore")
         return case.run(impl)
 
@@ -862,7 +898,7 @@ def _explain(mistake: Mistake | None) -> str:
 def cases_of(exercise: Exercise) -> Sequence[Case]:
     """The exercise's cases, drawn from its own stable seed (the same list every call; some seed
     torch to build their modules, so they take the trusted turn)."""
-    with TRUSTED_TURN:
+    with TRUSTED_TURN, plain_torch_settings():
         return exercise.cases(np.random.default_rng(seed_for(exercise.name)))
 
 
@@ -874,7 +910,7 @@ def run_case(exercise: Exercise, case: Case, impl) -> tuple:
     if impl is None:
         return ("missing",)
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
+        with warnings.catch_warnings(), np.errstate(all="ignore"), plain_torch_settings():
             warnings.simplefilter("ignore")
             return ("value", _run_student(exercise, case, impl))
     except NotImplementedError as err:
@@ -883,6 +919,28 @@ def run_case(exercise: Exercise, case: Case, impl) -> tuple:
         return ("forbidden", str(err))
     except Exception as err:  # noqa: BLE001 - any crash is reported to the student
         return ("error", type(err).__name__, str(err)[:2000])
+
+
+@contextlib.contextmanager
+def plain_torch_settings():
+    """PyTorch's process-wide settings as the reference ran with them, for one case: gradients on, inference
+    mode and anomaly detection off, float32 as the default dtype. An honest notebook may change them in a cell
+    of its own (torch.set_default_dtype(torch.float64) built the hidden modules in float64 and failed 24 of 29
+    points of notebook 05); the student's settings come back afterwards."""
+    torch = sys.modules.get("torch")
+    if torch is None:  # nothing of PyTorch's was imported, so nothing was changed
+        yield
+        return
+    dtype, anomaly = torch.get_default_dtype(), torch.is_anomaly_enabled()
+    anomaly_checks_nan = torch.is_anomaly_check_nan_enabled()
+    torch.set_default_dtype(torch.float32)
+    torch.set_anomaly_enabled(False)
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_anomaly_enabled(anomaly, anomaly_checks_nan)
 
 
 def _raised_in(err: BaseException) -> str:

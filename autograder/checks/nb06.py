@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import sys
 
 import numpy as np
 import torch
@@ -41,14 +40,16 @@ from attention_course.positional import PositionalEncoding
 from .core import (
     Case,
     Exercise,
-    ForbiddenCall,
     Mistake,
     flag,
     make_checker,
+    op_call_codes,
+    op_name,
     raises,
     random_state,
     reference_guard,
     variant,
+    watching_calls,
 )
 from .tensors import load_state, torch_attention
 
@@ -145,36 +146,27 @@ def make_masks(src, tgt_in, pad_id):
 
 # --------------------------------------------------------------------------- label smoothing
 class _NoBuiltinLabelSmoothing:
-    """Profile hook: F.cross_entropy (or nn.CrossEntropyLoss) called with label_smoothing > 0 is the
-    built-in this exercise re-implements. Chains to any hook already installed (the honesty guard)."""
+    """A watcher of the case's guard (core.watching_calls, so in every thread the notebook runs): F.cross_entropy
+    (or nn.CrossEntropyLoss) called with label_smoothing > 0 is the built-in this exercise re-implements, and so
+    is its kernel called from anywhere but F.cross_entropy (the kernel's arguments are out of a hook's sight)."""
 
     why = ("it calls torch.nn.functional.cross_entropy with label_smoothing, the built-in this exercise "
            "asks you to write yourself (log_softmax, gather and a mean are all you need)")
 
-    def __enter__(self):
+    def __init__(self):
         # looked up here, in the process that runs the student's code (the cases travel pickled by value)
         self.code = torch.nn.functional.cross_entropy.__code__
-        self.kernel = torch._C._nn.cross_entropy_loss  # what F.cross_entropy calls: from anywhere else, the same
-        self.previous = sys.getprofile()
-        sys.setprofile(self.hook)
-        return self
+        self.kernel = torch._C._nn.cross_entropy_loss  # what F.cross_entropy calls
+        self.op_calls = op_call_codes()  # torch.ops.aten.cross_entropy_loss(...), however its name was spelled
 
-    def __exit__(self, *exc):
-        sys.setprofile(self.previous)
-        return False
-
-    def hook(self, frame, event, arg):
+    def __call__(self, frame, event, arg) -> str | None:
         if event == "call" and frame.f_code is self.code:
-            if _smoothing(frame.f_locals.get("label_smoothing", 0.0)):
-                self._refuse()
-        elif event == "c_call" and arg is self.kernel and frame.f_code is not self.code:
-            self._refuse()  # the kernel called by hand: its arguments are out of a profile hook's sight
-        if self.previous is not None:
-            self.previous(frame, event, arg)
-
-    def _refuse(self):
-        sys.setprofile(self.previous)
-        raise ForbiddenCall(self.why)
+            return self.why if _smoothing(frame.f_locals.get("label_smoothing", 0.0)) else None
+        if event == "c_call" and arg is self.kernel and frame.f_code is not self.code:
+            return self.why
+        if event == "call" and id(frame.f_code) in self.op_calls and "cross_entropy_loss" in op_name(frame):
+            return self.why
+        return None
 
 
 def _smoothing(value) -> bool:
@@ -190,7 +182,7 @@ def _smoothing(value) -> bool:
 
 def _guarded(f, *args):
     """Run the loss under the label-smoothing guard (in the sandbox): the loss as it was returned."""
-    with _NoBuiltinLabelSmoothing():
+    with watching_calls(_NoBuiltinLabelSmoothing()):
         return f(*args)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable, Iterator
 
+from .checks.core import MODEL_LIBRARIES
 from .syntax_trees import in_turn
 
 FORBIDDEN, REVIEW = "forbidden", "review"
@@ -140,6 +141,9 @@ _REFERENCE = ("it uses the course's reference implementation ({ref}), which is t
               "import and write the exercise yourself")
 _GRADER = ("it imports the grader's own code ({path}); a submission may not use the grader: remove it and "
            "write the code yourself")
+_MODEL_LIBRARY = ("it uses {path}, from Hugging Face's transformers: a library of ready-made models whose "
+                  "attention, normalisation layers, masks and losses are what the exercises ask you to write; your "
+                  "{graded} reaches it, so it is not yours: remove it and write that part yourself")
 _SWITCH_OFF = ("it calls {path}, which switches off the grader's check that your code does not call the "
                "built-ins it re-implements; remove it")
 _PRIVATE_TORCH = ("it uses {path}, a private PyTorch function; an instructor will check that it is not a "
@@ -1398,6 +1402,9 @@ def _reachable_hits(rule: Rules, fact: _Fact, exempt: set[str]) -> Iterator[tupl
     if fact.kind == "path" and not fact.binding_only:
         if _private_entry(fact.path):
             yield FORBIDDEN, _PRIVATE.format(path=fact.path)
+            return
+        if fact.path.split(".")[0] in MODEL_LIBRARIES:
+            yield FORBIDDEN, _MODEL_LIBRARY.format(path=fact.path, graded=rule.graded)
             return
         course = fact.path.startswith("attention_course.")  # judged by the reference rule instead
         banned = [] if course else [p for p in fact.path.split(".")[1:] if p in rule.banned]

@@ -3,6 +3,7 @@ reference, other correct answers, the known mistakes, real nbgrader runs, and th
 notebook reads through a window."""
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -102,6 +103,26 @@ def sliding_window_mask_alt(size, window):
 def test_other_correct_implementations_pass(graded, impl):
     for exercise in (e for e in nb08.EXERCISES if e.graded == graded):
         check_exercise(exercise, impl)
+
+
+def _changing_its_callers_tensors(change: str):
+    """The reference with one line more at the top, which changes the caller's q, k, v or mask in place."""
+    source = inspect.getsource(ref.online_softmax_attention).split("\n")
+    body_starts = next(i for i, line in enumerate(source) if line.strip().startswith("T_k ="))
+    source.insert(body_starts, "    " + change)
+    namespace = {"torch": torch, "math": math}
+    exec(compile("\n".join(source), "<student>", "exec"), namespace)
+    return namespace["online_softmax_attention"]
+
+
+@pytest.mark.parametrize("change,exercise", [
+    ("q = q.mul_(1.0 / math.sqrt(q.shape[-1])) * math.sqrt(q.shape[-1])", "online_softmax_attention"),
+    ("mask = None if mask is None else ~mask.logical_not_()", "online_softmax_attention_mask"),
+], ids=["q scaled in place", "mask flipped in place"])
+def test_an_answer_that_changes_its_callers_tensors_in_place_fails(change, exercise):
+    """Every other case hands the function copies, so `q.mul_(scale)` took full points (8 of 8 graded)."""
+    with pytest.raises(CheckFailed, match="unchanged after the call"):
+        nb08.check(exercise, _changing_its_callers_tensors(change))
 
 
 # --------------------------------------------------------------------------- honesty

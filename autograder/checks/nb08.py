@@ -10,7 +10,7 @@ import torch
 from attention_course import long_context as ref
 from attention_course.attention import scaled_dot_product_attention
 
-from .core import Case, Exercise, Mistake, make_checker, raises_value_error, reference_guard, variant
+from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, raises_value_error, reference_guard, variant
 from .tensors import FUSED_ATTENTION, as_float32, causal, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
@@ -58,6 +58,10 @@ def _online_cases(rng):
     v2 = x(10, 3)
     cases.append(Case("every score about -400 (q . k / sqrt(d) far below 0), q [4, 16], k [10, 16], block_size=4",
                       lambda f: f(q2.clone(), k2.clone(), v2.clone(), 4), atol=WIDE_ATOL))
+    # q.mul_(scale) or v /= ... changes the caller's tensors: every other case hands over copies
+    q3, k3, v3 = x(2, 7, 8, scale=1.5), x(2, 10, 8, scale=1.5), x(2, 10, 4)
+    cases.append(keeps_inputs("q [2, 7, 8], k [2, 10, 8], v [2, 10, 4], block_size=3",
+                              lambda f, q, k, v: f(q, k, v, 3), q3, k3, v3))
     return cases
 
 
@@ -81,6 +85,8 @@ def _online_mask_cases(rng):
     cases.append(Case(f"a random mask [{B}, {H}, {T}, {T}] with a fully masked row (it must give zeros, not NaN), "
                       "block_size=4", lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=rand.clone())))
     left = torch.ones(T, T, dtype=torch.bool).tril() & (torch.arange(T) >= 5)[None, :]   # rows 0..4 see nothing
+    cases.append(keeps_inputs(f"q, k [{B}, {H}, {T}, 8], v [{B}, {H}, {T}, 5], a causal mask [{T}, {T}], block_size=4",
+                              lambda f, q, k, v, m: f(q, k, v, 4, mask=m), q, k, v, causal(T)))
     cases.append(Case("causal AND left padding: the first 5 rows may attend to nothing (zeros), the first block is "
                       "masked for every row, block_size=4",
                       lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=left.clone())))

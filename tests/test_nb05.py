@@ -427,6 +427,28 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
     assert all(MEMORY_QUERY in by_cell[cell] for cell in DECODER_CELLS)
 
 
+NO_RESIDUAL_DROPOUT = "no dropout on the sublayers' outputs (before each residual add)"
+
+
+def _answer(nb, grade_id: str) -> str:
+    return next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+@pytest.mark.slow
+def test_nbgrader_layers_without_dropout_on_the_sublayers_outputs_lose_their_points(course):
+    """Dropout only inside attention and the feed-forward (none on each sublayer's output before its residual
+    add) took 29 of 29: every case ran in evaluation mode. Graded for real, with the course's own layers edited."""
+    solved = solved_notebook(course, ASSIGNMENT)
+    without = {cell: re.sub(r"self\.dropout\d\(", "(", _answer(solved, cell)) for cell in ("EncoderLayer", "DecoderLayer")}
+    assert all("dropout1" not in code.split("def forward")[1] for code in without.values())
+    result = autograde(course, ASSIGNMENT, inject(solved, without))
+    failed = failed_cells(result)
+    assert failed == {"test_EncoderLayer", "test_EncoderLayer_norm_first", "test_DecoderLayer",
+                      "test_DecoderLayer_norm_first"}, failed
+    by_cell = {c.grade_id: c.message for c in result.cells}
+    assert all(NO_RESIDUAL_DROPOUT in by_cell[cell] for cell in failed), by_cell
+
+
 @pytest.mark.slow
 def test_nbgrader_future_leaks(course):
     """The two ways to let the decoder see the future — a mask keeping the upper triangle, and a

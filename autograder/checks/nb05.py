@@ -324,9 +324,10 @@ def _no_grad(fn):
         return fn()
 
 
-def _encode(cls, cfg, state, x, mask):
+def _encode(cls, cfg, state, x, mask, training=False):
     d, H, d_ff, p, norm_first = cfg
     layer = _load(cls(d, H, d_ff, dropout=p, norm_first=norm_first), state)
+    layer.train(training)
     with torch.no_grad():
         return layer(x.clone()) if mask is None else layer(x.clone(), mask=mask.clone())
 
@@ -334,6 +335,17 @@ def _encode(cls, cfg, state, x, mask):
 def _cfg_text(name, cfg):
     d, H, d_ff, p, nf = cfg
     return f"{name}(d_model={d}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={nf}) in evaluation mode"
+
+
+_DROP_ALL = ("dropout=1.0 in training mode: every dropout drops everything, so each sublayer's output adds "
+             "nothing to the residual path and the output is {what} (a layer without dropout on each sublayer's "
+             "output, just before it is added to x, adds the last linear layers' biases)")
+
+
+def _drop_all_case(name, norm_first, state, run, shapes, sublayers):
+    what = "x itself" if norm_first else " of ".join(f"norm{i}" for i in range(sublayers, 0, -1)) + "(x)"
+    cfg_text = _cfg_text(name, (16, 4, 32, 1.0, norm_first)).replace(" in evaluation mode", "")
+    return Case(f"{cfg_text}, {shapes}, {_DROP_ALL.format(what=what)}", run)
 
 
 def _encoder_cases(rng, norm_first):
@@ -364,6 +376,10 @@ def _encoder_cases(rng, norm_first):
                       f"x [{B}, {T}, {d}] with padding: your output minus PyTorch's (should be 0)",
                       lambda cls, c=cfg, s=state, x=x, m=keep[:, None, None, :], t=theirs:
                       _encode(cls, c, s, x, m) - t))
+    cfg = (16, 4, 32, 1.0, norm_first)
+    state, x = random_state(ref.EncoderLayer(16, 4, 32, norm_first=norm_first), rng), tensor(rng, 2, 5, 16)
+    cases.append(_drop_all_case("EncoderLayer", norm_first, state, lambda cls, c=cfg, s=state, x=x:
+                                _encode(cls, c, s, x, None, training=True), "x [2, 5, 16], no mask", 2))
     return cases
 
 
@@ -388,9 +404,10 @@ def _encoder_padding_cases(rng):
     return cases
 
 
-def _decode(cls, cfg, state, x, memory, tgt_mask, memory_mask, weights=False):
+def _decode(cls, cfg, state, x, memory, tgt_mask, memory_mask, weights=False, training=False):
     d, H, d_ff, p, norm_first = cfg
     layer = _load(cls(d, H, d_ff, dropout=p, norm_first=norm_first), state)
+    layer.train(training)
     kwargs = {"tgt_mask": tgt_mask.clone()}
     if memory_mask is not None:
         kwargs["memory_mask"] = memory_mask.clone()
@@ -437,6 +454,12 @@ def _decoder_cases(rng, norm_first):
                       "PyTorch's (should be 0)",
                       lambda cls, c=cfg, s=state, x=x, mem=memory, tm=causal, mm=src_keep[:, None, None, :],
                       t=theirs: _decode(cls, c, s, x, mem, tm, mm) - t))
+    cfg = (16, 4, 32, 1.0, norm_first)
+    state = random_state(ref.DecoderLayer(16, 4, 32, norm_first=norm_first), rng)
+    x, memory, causal = tensor(rng, 2, 5, 16), tensor(rng, 2, 6, 16), torch.ones(5, 5, dtype=torch.bool).tril()
+    cases.append(_drop_all_case("DecoderLayer", norm_first, state, lambda cls, c=cfg, s=state, x=x, mem=memory, m=causal:
+                                _decode(cls, c, s, x, mem, m, None, training=True),
+                                "x [2, 5, 16], memory [2, 6, 16], a causal tgt_mask", 3))
     return cases
 
 
@@ -676,6 +699,12 @@ ENCODER_MISTAKES = (
                     (_POST_SA + _IND + _POST_FF,
                      "h = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)[0]))" + _IND
                      + "x = self.norm2(h + self.dropout(self.ff(x)))"))),
+    Mistake("no dropout on the sublayers' outputs (before each residual add)",
+            "the output of each sublayer goes through dropout before it is added back: "
+            "norm1(x + dropout(self_attn(x, ...))) (post-norm), x + dropout(self_attn(norm1(x), ...)) (pre-norm); "
+            "the dropout inside attention and the feed-forward is not the same one",
+            variant(ENCODER_SOURCE, ("x + self.dropout(self.self_attn(", "x + (self.self_attn("),
+                    ("x + self.dropout(self.ff(", "x + (self.ff("))),
     Mistake("norm_first ignored (always post-norm)",
             "with norm_first=True: x = x + self_attn(norm1(x)); x = x + ff(norm2(x))",
             variant(ENCODER_SOURCE, ("if self.norm_first:", "if False:"))),
@@ -750,6 +779,12 @@ DECODER_MISTAKES = (
             "add the sublayer's input back: norm1(x + self_attn(...)) (post-norm), x + self_attn(norm1(x)) (pre-norm)",
             variant(DECODER_SOURCE, ("x = x + self.dropout(sa)", "x = self.dropout(sa)"),
                     ("x = self.norm1(x + self.dropout(sa))", "x = self.norm1(self.dropout(sa))"))),
+    Mistake("no dropout on the sublayers' outputs (before each residual add)",
+            "the output of each sublayer goes through dropout before it is added back: "
+            "norm1(x + dropout(sa)) (post-norm), x + dropout(sa) (pre-norm), and the same for cross-attention "
+            "and the feed-forward; the dropout inside attention and the feed-forward is not the same one",
+            variant(DECODER_SOURCE, ("x + self.dropout(sa)", "x + sa"), ("x + self.dropout(ca)", "x + ca"),
+                    ("x + self.dropout(self.ff(", "x + (self.ff("))),
     Mistake("norm_first ignored (always post-norm)",
             "with norm_first=True each sublayer is x = x + sublayer(norm(x))",
             variant(DECODER_SOURCE, ("if self.norm_first:", "if False:"))),

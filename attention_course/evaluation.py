@@ -39,11 +39,18 @@ def shown(path) -> str:
 
 
 
+def source_limit(model, extra_len: int = 10) -> int:
+    """The most source tokens (end-of-sentence included) `translate_texts` reads of one sentence: the model has
+    positions for `model.positional.pe.size(0)` tokens, and the translation's allowance needs `extra_len` more."""
+    return model.positional.pe.size(0) - extra_len - 1
+
+
 def translate_texts(model, tok, texts, beam_size: int = 1, length_penalty: float = 1.0,
                     max_tokens: int | None = None, device=None, extra_len: int = 10, progress: bool = False,
                     cached: bool = True) -> list[str]:
     """Translate `texts` with greedy decoding (beam_size=1) or beam search; returns detokenized text.
-    Sentences are sorted by length and batched, `max_tokens` source tokens x beam per batch.
+    Sentences are sorted by length and batched, `max_tokens` source tokens x beam per batch. A sentence longer
+    than `source_limit(model)` tokens is cut there, and no translation runs past the model's last position.
     cached=True decodes with a key/value cache (`attention_course.decoding`: the same translations
     as notebook 06's readable decoders, several times faster); cached=False runs those decoders."""
     from tqdm.auto import tqdm
@@ -53,7 +60,8 @@ def translate_texts(model, tok, texts, beam_size: int = 1, length_penalty: float
     was_training = model.training
     model.eval()
     ids = bpe.encode(tok, texts, bos=False, eos=True)
-    max_src = model.positional.pe.size(0) - extra_len - 1
+    max_src = source_limit(model, extra_len)
+    positions = model.positional.pe.size(0)
     ids = [s[:max_src - 1] + [bpe.EOS_ID] if len(s) > max_src else s for s in ids]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[str] = [""] * len(ids)
@@ -72,6 +80,7 @@ def translate_texts(model, tok, texts, beam_size: int = 1, length_penalty: float
         for batch in tqdm(batches, desc="translating", disable=not progress, leave=False):
             src = collate([ids[i] for i in batch], device=device)
             max_len = int(src.size(1) * 1.2) + extra_len     # German runs ~5% longer than English in tokens
+            max_len = min(max_len, positions - 1)             # <bos> and max_len - 1 fed back: positions 0 .. max_len - 1
             if beam_size == 1:
                 hyp = greedy(model, src, max_len, bpe.BOS_ID, bpe.EOS_ID, bpe.PAD_ID)
             else:

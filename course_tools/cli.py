@@ -633,8 +633,9 @@ CORPUS_DESCRIPTIONS = {"multi30k": "about 29,000 captions of photos, Multi30k", 
 
 def _translate(args) -> int:
     """`attn-course translate`: the shipped model on the reader's own sentences, with an honest note."""
+    from attention_course import bpe
     from attention_course.checkpoints import ShippedModelError, load_shipped, models_dir
-    from attention_course.evaluation import translate_texts
+    from attention_course.evaluation import source_limit, translate_texts
     from attention_course.vocabulary_coverage import coverage, coverage_note
 
     sentences = [s.strip() for s in (args.sentences or sys.stdin.read().splitlines()) if s.strip()]
@@ -654,11 +655,17 @@ def _translate(args) -> int:
                                    device=args.device)
     corpus = info.get("train", {}).get("corpus", "")
     trained_on = CORPUS_DESCRIPTIONS.get(corpus, corpus or "its training text")
+    limit = source_limit(model)
     for sentence, translation in zip(sentences, translations, strict=True):
         print(translation, flush=True)
         note = coverage_note(coverage(tok, sentence), trained_on)
         if note:
             print(f"note: {note}", file=sys.stderr, flush=True)
+        tokens = len(bpe.encode(tok, [sentence], bos=False, eos=True)[0])
+        if tokens > limit:
+            print(f"note: this text is {tokens} tokens long and the model reads at most {limit} (it was trained on "
+                  "single captions): only its beginning was translated; give one sentence at a time",
+                  file=sys.stderr, flush=True)
     return 0
 
 

@@ -3,6 +3,7 @@ words the model saw rarely or never (those its BPE vocabulary spells in pieces).
 from __future__ import annotations
 
 import pytest
+import torch
 
 from attention_course import bpe
 from attention_course.checkpoints import models_dir
@@ -76,3 +77,34 @@ def test_nothing_to_translate_says_how(capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert cli.main(["translate"]) == 2
     assert 'attn-course translate "A man is riding a bicycle."' in capsys.readouterr().err
+
+
+def _never_ending_model(vocab: int, positions: int):
+    """A small untrained translator that never says <eos>: every translation runs to the length allowance."""
+    from attention_course.model import ModelConfig, Seq2SeqTransformer
+
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(ModelConfig(vocab, vocab, d_model=16, num_heads=2, num_encoder_layers=1,
+                                           num_decoder_layers=1, d_ff=32, max_len=positions))
+    with torch.no_grad():
+        model.generator.bias[bpe.EOS_ID] = -1e9
+    return model.eval()
+
+
+@pytest.mark.parametrize("beam, cached", [(1, True), (1, False), (3, True), (3, False)])
+def test_a_text_longer_than_the_model_is_cut_and_translated_without_a_crash(tok, beam, cached):
+    """The allowance (1.2 x the source + 10 tokens) ran past the positional table: IndexError."""
+    from attention_course.evaluation import source_limit, translate_texts
+
+    model = _never_ending_model(tok.get_vocab_size(), positions=24)
+    long_text = " ".join(f"{i} dogs," for i in range(40))
+    assert len(bpe.encode(tok, [long_text], bos=False, eos=True)[0]) > source_limit(model)
+    (out,) = translate_texts(model, tok, [long_text], beam_size=beam, cached=cached)
+    assert isinstance(out, str) and out
+
+
+def test_translate_says_when_only_the_beginning_was_translated(capsys):
+    long_text = " ".join(f"{i} dogs," for i in range(300))
+    assert cli.main(["translate", "--greedy", long_text]) == 0
+    err = capsys.readouterr().err
+    assert "the model reads at most 245" in err and "only its beginning was translated" in err, err

@@ -145,6 +145,13 @@ def _sandbox_exercise(ex: Exercise) -> Exercise:
 
 
 # --------------------------------------------------------------------------- the submission
+def _as_typed(source: str) -> str:
+    """A cell's text as typed: an editor's line endings (CRLF, CR), trailing spaces and blank lines at the end
+    change nothing a person wrote (the course's install cell saved on Windows was read as the student's code)."""
+    lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
 def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     """The student's notebook as nbgrader should see it: grade metadata restored from the source
     for the first cell of each known grade_id, dropped from duplicates and unknown ids (so an
@@ -162,7 +169,8 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     seen, output_budget = set(), NOTEBOOK_OUTPUT_LIMIT
     # the course's own install cell, unedited: neither run (it does nothing off Colab) nor read as the
     # student's code (it starts pip); edited, it is the student's code like any other cell
-    provided = {c.source for c in source_nb.cells if c.cell_type == "code" and INSTALL_TAG in c.metadata.get("tags", [])}
+    provided = {_as_typed(c.source) for c in source_nb.cells
+                if c.cell_type == "code" and INSTALL_TAG in c.metadata.get("tags", [])}
     for cell in student_nb.get("cells", []):
         ctype = cell.get("cell_type")
         src = cell.get("source", "")
@@ -182,7 +190,7 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
             seen.add(gid)
             new.metadata["nbgrader"] = dict(source_meta[gid])
             new.metadata["nbgrader"].pop("checksum", None)
-        if ctype == "code" and src in provided and "nbgrader" not in new.metadata:
+        if ctype == "code" and _as_typed(src) in provided and "nbgrader" not in new.metadata:
             new.metadata[PROVIDED] = True
         test_cell = new.metadata.get("nbgrader", {}).get("grade") and not new.metadata["nbgrader"].get("solution")
         if ctype == "code" and not test_cell:  # a test cell shows its verdict only

@@ -122,6 +122,23 @@ def test_the_grader_skips_the_unedited_install_cell_and_reads_an_edited_one_as_t
     assert any(f.cell == 0 and "subprocess" in f.reason for f in honesty.scan(edited.sources, rules))
 
 
+@pytest.mark.parametrize("saved_as", [
+    lambda text: text.replace("\n", "\r\n"),                                # an editor on Windows
+    lambda text: "\n".join(line + "  " for line in text.split("\n")) + "\n\n",  # trailing spaces, a last empty line
+], ids=["CRLF line endings", "trailing whitespace"])
+def test_the_install_cell_saved_with_other_line_endings_is_still_the_courses(saved_as):
+    """An unedited install cell whose lines were only re-ended by an editor was the student's code, and was
+    flagged for review (it starts pip)."""
+    from autograder import trusted
+
+    source = nbformat.read(SOLUTIONS / A01 / f"{A01}.ipynb", as_version=4)
+    student = nbformat.read(REPO / "notebooks" / A01 / f"{A01}.ipynb", as_version=4)
+    [cell] = [c for c in student.cells if colab.is_install_cell(c)]
+    cell.source = saved_as(cell.source)
+    job = trusted.build_job(trusted.normalize_submission(student, source), trusted.test_cells(source))
+    assert not any("google.colab" in s for s in job.sources)
+
+
 def test_a_moved_or_stale_cell_is_replaced_once():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell("x = 1")])
     assert colab.with_install_cell(nb, "old")

@@ -40,9 +40,9 @@ X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other num
 FSCRYPT_IOCTLS = (ord("f") << 8 | 19, ord("f") << 8 | 27)
 
 # classic BPF, as seccomp(2) reads it: seccomp_data is {int nr; u32 arch; u64 ip; u64 args[6]}
-LD_ABS, AND, JEQ, JGE, JGT, RET = 0x20, 0x54, 0x15, 0x35, 0x25, 0x06
+LD_ABS, AND, JEQ, JGE, JGT, JSET, RET = 0x20, 0x54, 0x15, 0x35, 0x25, 0x45, 0x06  # JSET: jump when A & k
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
-ARCH, NR, ARG1_LOW = 4, 0, 24  # offsets in seccomp_data (little-endian: an argument's low half first)
+ARCH, NR, ARG0_LOW, ARG1_LOW, ARG2_LOW = 4, 0, 16, 24, 32  # offsets in seccomp_data (an argument's low half first)
 
 
 class SockFilter(ctypes.Structure):  # struct sock_filter: one classic BPF instruction
@@ -109,6 +109,12 @@ def _program(arch: int, add_key: int, request_key: int, keyctl: int, ioctl: int)
         ("label", "allow"), ("return", RET_ALLOW),
         ("label", "other ABI"), ("return", RET_ERRNO | ENOSYS),
     ]
+    return _assemble(labelled)
+
+
+def _assemble(labelled: list[tuple]) -> list[tuple[int, int, int, int]]:
+    """Classic BPF from steps with named jump targets: ("load", offset), ("and", k), ("return", k), ("label", name)
+    and ("if ==" | "if >=" | "if >" | "if &", k, target if true, target if false), None = the next step."""
     at, count, program = {}, 0, []
     for step in labelled:  # where each label lands
         if step[0] == "label":
@@ -126,7 +132,7 @@ def _program(arch: int, add_key: int, request_key: int, keyctl: int, ioctl: int)
         elif step[0] == "return":
             program.append((RET, 0, 0, step[1]))
         else:
-            code = {"if ==": JEQ, "if >=": JGE, "if >": JGT}[step[0]]
+            code = {"if ==": JEQ, "if >=": JGE, "if >": JGT, "if &": JSET}[step[0]]
             true, false = (0 if target is None else at[target] - here for target in step[2:4])
             program.append((code, true, false, step[1]))
     return program
@@ -139,8 +145,11 @@ NOTEBOOK_REFUSED = {"x86_64": (112, 319, 447, 29), "aarch64": (157, 279, 447, 19
 # unshare, clone, clone3: a new user namespace is refused to the notebook (below)
 NAMESPACE_CALLS = {"x86_64": (272, 56, 435), "aarch64": (97, 220, 435), "riscv64": (97, 220, 435)}
 CLONE_NEWUSER = 0x10000000
-JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K: jump when A & k
-ARG0_LOW = 16  # offset of the first argument's low half in seccomp_data
+
+
+# setsockopt, by platform.machine(), and the options on SOL_SOCKET that size a socket's buffers
+SETSOCKOPT = {"x86_64": 54, "aarch64": 208, "riscv64": 208}
+SOL_SOCKET, BUFFER_OPTIONS = 1, (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 
 
 def deny_to_notebook() -> str:
@@ -154,23 +163,41 @@ def deny_to_notebook() -> str:
     - a new user namespace (unshare or clone with CLONE_NEWUSER: EPERM; clone3, whose flags a filter cannot
       read, ENOSYS, and the C library falls back to clone, as under Docker's default profile): the kernel
       counts user namespaces per uid, and a red team's notebook held the grader's whole quota, so that
-      classmates' sandboxes could not start (their grades became the grader's incidents)."""
+      classmates' sandboxes could not start (their grades became the grader's incidents);
+    - a socket's buffer made larger (setsockopt SO_SNDBUF / SO_RCVBUF and their FORCE forms answer success
+      and change nothing): what a socket holds in the kernel is in no process's memory, and the ordinary
+      user's memory watch counts each of the sandbox's sockets at the default buffer's size (memwatch.py);
+      a red team's sockets of 8 MiB each held the machine's memory unseen until the grader was OOM-killed."""
     if not sys.platform.startswith("linux") or platform.machine() not in NOTEBOOK_REFUSED:
         return ""  # another kernel, or an architecture not numbered here: nothing refused
-    arch = KEY_SYSCALLS[platform.machine()][0]
-    setsid, memfd, secret, shmget = NOTEBOOK_REFUSED[platform.machine()]
-    unshare, clone, clone3 = NAMESPACE_CALLS[platform.machine()]
-    program = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, 8, arch),        # 0-1: another ABI: left to the keyring filter
-               (LD_ABS, 0, 0, NR), (JEQ, 10, 0, setsid),        # 2-3: -> EPERM
-               (JEQ, 10, 0, memfd), (JEQ, 9, 0, secret), (JEQ, 8, 0, shmget), (JEQ, 7, 0, clone3),  # 4-7: -> ENOSYS
-               (JEQ, 2, 0, unshare), (JEQ, 1, 0, clone),        # 8-9: -> the flags, at 11
-               (RET, 0, 0, RET_ALLOW),                          # 10
-               (LD_ABS, 0, 0, ARG0_LOW), (JSET, 1, 0, CLONE_NEWUSER),  # 11-12: a new user namespace -> EPERM
-               (RET, 0, 0, RET_ALLOW),                          # 13
-               (RET, 0, 0, RET_ERRNO | EPERM), (RET, 0, 0, RET_ERRNO | ENOSYS)]  # 14, 15
-    filters = (SockFilter * len(program))(*(SockFilter(*instruction) for instruction in program))
+    filters = (SockFilter * len(program := _notebook_program(platform.machine())))(
+        *(SockFilter(*instruction) for instruction in program))
     libc = ctypes.CDLL(None, use_errno=True)
     return _deny(libc, SockFprog(len(program), filters), filters)
+
+
+def _notebook_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """deny_to_notebook's filter, as classic BPF (another ABI's calls are left to the keyring filter)."""
+    arch = KEY_SYSCALLS[machine][0]
+    setsid, memfd, secret, shmget = NOTEBOOK_REFUSED[machine]
+    unshare, clone, clone3 = NAMESPACE_CALLS[machine]
+    sndbuf, rcvbuf, sndbuf_force, rcvbuf_force = BUFFER_OPTIONS
+    return _assemble([
+        ("load", ARCH), ("if ==", arch, None, "allow"),
+        ("load", NR), ("if ==", setsid, "EPERM", None),
+        ("if ==", memfd, "ENOSYS", None), ("if ==", secret, "ENOSYS", None), ("if ==", shmget, "ENOSYS", None),
+        ("if ==", clone3, "ENOSYS", None),
+        ("if ==", unshare, "flags", None), ("if ==", clone, "flags", None),
+        ("if ==", SETSOCKOPT[machine], "socket option", "allow"),
+        ("label", "flags"), ("load", ARG0_LOW), ("if &", CLONE_NEWUSER, "EPERM", "allow"),
+        ("label", "socket option"), ("load", ARG1_LOW), ("if ==", SOL_SOCKET, None, "allow"),
+        ("load", ARG2_LOW), ("if ==", sndbuf, "unchanged", None), ("if ==", rcvbuf, "unchanged", None),
+        ("if ==", sndbuf_force, "unchanged", None), ("if ==", rcvbuf_force, "unchanged", "allow"),
+        ("label", "allow"), ("return", RET_ALLOW),
+        ("label", "unchanged"), ("return", RET_ERRNO | 0),  # errno 0: the call answers success, having done nothing
+        ("label", "EPERM"), ("return", RET_ERRNO | EPERM),
+        ("label", "ENOSYS"), ("return", RET_ERRNO | ENOSYS),
+    ])
 
 
 def _deny(libc, fprog: SockFprog, filters) -> str:

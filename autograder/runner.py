@@ -103,6 +103,7 @@ def main() -> int:
     # A kernel without seccomp filters (close_keyrings accepts its new keyring alone there) loses only these
     # guards of the CPU's fair share and of memory outside any mapping, not a grade: the notebook runs.
     deny_to_notebook()
+    _limit_open_files()
     if refusal:
         send(out_fd, b"X", 0, refusal.encode())
         os._exit(3)
@@ -230,6 +231,19 @@ def _self_check(expect: dict) -> str:
         except (OSError, ValueError) as err:
             return f"the sandbox could not limit its processes ({err})"
     return ""
+
+
+OPEN_FILES = 4096  # a notebook's files and sockets per process: each socket holds kernel memory (memwatch.py)
+
+
+def _limit_open_files() -> None:
+    """At most OPEN_FILES open per process, for good (soft and hard): the memory watch counts a socket at its
+    buffer's size, and the sockets a process can open are what it must read each time it looks."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 _ABSENT = object()

@@ -263,6 +263,78 @@ def test_a_notebooks_processes_together_stay_within_its_memory(class_folder, who
         assert "HELD" in messages, found  # the cell that set HELD never finished
 
 
+HOLD_SOCKETS = '''import os, socket, time
+HELD = []  # per child: True when it held its sockets to the end
+children = []
+for _ in range(4):  # four processes, each 1,300 socket pairs with both buffers full: about 2.5 GiB in all, held in
+    pid = os.fork()  # the kernel (no process's memory), past the sandbox's 1 GiB
+    if pid == 0:
+        pairs = []
+        for _ in range(1300):
+            ends = socket.socketpair()
+            for end in ends:
+                end.setblocking(False)
+                try:
+                    while True:
+                        end.send(b"x" * 65536)
+                except BlockingIOError:
+                    pass
+            pairs.append(ends)
+        time.sleep(12)
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    HELD.append(os.waitpid(pid, 0)[1] == 0)
+'''
+
+
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_memory_held_in_socket_buffers_counts_against_the_notebook(class_folder, who):
+    """Kernel memory in sockets' buffers is in no process's PSS: four processes' socket pairs held 2.5 GiB in a
+    sandbox of 1 GiB unseen by the ordinary user's watch (a red team's, at 8 MiB a socket, had the grader
+    OOM-killed). As root the memory cgroup counts them; as an ordinary user the watch reads the sandbox's socket
+    tables and stops it at that cell. A classmate checked meanwhile keeps 17."""
+    user = _grader(who)
+    if not kind_works("bubblewrap", user):
+        pytest.skip("bubblewrap does not start here")
+    folder, paths = class_folder
+    attack = json.loads(paths["solved"].read_text())
+    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "source": HOLD_SOCKETS,
+                               "outputs": [], "execution_count": None})
+    for cell in attack["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+            cell["source"] = REPORT_HELD
+    hostile = _hostile_copy(folder, f"sockets-{who}", attack)
+    found = run_as(user, f"""
+    import threading, time
+    from pathlib import Path
+    from autograder.selfcheck import prepare, self_check
+    from autograder.settings import GiB, Limits
+    limits = Limits(memory_bytes=1 * GiB)
+    prepare("01_similarity_attention")
+    out = {{}}
+    def check(name, path):
+        result, _ = self_check(Path(path), limits=limits)
+        messages = " ".join(c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows"))
+        out[name] = [result.score, result.status.value, result.detail[:400], messages[:1000]]
+    attacker = threading.Thread(target=check, args=("hostile", {str(hostile)!r}))
+    attacker.start()
+    time.sleep(4)
+    honest = threading.Thread(target=check, args=("honest", {str(paths['solved'])!r}))
+    honest.start()
+    for t in (attacker, honest):
+        t.join()
+    print(json.dumps(out))
+    """)
+    assert found["honest"][:2] == [17, "ok"], found
+    _, status, detail, messages = found["hostile"]
+    held = re.search(r"held=(\d)", messages)
+    if held:  # the cell ran to its end: the kernel kept the sum within the limit by killing children
+        assert int(held.group(1)) <= 1, found
+    else:  # stopped at that cell: by the memory cgroup (root), by the grader's watch, which says why (ordinary user)
+        assert status == "memory" and (who == "me" or "sockets' buffers" in detail), found
+
+
 SIZES = '''
 import subprocess, tempfile
 from pathlib import Path
@@ -532,6 +604,14 @@ try:  # memory in no process's mapping: a memfd, and a SysV segment, that the me
     _found["memfd"] = "ran"
 except OSError as _err:
     _found["memfd"] = errno.errorcode.get(_err.errno, "?")
+_sock = socket.socket(socket.AF_UNIX)  # a larger buffer than the memory watch counts a socket at: nothing changes
+_default = _sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+_found["socket_buffers"] = [_default, _sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                            _sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)]
+_found["open_files"] = __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)
+_sock.close()
 _sysv = ctypes.CDLL(None, use_errno=True)
 _found["shmget"] = "ran" if _sysv.shmget(0, 1 << 20, 0o1600) >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 # a new user namespace: the kernel counts them per uid, and a notebook holding the quota stopped classmates' sandboxes
@@ -680,6 +760,9 @@ def test_no_way_out_through_sockets_keyrings_or_proc_and_loopback_works(class_fo
     assert found["setsid"] == "EPERM", found  # the run's processes stay in its one session (one autogroup)
     assert found["memfd"] == found["shmget"] == "ENOSYS", found  # no memory outside every process's mapping
     assert found["unshare_user"] == "EPERM" and found["thread"] == "ran", found  # no user namespace; threads run
+    default, sndbuf, rcvbuf = found["socket_buffers"]
+    assert sndbuf == default and rcvbuf <= 2 * default, found  # buffers stay the size the memory watch counts
+    assert found["open_files"] == [4096, 4096], found
     assert found["pid1"] == ["2"], found  # the sandbox's PID 1 is filtered too ...
     assert found["ptrace_pid1"] == "EPERM" and found["pid1_mem"] == "PermissionError", found  # ... and out of reach
     assert found["/proc/sysrq-trigger"] != "writable" and found["/proc/irq/default_smp_affinity"] != "writable", found

@@ -200,6 +200,32 @@ def test_stub_is_reported_as_not_attempted():
         nb03.check("merge_heads", merge_heads)
 
 
+BEGUN_MHA = """
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, key_dim=None, value_dim=None, dropout=0.0, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=bias)
+                                                                for _ in range(4))
+
+    def forward(self, query, key=None, value=None, mask=None):
+        raise NotImplementedError()
+"""
+
+
+def test_a_class_begun_but_not_finished_is_told_which_method_is_left():
+    """__init__ written, forward still the stub: "not attempted yet" told a student who had begun that they had
+    not; the message names the method left to write."""
+    namespace = {"nn": nn}
+    exec(compile(BEGUN_MHA, "<student cell>", "exec"), namespace)  # defined at top level, as in a notebook
+    MultiHeadAttention = namespace["MultiHeadAttention"]
+    with pytest.raises(CheckFailed) as failed:
+        nb03.check("MultiHeadAttention", MultiHeadAttention)
+    message = str(failed.value)
+    assert "not finished yet: its method `forward` still raises NotImplementedError" in message, message
+    assert "not attempted" not in message, message
+
+
 # --------------------------------------------------------------------------- verdicts are decided by the grader
 # In grading a case runs in the sandbox, in the student's process; a verdict computed there with
 # torch.allclose would be the student's to decide (they can monkeypatch it). The dropout case now

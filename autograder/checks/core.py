@@ -1099,6 +1099,10 @@ def _not_written(name: str, where: str) -> str:
                 f"write {where.split('.')[0]} too.")
     if where.startswith("_"):
         return (f"{name} raised NotImplementedError (in `{where}`): is a method missing, e.g. `forward`?")
+    if where and where not in (name, f"{name}.__init__"):  # a class begun: __init__ written, this method not yet
+        method = where[len(name) + 1:]
+        return (f"{name}: not finished yet: its method `{method}` still raises NotImplementedError. "
+                f"Replace the `raise NotImplementedError()` in {method} with your code.")
     return (f"{name}: not attempted yet (it still raises NotImplementedError). "
             f"Replace `raise NotImplementedError()` with your code.")
 

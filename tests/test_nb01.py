@@ -214,6 +214,18 @@ def test_nbgrader_softmax_mistakes(course):
 
 
 @pytest.mark.slow
+def test_nbgrader_a_crash_says_which_line_of_the_notebook_raised_it(course):
+    """Graded for real: the crash's message names the student's helper and its line as the cell shows it (two header
+    lines, then the code), not the graded function alone."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT), {
+        "softmax": "def shifted(x, axis):\n    return x - x.max(axis=axis, keepdims=True)[100]\n\n\n"
+                   "def softmax(x, axis=-1):\n    e = np.exp(shifted(x, axis))\n    return e / e.sum(axis=axis, keepdims=True)\n"}))
+    message = next(c.message for c in result.cells if c.grade_id == "test_softmax")
+    assert "softmax raised IndexError" in message, message
+    assert "raised at: `shifted`, line 4 of its cell: return x - x.max(axis=axis, keepdims=True)[100]" in message, message
+
+
+@pytest.mark.slow
 def test_nbgrader_a_star_imported_library_softmax(course):
     """Through real nbgrader: the softmax cells fail with the reason, not "nothing named softmax"."""
     result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),

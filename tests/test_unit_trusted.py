@@ -109,6 +109,25 @@ VERDICTS = {
 }
 
 
+def test_a_crash_names_the_line_of_the_notebook_it_came_from():
+    """A crash in a helper the graded function calls was told as the graded function's alone; the message now
+    says where in the notebook's own code it was raised (cells are compiled under IPython's names for them)."""
+    import linecache
+
+    namespace = core._default_namespace()
+    for number, source in enumerate(["def helper(x):\n    total = x.sum()\n    return x[100] / total\n",
+                                     "def softmax(x, axis=-1):\n    return helper(x)\n"]):
+        filename = f"<ipython-input-{number}-0123abcd>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # as IPython does
+        exec(compile(source, filename, "exec"), namespace)
+    exercise = nb01.check.exercises["softmax"]
+    case = core.cases_of(exercise)[0]
+    outcome = core.run_case(exercise, case, namespace["softmax"])
+    assert outcome[0] == "error" and outcome[3] == "`helper`, line 3 of its cell: return x[100] / total", outcome
+    message = core.judge(exercise, case, outcome)
+    assert "\n  raised at: `helper`, line 3 of its cell: return x[100] / total\n  on: " in message, message
+
+
 @pytest.mark.parametrize("name", VERDICTS)
 def test_a_verdict_is_formed_from_the_outcomes(name):
     make, cause, mistake, words = VERDICTS[name]

@@ -939,8 +939,9 @@ def cases_of(exercise: Exercise) -> Sequence[Case]:
 
 def run_case(exercise: Exercise, case: Case, impl) -> tuple:
     """Run one case on the student's implementation -> an outcome the judge can read:
-    ("value", output) | ("missing",) | ("notimpl", where) | ("forbidden", why) | ("error", type, message),
-    where `where` is the qualified name of the function that raised NotImplementedError.
+    ("value", output) | ("missing",) | ("notimpl", where) | ("forbidden", why) | ("error", type, message, site),
+    where `where` is the qualified name of the function that raised NotImplementedError and `site` the line of
+    the notebook's own code a crash came from ('' when none of it is on the traceback).
     This is the only part that runs student code; in the grader it runs inside the sandbox."""
     if impl is None:
         return ("missing",)
@@ -953,7 +954,7 @@ def run_case(exercise: Exercise, case: Case, impl) -> tuple:
     except ForbiddenCall as err:
         return ("forbidden", str(err))
     except Exception as err:  # noqa: BLE001 - any crash is reported to the student
-        return ("error", type(err).__name__, str(err)[:2000])
+        return ("error", type(err).__name__, str(err)[:2000], crash_site(err))
 
 
 @contextlib.contextmanager
@@ -976,6 +977,39 @@ def plain_torch_settings():
     finally:
         torch.set_default_dtype(dtype)
         torch.set_anomaly_enabled(anomaly, anomaly_checks_nan)
+
+
+def _in_a_cell(filename: str) -> bool:
+    """Whether code came from a notebook cell: IPython's name for a cell (the grader's runner), or ipykernel's
+    file of one (a check the student runs in Jupyter)."""
+    return filename.startswith("<ipython-input-") or os.path.basename(os.path.dirname(filename)).startswith("ipykernel_")
+
+
+def crash_site(err: BaseException) -> str:
+    """Where in the notebook's own code `err` was raised: the deepest frame of a cell's code, as "`function`, line
+    N of its cell: the line" ('' when no cell's code is on the traceback). A crash in make_masks, called by the
+    student's greedy_decode, was told as greedy_decode's alone."""
+    import linecache
+
+    tb, found = err.__traceback__, None
+    while tb is not None:
+        if _in_a_cell(tb.tb_frame.f_code.co_filename):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code = found.tb_frame.f_code
+    name = str(getattr(code, "co_qualname", code.co_name))
+    text = " ".join(linecache.getline(code.co_filename, found.tb_lineno).split())
+    where = f"line {found.tb_lineno} of a cell" if name == "<module>" else f"`{name}`, line {found.tb_lineno} of its cell"
+    return (where + (f": {text[:200]}" if text else ""))[:300]
+
+
+def crash_site_of(outcome) -> str:
+    """The site an ("error", ...) outcome names, as one line ('' when absent). Sent by the sandbox: it only
+    shapes the student's message about their own code, and never earns a point."""
+    site = outcome[3] if isinstance(outcome, tuple) and len(outcome) > 3 else ""
+    return " ".join(site.split())[:300] if isinstance(site, str) else ""
 
 
 def _raised_in(err: BaseException) -> str:
@@ -1113,7 +1147,9 @@ def _crash_failure(exercise: Exercise, case: Case, outcome: tuple) -> Failure:
     mistake = diagnose_crash(exercise, case, outcome[1], outcome[2])
     summary = state_dict_summary(name, outcome[2], known_cause=mistake is not None)
     head = summary if summary else f"{name} raised {outcome[1]}: {outcome[2]}"
-    return Failure(f"{head}\n  on: {case.description}" + _explain(mistake), mistake.name if mistake else "")
+    site = crash_site_of(outcome)
+    where = f"\n  raised at: {site}" if site else ""
+    return Failure(f"{head}{where}\n  on: {case.description}" + _explain(mistake), mistake.name if mistake else "")
 
 
 def _value_failure(exercise: Exercise, case: Case, outcome: tuple, expected) -> Failure | None:

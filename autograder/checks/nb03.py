@@ -530,6 +530,17 @@ MHA_MISTAKES = (
         _, w = _attend(q, k, v, None if mask is None else ~mask)
         out = self.dropout(w) @ v
 """)),
+    Mistake("a large negative number (-1e9) instead of -inf: fully masked rows become uniform",
+            "-1e9 is fine for a row with an allowed key, but a row with none becomes a uniform average of every "
+            "key; fill with float('-inf') and set the weights of a row with no allowed key to 0 (notebook 02's "
+            "scaled_dot_product_attention does both)",
+            _mha(attention="""\
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.dk)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -1e9)
+        w = torch.softmax(scores, dim=-1)
+        out = self.dropout(w) @ v
+""")),
     Mistake("value defaults to the query instead of the key",
             "value defaults to *key* (which itself defaults to query): mha(x, memory) attends over memory's values",
             _mha(defaults="""\

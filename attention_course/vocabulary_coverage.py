@@ -19,7 +19,8 @@ class Coverage:
     """The words of one sentence, and those the vocabulary does not hold whole."""
 
     words: tuple[str, ...]
-    in_pieces: tuple[tuple[str, tuple[str, ...]], ...]  # (word, its subword pieces)
+    in_pieces: tuple[tuple[str, tuple[str, ...]], ...]  # (word, its subword pieces), as the reader wrote them
+    unknown: tuple[str, ...] = ()  # characters the vocabulary has no token for at all (<unk>), as written
 
     @property
     def share_in_pieces(self) -> float:
@@ -31,21 +32,25 @@ class Coverage:
 
 
 def coverage(tok: Tokenizer, text: str) -> Coverage:
-    """Group `text`'s tokens by word; a word (with at least one letter) in more than one token is in pieces."""
+    """Group `text`'s tokens by word; a word (with at least one letter) in more than one token is in pieces.
+    Words and pieces are quoted from `text` itself (by the tokens' offsets), so a character the vocabulary lacks
+    shows as the reader wrote it, not as <unk>."""
     enc = tok.encode(text, add_special_tokens=False)
-    groups: dict[int, list[str]] = {}
-    for token, word_id in zip(enc.tokens, enc.word_ids, strict=True):
+    unk = tok.token_to_id("<unk>")
+    groups: dict[int, list[tuple[int, int, bool]]] = {}
+    for word_id, (start, end), token_id in zip(enc.word_ids, enc.offsets, enc.ids, strict=True):
         if word_id is not None:
-            groups.setdefault(word_id, []).append(token)
-    words, in_pieces = [], []
-    for tokens in groups.values():
-        word = "".join(tokens).replace("\u2581", "")
+            groups.setdefault(word_id, []).append((start, end, token_id == unk))
+    words, in_pieces, unknown = [], [], []
+    for spans in groups.values():
+        unknown += [c for c in (text[s:e].strip() for s, e, is_unk in spans if is_unk) if c and c not in unknown]
+        word = text[min(s for s, _, _ in spans):max(e for _, e, _ in spans)].strip()
         if not any(ch.isalpha() for ch in word):
-            continue  # punctuation, numbers: not words the note is about
+            continue  # punctuation, numbers, emoji: not words the note is about
         words.append(word)
-        if len(tokens) > 1:
-            in_pieces.append((word, tuple(t.replace("\u2581", "") for t in tokens)))
-    return Coverage(tuple(words), tuple(in_pieces))
+        if len(spans) > 1:
+            in_pieces.append((word, tuple(p for p in (text[s:e].strip() for s, e, _ in spans) if p)))
+    return Coverage(tuple(words), tuple(in_pieces), tuple(unknown))
 
 
 def coverage_note(cov: Coverage, trained_on: str) -> str:
@@ -55,6 +60,8 @@ def coverage_note(cov: Coverage, trained_on: str) -> str:
     listed = ", ".join(f"{word} ({' '.join(pieces)})" for word, pieces in cov.in_pieces)
     note = (f"{len(cov.in_pieces)} of {len(cov.words)} words are not in the model's vocabulary as whole words, "
             f"so it saw them rarely or never: {listed}.")
+    if cov.unknown:
+        note += f" It has no token at all for {', '.join(cov.unknown)}: each reaches it as the same unknown token."
     if cov.far:
         note += (f" This sentence is far from what the model learned from ({trained_on}); expect a rough "
                  "translation.")

@@ -44,6 +44,15 @@ def test_one_rare_word_is_named_without_calling_the_sentence_far(tok):
     assert "xylophone" in note and "far from" not in note
 
 
+def test_characters_the_vocabulary_lacks_are_shown_as_written_not_as_unk(tok):
+    """The note quoted the tokenizer's <unk> where the reader had written Ñ; words and pieces come from the
+    reader's own text, and characters with no token at all are named."""
+    cov = coverage(tok, "A man plays the ukulele near a Ñandú 🎸.")
+    assert ("Ñandú", ("Ñ", "and", "ú")) in cov.in_pieces and set(cov.unknown) == {"Ñ", "ú", "🎸"}, cov
+    note = coverage_note(cov, "captions")
+    assert "<unk>" not in note and "ukulele (uk ule le)" in note and "no token at all for Ñ, ú, 🎸" in note, note
+
+
 def test_translate_prints_one_line_per_sentence_and_the_note_on_stderr(capsys):
     assert cli.main(["translate", CAPTION, RUNNING_EXAMPLE]) == 0
     out, err = capsys.readouterr()

@@ -160,6 +160,9 @@ def load_shipped(name: str, device=None, models: Path | None = None):
     """(model, tokenizer, config dict, summary dict, history list) of the shipped model `name`, after
     checking every file against models/SHA256SUMS."""
     models = Path(models) if models is not None else models_dir()
+    if not (models / SUMS).is_file():
+        raise ShippedModelError(f"{models} holds no shipped models (no {SUMS} there): give the course's models "
+                                "folder, or leave --models out")
     folder, sums = models / name, _read_sums(models)
     for file in SHIPPED_FILES:
         path, expected = folder / file, sums.get(f"{name}/{file}")

@@ -44,9 +44,17 @@ def init_distributed(device: torch.device | None = None) -> Distributed:
 
 def pick_device(device: str | None = None, dist: Distributed = Distributed()) -> torch.device:
     """The device asked for, else CUDA when available, else the CPU. A CUDA device always carries its
-    index ("cuda" -> "cuda:0"): `torch.cuda.set_device` refuses one without."""
+    index ("cuda" -> "cuda:0"): `torch.cuda.set_device` refuses one without. A device this machine cannot
+    give is a ValueError that says so (it was PyTorch's AssertionError, deep in a traceback)."""
     if device:
-        chosen = torch.device(device)
+        try:
+            chosen = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"--device {device}: not a device PyTorch knows; give cpu, cuda or cuda:N "
+                             "(or leave it out: a GPU when there is one, else the CPU)") from None
+        if chosen.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: this PyTorch sees no CUDA GPU (a CPU-only build, or no NVIDIA "
+                             "driver); leave --device out to run on the CPU")
     elif torch.cuda.is_available():
         chosen = torch.device("cuda")
     else:

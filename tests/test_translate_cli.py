@@ -74,6 +74,10 @@ def test_translate_reads_standard_input_and_decodes_greedily(capsys, monkeypatch
 @pytest.mark.parametrize("argv, says", [
     (["translate", "--model", "nope.en-de", "x"], "is 'nope.en-de' a shipped model? Shipped: cpu-hour.en-de, gpu.en-de"),
     (["translate", "--beam", "0", "x"], "--beam 0: the beam size is 1 (greedy) or more"),
+    (["translate", "--models", "/no/such/folder", "x"], "/no/such/folder holds no shipped models (no SHA256SUMS"),
+    (["translate", "--device", "gpu", "x"], "--device gpu: not a device PyTorch knows; give cpu, cuda or cuda:N"),
+    pytest.param(["translate", "--device", "cuda", "x"], "--device cuda: this PyTorch sees no CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")),
 ])
 def test_bad_arguments_say_what_to_do(capsys, argv, says):
     assert cli.main(argv) == 2

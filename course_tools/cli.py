@@ -1043,6 +1043,18 @@ TRAIN_CONFIGS = ("gpu", "gpu-wide", "cpu", "cpu-hour", "quick", "toy")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`attn-course`: the exit status of the command. A reader that stops early (`attn-course check NB | head -1`)
+    ends it quietly, as it ends any Unix tool (status 141, as after SIGPIPE): it printed a BrokenPipeError traceback."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit: where a closed pipe can still be answered
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to the closed pipe at exit
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     from attention_course.paths import CourseNotFound
 
     group_readable_umask()

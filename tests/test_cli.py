@@ -579,3 +579,17 @@ def test_every_refusal_reads_as_an_error_with_exit_2(monkeypatch, capsys, refusa
     _grade_raises(monkeypatch, refusal)
     assert cli.main(["grade", "somewhere", "--out", "elsewhere"]) == 2
     assert capsys.readouterr().err == f"attn-course grade: error: {refusal}\n"
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """`attn-course check NB | head -1` printed a BrokenPipeError traceback once head had its line: a command
+    whose output pipe is closed now ends as a Unix tool does (status 141, nothing on standard error)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "course_tools.cli", "translate", "--greedy", "A dog runs."],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=300)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr

@@ -242,13 +242,24 @@ _PIP_INSTALL_NAMES = re.compile(r"^(pip3?|python3?\s+-m\s+pip)\s+install"
                                 r"(\s+[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[A-Za-z0-9_,\-]+\])?(==[A-Za-z0-9_.]+)?)+$")
 
 
+_FILTERS = {"head", "tail", "grep", "sort", "uniq", "wc", "cut"}  # after a pipe: they read what comes in, write nothing
+
+
 def _reads_only(command: str) -> bool:
-    """Whether a shell line only reads: one command from _LOOKING (or pip list/show/freeze), with no
-    redirection, pipe, chaining, substitution or Python variable expansion."""
+    """Whether a shell line only reads: a command from _LOOKING (or pip list/show/freeze), perhaps piped into
+    filters that only read (`!pip list | grep torch`, `!nvidia-smi | head`), with no redirection, chaining,
+    substitution or Python variable expansion. `env` only bare: with arguments it runs a command of its own."""
     command = command.strip()
-    if not command or re.search(r"[>|;&`$<{]", command):
+    if not command or "||" in command or re.search(r"[>;&`$<{]", command):
         return False
-    return command.split()[0] in _LOOKING or bool(_LOOKING_PIP.match(command) or _PIP_INSTALL_NAMES.match(command))
+    first, *filters = [stage.strip() for stage in command.split("|")]
+    if not first or not all(stage and stage.split()[0] in _FILTERS for stage in filters):
+        return False
+    if filters and _PIP_INSTALL_NAMES.match(first):
+        return False
+    name = first.split()[0]
+    looking = name in _LOOKING and (name != "env" or first == name)
+    return looking or bool(_LOOKING_PIP.match(first) or _PIP_INSTALL_NAMES.match(first))
 
 
 def _strip_options(rest: str) -> str:

@@ -248,6 +248,18 @@ def test_the_course_notebooks_read_whole_give_only_the_grader_imports(path):
     assert all("grader's own code (autograder" in f.reason for f in findings), findings
 
 
+def test_a_look_piped_into_a_filter_is_no_finding_but_env_running_a_command_is_left_to_a_person():
+    """`!pip list | head` was flagged for review (any pipe was); a pipe into filters that only read is a look.
+    `env` with arguments runs a command (`!env python -c ...` could write a module the notebook imports), which
+    passed as a look."""
+    looks = ["!pip list | head", "!pip list | grep -i torch", "!nvidia-smi | head -5", "!ls -la | sort | wc -l",
+             "!printenv HOME", "!env"]
+    assert [(c, scan([c], rules())) for c in looks if scan([c], rules())] == []
+    for hidden in ("!env python -c 'open(\"helpers.py\", \"w\").write(\"x = 1\")'", "!pip list | tee helpers.py",
+                   "!cat notes.txt | python", "!ls || touch helpers.py", "!pip install x | head"):
+        assert [f.severity for f in scan([hidden], rules())] == [REVIEW], hidden
+
+
 def test_a_colab_students_own_cells_are_not_flagged():
     """Colab users add `!pip install NAME` cells and mount their Drive: packages by name from the index and
     the platform's own module are nothing the notebook wrote. An install from a path, a URL or a requirements

@@ -21,6 +21,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -360,6 +361,10 @@ def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
             if c.message:  # why it failed; for a passed cell, a note (a failed dependency was replaced)
                 text = c.message.replace("\n", "\n        ")
                 lines.append(f"        {c.grade_id}: {'' if c.score < c.max_score else 'passed; '}{text}")
+    if result.review:  # an instructor reads these by hand: the student hears of them before submitting, not after
+        lines.append("for your instructor to look at by hand (they take no points by themselves; a line your code "
+                     "does not need is better removed):")
+        lines += [f"  - {note}" for note in re.split(r"; (?=cell \d+, line \d+: )", result.review) if note]
     if (result.sandbox or "").startswith("none"):
         why = result.sandbox.split(":", 1)[1].strip() if ":" in result.sandbox else result.sandbox
         lines.append(f"note: checked without a sandbox here ({why}): your code ran as yourself, with the same "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 import zipfile
 
@@ -130,6 +131,22 @@ def test_self_check_says_pass_fail_and_not_attempted(course, tmp_path):
     report = format_report(result, verdicts)
     assert "FAIL  cosine_similarity" in report and "forgets to normalize" in report
     assert "TODO  dot_similarity" in report
+
+
+def test_self_check_tells_the_student_what_the_instructor_will_read_by_hand(course, tmp_path):
+    """A review flag (here a thread, which the runtime check may not follow) was in the instructor's table only:
+    `attn-course check` now lists it, with where it is and why."""
+    nb = solved_notebook(course, A01)
+    nb.cells.insert(3, nbformat.v4.new_code_cell("import threading\nthreading.Thread(target=print).start()"))
+    path = tmp_path / f"{A01}.ipynb"
+    nbformat.write(nb, path)
+    result, verdicts = self_check(path)
+    assert result.review and result.score == result.max_score, result.review
+    report = format_report(result, verdicts)
+    assert "for your instructor to look at by hand" in report, report
+    listed = [line for line in report.splitlines() if line.startswith("  - cell ")]
+    assert len(listed) == len(re.findall(r"cell \d+, line \d+: ", result.review)) >= 1, report
+    assert "another thread" in report and "threading.Thread(target=print).start()" in report, report
 
 
 def test_grading_is_resumable_and_idempotent(course, tmp_path):

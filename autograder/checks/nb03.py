@@ -512,6 +512,12 @@ MHA_MISTAKES = (
         _, w = _attend(q, k, v, mask, dim=-2)
         out = self.dropout(w) @ v
 """)),
+    Mistake("(weights, output) returned in the wrong order",
+            "return the output first and the weights second: return self.out_proj(merged), weights "
+            "(as scaled_dot_product_attention returns (output, weights))",
+            _mha(ret="""\
+        return w, self.out_proj(out)
+""")),
     Mistake("weights averaged over the heads",
             "return one weight matrix per head, [B, H, T_q, T_k] (torch's layer averages them unless "
             "average_attn_weights=False)",

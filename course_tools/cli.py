@@ -1042,6 +1042,13 @@ def note_course_from_environment(command: str) -> None:
 TRAIN_CONFIGS = ("gpu", "gpu-wide", "cpu", "cpu-hour", "quick", "toy")
 
 
+# the modules of pyproject.toml's extras that a command may import (a library-only install lacks them)
+EXTRAS = {**dict.fromkeys(("nbgrader", "ipykernel", "nbformat", "nbconvert", "nbclient", "cloudpickle", "anyascii",
+                           "psutil", "jinja2", "filelock", "dask", "distributed", "dask_gateway"), "grader"),
+          **dict.fromkeys(("jupyterlab", "notebook"), "lab"), **dict.fromkeys(("sphinx", "myst_nb"), "book"),
+          "jupyterhub": "hub", "transformers": "bench"}
+
+
 def main(argv: list[str] | None = None) -> int:
     """`attn-course`: the exit status of the command. A reader that stops early (`attn-course check NB | head -1`)
     ends it quietly, as it ends any Unix tool (status 141, as after SIGPIPE): it printed a BrokenPipeError traceback."""
@@ -1086,6 +1093,13 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except (FileNotFoundError, ValueError) as err:
         print(f"attn-course {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:  # the course installed without the extra this command needs
+        extra = EXTRAS.get(str(err.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"attn-course {args.command}: error: this command needs {err.name}, which comes with the course's "
+              f"[{extra}] extra: pip install 'attention-course[{extra}]'", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"\nattn-course {args.command}: interrupted (Ctrl-C)." + INTERRUPTED.get(args.command, ""), file=sys.stderr)

@@ -593,3 +593,25 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
         os.close(write_end)
     assert done.returncode == 141, done.stderr
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+
+
+def test_a_command_whose_extra_is_not_installed_says_which_to_install(monkeypatch, capsys):
+    """The library installed alone (pip install attention-course): `attn-course check` ended in a raw
+    ModuleNotFoundError for nbformat; it names the extra that brings it."""
+    def without_nbformat(args):
+        raise ModuleNotFoundError("No module named 'nbformat'", name="nbformat")
+
+    monkeypatch.setattr(cli, "_check", without_nbformat)
+    assert cli.main(["check", "notebook.ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert "this command needs nbformat, which comes with the course's [grader] extra: " \
+           "pip install 'attention-course[grader]'" in err, err
+
+
+def test_a_missing_module_of_no_extra_is_not_hidden(monkeypatch):
+    def broken(args):
+        raise ModuleNotFoundError("No module named 'not_a_module_of_ours'", name="not_a_module_of_ours")
+
+    monkeypatch.setattr(cli, "_check", broken)
+    with pytest.raises(ModuleNotFoundError):
+        cli.main(["check", "notebook.ipynb"])

@@ -213,31 +213,25 @@ REPORT_HELD = '''def normalize_rows(S):
 '''
 
 
-@pytest.mark.parametrize("who", ["me", "ordinary"])
-def test_a_notebooks_processes_together_stay_within_its_memory(class_folder, who):
-    """Per-sandbox memory (issue 23, item 2): RLIMIT_AS is per process, so a notebook that forks could
-    hold the process limit times the memory limit. Five children of 400 MiB each try to hold 2 GiB
-    at once in a sandbox of 1.5 GiB. As root a memory cgroup stops that (the kernel kills a child);
-    as an ordinary user the grader sums the sandbox's processes itself and stops the sandbox at that
-    cell ("memory"). Either way no more than three blocks were ever held, and a classmate checked
-    meanwhile keeps 17. (The exercise reports what was held through its error message.)"""
-    user = _grader(who)
-    if not kind_works("bubblewrap", user):
-        pytest.skip("bubblewrap does not start here")
+def _holding_beside_a_classmate(class_folder, user, name: str, holding: str, memory_gib: float) -> tuple:
+    """A notebook whose first cell runs `holding` (setting HELD) and whose normalize_rows reports it, checked
+    in a sandbox of `memory_gib` while a classmate's honest notebook is checked beside it, as `user`. The
+    classmate must keep 17; -> (how many children held to the end, None when that cell never finished, the
+    hostile notebook's status, its detail, everything found)."""
     folder, paths = class_folder
     attack = json.loads(paths["solved"].read_text())
-    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "source": HOLD_MEMORY,
+    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "source": holding,
                                "outputs": [], "execution_count": None})
     for cell in attack["cells"]:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
             cell["source"] = REPORT_HELD
-    hostile = _hostile_copy(folder, f"memory-{who}", attack)
+    hostile = _hostile_copy(folder, name, attack)
     found = run_as(user, f"""
     import threading, time
     from pathlib import Path
     from autograder.selfcheck import prepare, self_check
     from autograder.settings import GiB, Limits
-    limits = Limits(memory_bytes=int(1.5 * GiB))
+    limits = Limits(memory_bytes=int({memory_gib} * GiB))
     prepare("01_similarity_attention")
     out = {{}}
     def check(name, path):
@@ -256,11 +250,26 @@ def test_a_notebooks_processes_together_stay_within_its_memory(class_folder, who
     assert found["honest"][:2] == [17, "ok"], found
     _, status, detail, messages = found["hostile"]
     held = re.search(r"held=(\d)", messages)
-    if held:  # the cell ran to its end: the kernel kept the sum within the limit by killing children
-        assert int(held.group(1)) <= 3, found
+    return (int(held.group(1)) if held else None), status, detail, found
+
+
+@pytest.mark.parametrize("who", ["me", "ordinary"])
+def test_a_notebooks_processes_together_stay_within_its_memory(class_folder, who):
+    """Per-sandbox memory (issue 23, item 2): RLIMIT_AS is per process, so a notebook that forks could
+    hold the process limit times the memory limit. Five children of 400 MiB each try to hold 2 GiB
+    at once in a sandbox of 1.5 GiB. As root a memory cgroup stops that (the kernel kills a child);
+    as an ordinary user the grader sums the sandbox's processes itself and stops the sandbox at that
+    cell ("memory"). Either way no more than three blocks were ever held, and a classmate checked
+    meanwhile keeps 17. (The exercise reports what was held through its error message.)"""
+    user = _grader(who)
+    if not kind_works("bubblewrap", user):
+        pytest.skip("bubblewrap does not start here")
+    held, status, detail, found = _holding_beside_a_classmate(class_folder, user, f"memory-{who}", HOLD_MEMORY, 1.5)
+    if held is not None:  # the cell ran to its end: the kernel kept the sum within the limit by killing children
+        assert held <= 3, found
     else:  # the grader stopped the sandbox at that cell, and says so
         assert status == "memory" and "together held" in detail, found
-        assert "HELD" in messages, found  # the cell that set HELD never finished
+        assert "HELD" in found["hostile"][3], found  # the cell that set HELD never finished
 
 
 HOLD_SOCKETS = '''import os, socket, time
@@ -297,40 +306,9 @@ def test_memory_held_in_socket_buffers_counts_against_the_notebook(class_folder,
     user = _grader(who)
     if not kind_works("bubblewrap", user):
         pytest.skip("bubblewrap does not start here")
-    folder, paths = class_folder
-    attack = json.loads(paths["solved"].read_text())
-    attack["cells"].insert(1, {"cell_type": "code", "metadata": {}, "source": HOLD_SOCKETS,
-                               "outputs": [], "execution_count": None})
-    for cell in attack["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
-            cell["source"] = REPORT_HELD
-    hostile = _hostile_copy(folder, f"sockets-{who}", attack)
-    found = run_as(user, f"""
-    import threading, time
-    from pathlib import Path
-    from autograder.selfcheck import prepare, self_check
-    from autograder.settings import GiB, Limits
-    limits = Limits(memory_bytes=1 * GiB)
-    prepare("01_similarity_attention")
-    out = {{}}
-    def check(name, path):
-        result, _ = self_check(Path(path), limits=limits)
-        messages = " ".join(c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows"))
-        out[name] = [result.score, result.status.value, result.detail[:400], messages[:1000]]
-    attacker = threading.Thread(target=check, args=("hostile", {str(hostile)!r}))
-    attacker.start()
-    time.sleep(4)
-    honest = threading.Thread(target=check, args=("honest", {str(paths['solved'])!r}))
-    honest.start()
-    for t in (attacker, honest):
-        t.join()
-    print(json.dumps(out))
-    """)
-    assert found["honest"][:2] == [17, "ok"], found
-    _, status, detail, messages = found["hostile"]
-    held = re.search(r"held=(\d)", messages)
-    if held:  # the cell ran to its end: the kernel kept the sum within the limit by killing children
-        assert int(held.group(1)) <= 1, found
+    held, status, detail, found = _holding_beside_a_classmate(class_folder, user, f"sockets-{who}", HOLD_SOCKETS, 1)
+    if held is not None:  # the cell ran to its end: the kernel kept the sum within the limit by killing children
+        assert held <= 1, found
     else:  # stopped at that cell: by the memory cgroup (root), by the grader's watch, which says why (ordinary user)
         assert status == "memory" and (who == "me" or "sockets' buffers" in detail), found
 

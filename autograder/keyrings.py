@@ -147,6 +147,10 @@ NAMESPACE_CALLS = {"x86_64": (272, 56, 435), "aarch64": (97, 220, 435), "riscv64
 CLONE_NEWUSER = 0x10000000
 
 
+# io_uring_setup, io_uring_enter, io_uring_register (one numbering on x86_64, aarch64 and riscv64): a ring's
+# commands reach the kernel without a system call of their own, so no filter sees them (a reviewer's ring set
+# SO_SNDBUF past the refusal below); answered ENOSYS, as Docker's default profile does
+IO_URING = (425, 426, 427)
 # setsockopt, by platform.machine(), and the options on SOL_SOCKET that size a socket's buffers
 SETSOCKOPT = {"x86_64": 54, "aarch64": 208, "riscv64": 208}
 SOL_SOCKET, BUFFER_OPTIONS = 1, (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
@@ -164,6 +168,7 @@ def deny_to_notebook() -> str:
       read, ENOSYS, and the C library falls back to clone, as under Docker's default profile): the kernel
       counts user namespaces per uid, and a red team's notebook held the grader's whole quota, so that
       classmates' sandboxes could not start (their grades became the grader's incidents);
+    - io_uring (ENOSYS): its commands bypass every filter here;
     - a socket's buffer made larger (setsockopt SO_SNDBUF / SO_RCVBUF and their FORCE forms answer success
       and change nothing): what a socket holds in the kernel is in no process's memory, and the ordinary
       user's memory watch counts each of the sandbox's sockets at the default buffer's size (memwatch.py);
@@ -188,6 +193,8 @@ def _notebook_program(machine: str) -> list[tuple[int, int, int, int]]:
         ("if ==", memfd, "ENOSYS", None), ("if ==", secret, "ENOSYS", None), ("if ==", shmget, "ENOSYS", None),
         ("if ==", clone3, "ENOSYS", None),
         ("if ==", unshare, "flags", None), ("if ==", clone, "flags", None),
+        ("if ==", IO_URING[0], "ENOSYS", None), ("if ==", IO_URING[1], "ENOSYS", None),
+        ("if ==", IO_URING[2], "ENOSYS", None),
         ("if ==", SETSOCKOPT[machine], "socket option", "allow"),
         ("label", "flags"), ("load", ARG0_LOW), ("if &", CLONE_NEWUSER, "EPERM", "allow"),
         ("label", "socket option"), ("load", ARG1_LOW), ("if ==", SOL_SOCKET, None, "allow"),

@@ -55,86 +55,95 @@ class MemoryWatch:
                 f"{_gib(self.limit_bytes)} a notebook may use (counted over all the processes it starts)")
 
 
-def _unix_socket_bytes() -> int:
-    """The most a Unix socket can hold: what it has sent and its peer has not read, up to its send buffer
-    (the default size, net.core.wmem_default: the sandbox cannot set another), and one more packet."""
+def _sysctl(name: str, default: int) -> int:
     try:
-        with open("/proc/sys/net/core/wmem_default") as fh:
-            default = int(fh.read())
-    except (OSError, ValueError):
-        default = 212992
-    return default + 2**16
+        with open(f"/proc/sys/{name}", "rb") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
 
 
-UNIX_SOCKET_BYTES = _unix_socket_bytes()
-QUEUE_TABLES = ("tcp", "tcp6", "udp", "udp6")  # /proc/PID/net/...: tx_queue:rx_queue of each socket, in hex
+# The most a Unix socket can hold: a stream socket, what it has sent and its peer has not read, up to its send
+# buffer (net.core.wmem_default: the sandbox cannot set another, keyrings.deny_to_notebook) and one more packet;
+# a datagram socket also the datagrams queued to it, whose senders may have closed since (up to
+# net.unix.max_dgram_qlen of them, and one more).
+UNIX_STREAM_BYTES = _sysctl("net/core/wmem_default", 212992) + 2**16
+UNIX_DATAGRAM_BYTES = (_sysctl("net/unix/max_dgram_qlen", 10) + 2) * UNIX_STREAM_BYTES
+UNIX_STREAM = 1  # the Type column of /proc/net/unix: 1 stream, 2 datagram, 5 sequenced packets
+QUEUE_TABLES = ("tcp", "tcp6", "udp", "udp6", "udplite", "udplite6")  # /proc/PID/net/...: tx_queue:rx_queue, hex
+SOCKET_FLOOR = 2048  # what any socket holds in the kernel before a byte is queued (TCP, UDP, netlink)
 
 
 def socket_bytes(pids: list[int]) -> int:
-    """The memory the sockets of the processes' network namespaces hold, counted once per namespace: Unix
-    sockets at UNIX_SOCKET_BYTES each (in flight between processes too: the table lists them all), TCP and
-    UDP sockets at their queues. A process in the grader's own namespace (the launcher) is not counted."""
-    own = _first_unix_inode("self")
+    """The memory the sockets of the processes' network namespaces hold, counted once per namespace: Unix sockets
+    at the most they can hold (in flight between processes too: the table lists them all), TCP, UDP, UDP-Lite and
+    netlink sockets at their queues, and each at least SOCKET_FLOOR. A process in the grader's own namespace (the
+    launcher) is not counted. Never raises: what cannot be read counts 0 (the tables are the notebook's to fill,
+    names and all)."""
     seen: set = set()
     total = 0
     for pid in pids:
-        key = _namespace(pid)
-        if key in seen or key == ("self", 0) or (own is not None and key == ("first", own)):
+        try:
+            key = _namespace(pid)
+            if key in seen or key == ("self", 0):
+                continue
+            seen.add(key)
+            total += _unix_bytes(pid) + sum(_queued(pid, table) for table in QUEUE_TABLES) + _netlink_bytes(pid)
+        except Exception:  # noqa: BLE001 - a table the notebook made unreadable: the rest is still counted
             continue
-        seen.add(key)
-        total += _count_unix(pid) * UNIX_SOCKET_BYTES + sum(_queued(pid, table) for table in QUEUE_TABLES)
     return total
 
 
 def _namespace(pid: int):
     """Which network namespace `pid` is in: its link, or where that cannot be read (a process that made
-    itself undumpable) the first socket of its Unix table (an inode is one socket's, in one namespace)."""
+    itself undumpable) the process itself (its namespace then counted once for each such process: more, never less)."""
     try:
         link = os.readlink(f"/proc/{pid}/ns/net")
     except OSError:
-        first = _first_unix_inode(pid)
-        return ("first", first) if first is not None else ("pid", pid)
-    return ("self", 0) if link == _own_namespace() else ("link", link)
+        return ("pid", pid)
+    return ("self", 0) if link == os.readlink("/proc/self/ns/net") else ("link", link)
 
 
-def _own_namespace() -> str:
-    return os.readlink("/proc/self/ns/net")
-
-
-def _unix_lines(pid):
+def _rows(pid: int, table: str):
+    """The rows of /proc/PID/net/<table>, as lists of byte fields (header skipped; a socket's name, which the
+    notebook chooses, may hold any byte, a newline included: a row it breaks in two just reads as short)."""
     try:
-        with open(f"/proc/{pid}/net/unix") as fh:
-            next(fh, None)  # the header
-            yield from fh
+        with open(f"/proc/{pid}/net/{table}", "rb") as fh:
+            next(fh, None)
+            for line in fh:
+                yield line.split()
     except OSError:
         return
 
 
-def _first_unix_inode(pid) -> int | None:
-    for line in _unix_lines(pid):
-        fields = line.split()
-        if len(fields) >= 7 and fields[6].isdigit():
-            return int(fields[6])
-    return None
-
-
-def _count_unix(pid: int) -> int:
-    return sum(1 for _ in _unix_lines(pid))
+def _unix_bytes(pid: int) -> int:
+    total = 0
+    for fields in _rows(pid, "unix"):
+        if len(fields) >= 7 and fields[0].endswith(b":"):  # a row of its own, not the tail of a name
+            stream = fields[4] == b"%04X" % UNIX_STREAM
+            total += UNIX_STREAM_BYTES if stream else UNIX_DATAGRAM_BYTES
+    return total
 
 
 def _queued(pid: int, table: str) -> int:
-    """Bytes in the send and receive queues of the sockets in /proc/PID/net/<table>."""
+    """Bytes in the send and receive queues of the sockets in /proc/PID/net/<table>, each at least SOCKET_FLOOR."""
     total = 0
-    try:
-        with open(f"/proc/{pid}/net/{table}") as fh:
-            next(fh, None)
-            for line in fh:
-                fields = line.split()
-                if len(fields) > 4 and ":" in fields[4]:
-                    tx, rx = fields[4].split(":", 1)
-                    total += int(tx, 16) + int(rx, 16)
-    except (OSError, ValueError):
-        return total
+    for fields in _rows(pid, table):
+        if len(fields) > 4 and fields[4].count(b":") == 1:
+            tx, rx = fields[4].split(b":")
+            try:
+                total += max(SOCKET_FLOOR, int(tx, 16) + int(rx, 16))
+            except ValueError:
+                total += SOCKET_FLOOR
+    return total
+
+
+def _netlink_bytes(pid: int) -> int:
+    """Netlink sockets (a notebook may open NETLINK_USERSOCK ones and send between them): Rmem + Wmem each."""
+    total = 0
+    for fields in _rows(pid, "netlink"):
+        if len(fields) >= 6 and fields[4].isdigit() and fields[5].isdigit():
+            total += max(SOCKET_FLOOR, int(fields[4]) + int(fields[5]))
     return total
 
 

@@ -233,7 +233,8 @@ def _self_check(expect: dict) -> str:
     return ""
 
 
-OPEN_FILES = 4096  # a notebook's files and sockets per process: each socket holds kernel memory (memwatch.py)
+OPEN_FILES = 1024  # files, sockets and pipes per process (Linux's usual soft limit): each holds kernel memory
+# in no process's PSS; the memory watch counts sockets (memwatch.py), and this bounds the pipes it cannot see
 
 
 def _limit_open_files() -> None:

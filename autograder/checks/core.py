@@ -523,20 +523,44 @@ MODEL_LIBRARY_WHY = ("it runs code of Hugging Face's transformers ({where}), a l
                      "remove it and write that part yourself")
 
 
+_LIBRARIES_IMPORTED: set[str] = set()  # model libraries the notebook imported (the behaviour watch's audit hook)
+_LIBRARY_FOLDERS: set[str] = set()  # their folders, once found: never forgotten
+
+
 def model_library_folders() -> tuple[str, ...]:
     """The folders of the model libraries the notebook imported (none imported: nothing to watch). Their code
     does the exercises (transformers' eager_attention_forward, DebertaLayerNorm, LabelSmoother took full marks).
-    Found from any of the library's modules still loaded, so removing its top-level entry hides nothing."""
-    folders: set[str] = set()
+    Found from any of the library's modules still loaded and remembered; where the audit hook saw an import of
+    one whose every sys.modules entry was deleted since, from where Python would find it."""
     for key, module in list(sys.modules.items()):
         top = key.split(".", 1)[0]
         file = getattr(module, "__file__", None) if top in MODEL_LIBRARIES else None
         if isinstance(file, str):
-            for path in (file, os.path.realpath(file)):
-                head, marker, _ = path.rpartition(os.sep + top + os.sep)
-                if marker:
-                    folders.add(head + marker)
-    return tuple(sorted(folders))
+            _LIBRARY_FOLDERS.update(_library_folder(file, top))
+    for name in _LIBRARIES_IMPORTED:
+        if not any(os.sep + name + os.sep in folder for folder in _LIBRARY_FOLDERS):
+            _LIBRARY_FOLDERS.update(_library_folder(_origin(name), name))
+    return tuple(sorted(_LIBRARY_FOLDERS))
+
+
+def _library_folder(file: str, top: str) -> list[str]:
+    """The folder of library `top` that holds `file` (as given and with links resolved), or none."""
+    found = []
+    for path in (file, os.path.realpath(file)) if file else ():
+        head, marker, _ = path.rpartition(os.sep + top + os.sep)
+        if marker:
+            found.append(head + marker)
+    return found
+
+
+def _origin(name: str) -> str:
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return ""
+    return str(getattr(spec, "origin", "") or "")
 
 
 def model_library_why(filename: str) -> str:
@@ -814,6 +838,8 @@ def install_behaviour_watch() -> None:
     state = {"checking": False, "hit": ""}
 
     def hook(event: str, args: tuple) -> None:
+        if event == "import" and args and str(args[0]).split(".", 1)[0] in MODEL_LIBRARIES:
+            _LIBRARIES_IMPORTED.add(str(args[0]).split(".", 1)[0])  # for good: sys.modules can forget it, this cannot
         if not state["checking"]:
             return
         if event in PROCESS_EVENTS:

@@ -242,7 +242,8 @@ _PIP_INSTALL_NAMES = re.compile(r"^(pip3?|python3?\s+-m\s+pip)\s+install"
                                 r"(\s+[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[A-Za-z0-9_,\-]+\])?(==[A-Za-z0-9_.]+)?)+$")
 
 
-_FILTERS = {"head", "tail", "grep", "sort", "uniq", "wc", "cut"}  # after a pipe: they read what comes in, write nothing
+# after a pipe: they read what comes in and write nothing (not sort or uniq: `sort -o F` and `uniq IN OUT` write)
+_FILTERS = {"head", "tail", "grep", "wc", "cut"}
 
 
 def _reads_only(command: str) -> bool:

@@ -252,11 +252,12 @@ def test_a_look_piped_into_a_filter_is_no_finding_but_env_running_a_command_is_l
     """`!pip list | head` was flagged for review (any pipe was); a pipe into filters that only read is a look.
     `env` with arguments runs a command (`!env python -c ...` could write a module the notebook imports), which
     passed as a look."""
-    looks = ["!pip list | head", "!pip list | grep -i torch", "!nvidia-smi | head -5", "!ls -la | sort | wc -l",
+    looks = ["!pip list | head", "!pip list | grep -i torch", "!nvidia-smi | head -5", "!ls -la | grep ipynb | wc -l",
              "!printenv HOME", "!env"]
     assert [(c, scan([c], rules())) for c in looks if scan([c], rules())] == []
     for hidden in ("!env python -c 'open(\"helpers.py\", \"w\").write(\"x = 1\")'", "!pip list | tee helpers.py",
-                   "!cat notes.txt | python", "!ls || touch helpers.py", "!pip install x | head"):
+                   "!cat notes.txt | python", "!ls || touch helpers.py", "!pip install x | head",
+                   "!echo 'import torch' | uniq - helpers.py", "!cat notes.txt | sort -o helpers.py"):
         assert [f.severity for f in scan([hidden], rules())] == [REVIEW], hidden
 
 

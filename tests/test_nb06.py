@@ -472,9 +472,36 @@ def _own_smoothing_beside_a_plain_cross_entropy(logits, target, epsilon=0.1, ign
     return (1 - epsilon) * nll + epsilon * uniform
 
 
+def _smoothed_by_the_kernel_called_from_c(logits, target, epsilon=0.1, ignore_index=-100):
+    """functools.partial calls the kernel from C: no profile event of its own (a reviewer's; took full points)."""
+    import functools
+
+    V = logits.size(-1)
+    return functools.partial(torch._C._nn.cross_entropy_loss, logits.reshape(-1, V), target.reshape(-1), None, 1,
+                             ignore_index, epsilon)()
+
+
+def _smoothed_by_f_cross_entropy_mapped(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    [loss] = map(lambda pair: torch.nn.functional.cross_entropy(*pair, ignore_index=ignore_index,
+                                                                 label_smoothing=epsilon),
+                 [(logits.reshape(-1, V), target.reshape(-1))])
+    return loss
+
+
+def _smoothed_by_the_kernel_mapped(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    [loss] = map(torch._C._nn.cross_entropy_loss, [logits.reshape(-1, V)], [target.reshape(-1)], [None], [1],
+                 [ignore_index], [epsilon])
+    return loss
+
+
 @pytest.mark.parametrize("impl", [_smoothed_by_a_float_subclass, _smoothed_by_the_kernel,
-                                  _smoothed_by_torch_ops_by_a_computed_name, _smoothed_by_a_torch_ops_overload],
-                         ids=["float subclass", "kernel", "torch.ops, a computed name", "torch.ops overload"])
+                                  _smoothed_by_torch_ops_by_a_computed_name, _smoothed_by_a_torch_ops_overload,
+                                  _smoothed_by_the_kernel_called_from_c, _smoothed_by_f_cross_entropy_mapped,
+                                  _smoothed_by_the_kernel_mapped],
+                         ids=["float subclass", "kernel", "torch.ops, a computed name", "torch.ops overload",
+                              "kernel through functools.partial", "map over F.cross_entropy", "map over the kernel"])
 def test_builtin_label_smoothing_is_not_accepted_however_it_is_spelled(impl):
     with pytest.raises(CheckFailed, match="label_smoothing"):
         nb06.check("label_smoothed_cross_entropy", impl)
@@ -538,6 +565,21 @@ def test_the_kernel_in_a_thread_started_before_the_check_is_not_accepted():
 
 def test_a_plain_cross_entropy_beside_ones_own_smoothing_passes():
     nb06.check("label_smoothed_cross_entropy", _own_smoothing_beside_a_plain_cross_entropy)
+
+
+def test_the_kernel_without_smoothing_called_from_c_is_no_smoothing():
+    """The function mode reads the kernel's own label_smoothing: 0.0 through functools.partial is honest."""
+    import functools
+
+    def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+        V = logits.size(-1)
+        flat, t = logits.reshape(-1, V), target.reshape(-1)
+        keep = t != ignore_index
+        nll = functools.partial(torch._C._nn.cross_entropy_loss, flat, t, None, 1, ignore_index, 0.0)()
+        uniform = -(flat.log_softmax(-1).mean(-1) * keep).sum() / keep.sum()
+        return (1 - epsilon) * nll + epsilon * uniform
+
+    nb06.check("label_smoothed_cross_entropy", label_smoothed_cross_entropy)
 
 
 def test_a_zero_smoothing_as_a_numpy_float_is_no_smoothing():

@@ -40,6 +40,7 @@ from attention_course.positional import PositionalEncoding
 from .core import (
     Case,
     Exercise,
+    ForbiddenCall,
     Mistake,
     flag,
     make_checker,
@@ -153,16 +154,19 @@ class _NoBuiltinLabelSmoothing:
     why = ("it calls torch.nn.functional.cross_entropy with label_smoothing, the built-in this exercise "
            "asks you to write yourself (log_softmax, gather and a mean are all you need)")
 
-    def __init__(self):
+    def __init__(self, mode=None):
         # looked up here, in the process that runs the student's code (the cases travel pickled by value)
         self.code = torch.nn.functional.cross_entropy.__code__
+        # the smoothing mode's own call of the kernel: it has read the kernel's arguments already
+        self.mode_code = type(mode).__torch_function__.__code__ if mode is not None else None
         self.kernel = torch._C._nn.cross_entropy_loss  # what F.cross_entropy calls
         self.op_calls = op_call_codes()  # torch.ops.aten.cross_entropy_loss(...), however its name was spelled
 
     def __call__(self, frame, event, arg) -> str | None:
         if event == "call" and frame.f_code is self.code:
             return self.why if _smoothing(frame.f_locals.get("label_smoothing", 0.0)) else None
-        if event == "c_call" and arg is self.kernel and frame.f_code is not self.code:
+        if event == "c_call" and arg is self.kernel and frame.f_code is not self.code \
+                and frame.f_code is not self.mode_code:
             return self.why
         if event == "call" and id(frame.f_code) in self.op_calls and "cross_entropy_loss" in op_name(frame):
             return self.why
@@ -180,10 +184,46 @@ def _smoothing(value) -> bool:
     return True
 
 
+# F.cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing) and
+# its kernel torch._C._nn.cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing):
+# where label_smoothing sits when it is given by position
+_SMOOTHING_AT = {"cross_entropy": 7, "cross_entropy_loss": 5}
+
+
+def _smoothing_mode():
+    """A TorchFunctionMode that refuses F.cross_entropy or its kernel with label_smoothing > 0, called from C too
+    (functools.partial(torch._C._nn.cross_entropy_loss, ...)() and map(...) raise no profile event of their own,
+    and took full points); `.hit` keeps the refusal if the student's code swallows it."""
+    from torch.overrides import TorchFunctionMode
+
+    class _RefuseSmoothing(TorchFunctionMode):
+        hit = ""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            at = _SMOOTHING_AT.get(getattr(func, "__name__", "")) if func in (F.cross_entropy, _kernel()) else None
+            if at is not None:
+                value = kwargs["label_smoothing"] if "label_smoothing" in kwargs else args[at] if len(args) > at else 0.0
+                if _smoothing(value):
+                    self.hit = _NoBuiltinLabelSmoothing.why
+                    raise ForbiddenCall(self.hit)
+            return func(*args, **kwargs)
+
+    return _RefuseSmoothing()
+
+
+def _kernel():
+    return torch._C._nn.cross_entropy_loss
+
+
 def _guarded(f, *args):
     """Run the loss under the label-smoothing guard (in the sandbox): the loss as it was returned."""
-    with watching_calls(_NoBuiltinLabelSmoothing()):
-        return f(*args)
+    mode = _smoothing_mode()
+    with watching_calls(_NoBuiltinLabelSmoothing(mode)), mode:
+        out = f(*args)
+    if mode.hit:  # refused, and the student's code caught it
+        raise ForbiddenCall(mode.hit)
+    return out
 
 
 def _loss_and_rank(out):

@@ -14,7 +14,9 @@ ALT = ("The encoder-decoder Transformer. Left, the encoder: source tokens, embed
        "multi-head self-attention (chapter 05), cross-attention whose keys and values come from the "
        "encoder's output (chapter 05), and a feed-forward network, each with add & layer norm; then a "
        "linear layer and a softmax give the next token's probabilities, decoded greedily, by beam search "
-       "or by sampling (chapter 06).")
+       "or by sampling (chapter 06). The drawing is the paper's post-norm layout; with norm_first=True (as "
+       "the course's GPU recipe trains) each sublayer normalizes its input instead, and a final layer norm, "
+       "drawn at the top of each stack, ends the encoder and the decoder.")
 
 def draw_architecture(path: str | Path) -> Path:
     """Draw the course's one figure (attention_course/architecture.py, the one notebooks 02-06 show

@@ -16,7 +16,11 @@ SETTINGS = {
     "float64": "torch.set_default_dtype(torch.float64)",
     "no grad": "torch.set_grad_enabled(False)",
     "anomaly detection": "torch.autograd.set_detect_anomaly(True)",
+    "TF32 matrix products": "torch.set_float32_matmul_precision('medium')",
 }
+# a notebook's own default device (on Colab: torch.set_default_device("cuda")); "meta" stands in for it here, a
+# device on which nothing is computed at all
+DEFAULT_DEVICE = "torch.set_default_device('meta')"
 
 
 def with_cell_before_the_answers(nb: nbformat.NotebookNode, code: str) -> nbformat.NotebookNode:
@@ -36,28 +40,36 @@ def test_settings_of_the_students_own_cost_no_points(course, assignment):
     assert result.score == result.max_score
 
 
-@pytest.mark.parametrize("name", SETTINGS)
+@pytest.mark.parametrize("name", [*SETTINGS, "default device"])
 def test_a_case_runs_with_the_references_settings_and_gives_the_students_back(name):
     seen = {}
 
     def case(_impl):
         seen.update(dtype=torch.get_default_dtype(), grad=torch.is_grad_enabled(),
-                    anomaly=torch.is_anomaly_enabled(), inference=torch.is_inference_mode_enabled())
+                    anomaly=torch.is_anomaly_enabled(), inference=torch.is_inference_mode_enabled(),
+                    precision=torch.get_float32_matmul_precision(), device=torch.zeros(1).device.type)
         return torch.ones(2)
 
+    def settings():
+        return (torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_anomaly_enabled(),
+                torch.get_float32_matmul_precision(), torch.get_default_device().type)
+
     exercise = core.Exercise(name="settings", graded="f", reference=lambda: None, cases=lambda rng: [])
-    before = (torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_anomaly_enabled())
+    before = settings()
     try:
-        exec(SETTINGS[name], {"torch": torch})
-        changed = (torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_anomaly_enabled())
+        exec(SETTINGS.get(name, DEFAULT_DEVICE), {"torch": torch})
+        changed = settings()
         outcome = core.run_case(exercise, core.Case("settings", case), lambda: None)
         assert outcome[0] == "value", outcome
-        assert seen == dict(dtype=torch.float32, grad=True, anomaly=False, inference=False)
-        assert (torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_anomaly_enabled()) == changed
+        assert seen == dict(dtype=torch.float32, grad=True, anomaly=False, inference=False, precision="highest",
+                            device="cpu")
+        assert settings() == changed != before
     finally:
         torch.set_default_dtype(before[0])
         torch.set_grad_enabled(before[1])
         torch.autograd.set_detect_anomaly(before[2])
+        torch.set_float32_matmul_precision(before[3])
+        torch.set_default_device(None)
 
 
 def test_inference_mode_entered_for_good_is_left_for_the_case():

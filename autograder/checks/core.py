@@ -986,7 +986,8 @@ def run_case(exercise: Exercise, case: Case, impl) -> tuple:
 @contextlib.contextmanager
 def plain_torch_settings():
     """PyTorch's process-wide settings as the reference ran with them, for one case: gradients on, inference
-    mode and anomaly detection off, float32 as the default dtype. An honest notebook may change them in a cell
+    mode and anomaly detection off, float32 as the default dtype, the CPU as the default device, float32 matrix
+    products at full precision. An honest notebook may change them in a cell
     of its own (torch.set_default_dtype(torch.float64) built the hidden modules in float64 and failed 24 of 29
     points of notebook 05); the student's settings come back afterwards."""
     torch = sys.modules.get("torch")
@@ -995,14 +996,22 @@ def plain_torch_settings():
         return
     dtype, anomaly = torch.get_default_dtype(), torch.is_anomaly_enabled()
     anomaly_checks_nan = torch.is_anomaly_check_nan_enabled()
+    precision = torch.get_float32_matmul_precision()
+    device = torch.get_default_device()
     torch.set_default_dtype(torch.float32)
     torch.set_anomaly_enabled(False)
+    torch.set_float32_matmul_precision("highest")  # "high"/"medium" let a GPU round float32 products as TF32
+    if device.type != "cpu":  # torch.set_default_device("cuda") on Colab built the hidden modules beside CPU inputs
+        torch.set_default_device(None)
     try:
         with torch.inference_mode(False), torch.enable_grad():
             yield
     finally:
         torch.set_default_dtype(dtype)
         torch.set_anomaly_enabled(anomaly, anomaly_checks_nan)
+        torch.set_float32_matmul_precision(precision)
+        if device.type != "cpu":
+            torch.set_default_device(device)
 
 
 def _in_a_cell(filename: str) -> bool:

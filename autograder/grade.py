@@ -33,7 +33,7 @@ from typing import Any
 import nbformat
 
 from . import folder_lock, timings, trusted, warm_sandbox
-from .checks.core import THREAD_SALT
+from .checks.core import MODEL_LIBRARIES, THREAD_SALT
 from .course import (
     CourseFolder,
     CourseNotFound,
@@ -383,13 +383,17 @@ def never_seen(folder: CourseFolder | None, library: Path) -> list[str]:
     """What student code must never see, wherever things are installed: the private folders of the
     course graded and of the checkout the library comes from (an editable install), that course's
     own copy of the library when it is not the one imported (it holds every reference module), the
-    grader and the tools as installed (the hidden checks), and the caches of prepared notebooks."""
+    grader and the tools as installed (the hidden checks), the model libraries (whole models that do
+    the exercises), and the caches of prepared notebooks."""
     folders = [folder] if folder else []
     if is_course(library.parent) or (library.parent / ".git").exists():
         folders.append(CourseFolder(library.parent))
     hide = [p for f in folders for p in f.private]
     hide += [f.root / "attention_course" for f in folders if (f.root / "attention_course").resolve() != library]
     hide += [p for p in (package_dir("autograder"), package_dir("course_tools")) if p is not None]
+    # ready-made models (transformers' eager_attention_forward does an exercise): no notebook needs them, and
+    # absent, no renamed code object or exec'd copy of their source gets past the run-time guard
+    hide += [p for p in map(package_dir, MODEL_LIBRARIES) if p is not None]
     hide += [library / "__pycache__", prepared_courses_dir(), cache_root()]
     return list(dict.fromkeys(str(p) for p in hide))
 

@@ -124,3 +124,34 @@ def test_a_ready_made_layer_norm_out_of_the_static_passs_sight_gets_no_points(co
     assert {"test_LayerNorm", "test_LayerNorm_gradients"} <= failed, failed
     message = next(c.message for c in result.cells if c.grade_id == "test_LayerNorm")
     assert "transformers" in message, message
+
+
+LAYER_NORM_FROM_A_RENAMED_CODE_OBJECT = '''import importlib
+import types
+
+import torch
+
+_md = importlib.import_module("transformers.models.deberta." + "modeling_deberta")
+_forward = _md.DebertaLayerNorm.forward  # its code, said to come from a cell: the run-time guard's folders miss it
+_code = _forward.__code__.replace(co_filename="<ipython-input-9-0>")
+
+
+class LayerNorm(torch.nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d_model))
+        self.bias = torch.nn.Parameter(torch.zeros(d_model))
+        self.variance_epsilon = eps
+
+    forward = types.FunctionType(_code, _forward.__globals__)
+'''
+
+
+@pytest.mark.slow
+def test_a_ready_made_layer_norm_under_another_name_gets_no_points(course):
+    """transformers' own code renamed to look like a cell's got past the run-time guard (which knows code by the
+    file it came from); the sandbox holds no copy of the library, so there is nothing to rename."""
+    nb = inject(solved_notebook(course, "05_masked_cross_attention"), {"LayerNorm": LAYER_NORM_FROM_A_RENAMED_CODE_OBJECT})
+    result = autograde(course, "05_masked_cross_attention", nb)
+    failed = failed_cells(result)
+    assert {"test_LayerNorm", "test_LayerNorm_gradients"} <= failed, failed

@@ -15,12 +15,13 @@ on Colab with what to do when there is none.
 """
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import nbformat
 
 from autograder.trusted import INSTALL_TAG as TAG  # found and replaced by the build; the grader skips it unedited
+
+from .publishing import published
 
 COURSE_ON_COLAB = "/content/attention-course"
 EXTRA = "grader"
@@ -41,27 +42,6 @@ if "google.colab" in sys.modules and not os.environ.get("ATTN_COURSE_ROOT"):
     sys.path.insert(0, COURSE)  # this kernel started before the install: it sees the course from now on
     os.environ["ATTN_COURSE_ROOT"] = COURSE
 '''
-
-
-def course_settings(root: Path) -> dict:
-    """The course's `[tool.attention-course]` table of pyproject.toml ({} when it has none)."""
-    path = Path(root) / "pyproject.toml"
-    if not path.is_file():
-        return {}
-    return tomllib.loads(path.read_text()).get("tool", {}).get("attention-course", {})
-
-
-def published(root: Path) -> tuple[str, str]:
-    """(repository 'owner/name' or '', tag) of the course at `root`: the tag is the setting's @ref,
-    else v<version> of pyproject.toml."""
-    from .book import parse_repository
-
-    text = str(course_settings(root).get("repository", ""))
-    repo = parse_repository(text)
-    if repo is None:
-        return "", ""
-    version = tomllib.loads((Path(root) / "pyproject.toml").read_text())["project"]["version"]
-    return repo.name, repo.ref if "@" in text else f"v{version}"
 
 
 def install_source(repository: str, tag: str) -> str:

@@ -26,18 +26,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import nbformat
 
+from ..publishing import Repository, parse_repository, published
 from .figure import ALT, draw_architecture
 from .scrub import ScrubError, find_plumbing, scrub_notebook
 
 __all__ = ["Chapter", "Repository", "ScrubError", "build_book", "chapters", "main", "parse_repository"]
 
 REPOSITORY_ENV = "ATTN_BOOK_REPOSITORY"
-COLAB = "https://colab.research.google.com/github"
-BINDER = "https://mybinder.org/v2/gh"
 MATHJAX_CONFIG = ["TeX-AMS-MML_HTMLorMML-full.js", "Safe.js"]  # files of MathJax's config/ folder
 HERE = Path(__file__).resolve().parent
 
@@ -47,36 +45,6 @@ BOOK_CSS = """\
 .attn-launch p { margin: 0.2rem 0; }
 figure.attn-architecture img { max-width: 100%; height: auto; }
 """
-
-
-# --------------------------------------------------------------------------- settings
-@dataclass(frozen=True)
-class Repository:
-    """Where the course is published on GitHub: owner/name and the ref (branch or tag) to open."""
-
-    name: str
-    ref: str = "main"
-
-    def colab(self, path: str) -> str:
-        return f"{COLAB}/{self.name}/blob/{self.ref}/{path}"
-
-    def binder(self, path: str) -> str:
-        return f"{BINDER}/{self.name}/{quote(self.ref, safe='')}?urlpath=lab/tree/{path}"
-
-
-_REPOSITORY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+?)(?:\.git)?(?:@(?P<ref>[^\s@]+))?$")
-
-
-def parse_repository(text: str | None) -> Repository | None:
-    """'owner/name' or 'owner/name@ref' (a GitHub URL too) -> Repository; None for nothing."""
-    text = (text or "").strip()
-    if not text:
-        return None
-    text = re.sub(r"^(?:https?://)?github\.com/", "", text).rstrip("/")
-    m = _REPOSITORY.match(text)
-    if not m:
-        raise ValueError(f"repository {text!r}: expected owner/name or owner/name@ref (a GitHub repository)")
-    return Repository(m.group("name"), m.group("ref") or "main")
 
 
 # --------------------------------------------------------------------------- chapters
@@ -260,9 +228,7 @@ def build_book(out: str | Path = "build/book", repository: str | Repository | No
 
         solutions = solutions_dir()
     if repository is None and not os.environ.get(REPOSITORY_ENV):
-        from ..colab import published  # the course's own setting, the one its Colab install cells use
-
-        name, tag = published(Path(solutions).resolve().parent)
+        name, tag = published(Path(solutions).resolve().parent)  # the setting the Colab install cells use
         repository = f"{name}@{tag}" if name else None
     repo = repository if isinstance(repository, Repository) else \
         parse_repository(repository if repository is not None else os.environ.get(REPOSITORY_ENV))

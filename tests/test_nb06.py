@@ -743,6 +743,39 @@ def test_builtin_label_smoothing_in_a_worker_thread_gets_no_points(course):
     assert "label_smoothing" in " ".join(c.message for c in result.cells)
 
 
+
+LOSS_IN_FLOAT64 = '''
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = torch.log_softmax(logits.double(), dim=-1).reshape(-1, V)   # float64, for accuracy
+    t = target.reshape(-1)
+    keep = t != ignore_index
+    logp, t = logp[keep], t[keep]
+    nll = -logp[torch.arange(len(t)), t]
+    return ((1 - epsilon) * nll - epsilon * logp.mean(-1)).mean()
+'''
+
+
+def test_a_right_value_in_the_wrong_dtype_is_told_so():
+    """The dtype decides (float32 is the course's convention), but a student whose values are right is told
+    that only the cast is missing; wrong values in a wrong dtype are not said to be right."""
+    right = core.difference(torch.tensor(1.5), torch.tensor(1.5, dtype=torch.float64))
+    assert "expected dtype torch.float32, got torch.float64" in right.message
+    assert "the values are right" in right.message and ".to(x.dtype)" in right.message
+    wrong = core.difference(torch.tensor(1.5), torch.tensor(2.5, dtype=torch.float64))
+    assert "expected dtype" in wrong.message and "the values are right" not in wrong.message
+
+
+@pytest.mark.slow
+def test_a_loss_computed_in_float64_is_told_its_values_are_right(course):
+    """Graded for real: the loss in float64 still loses its cells (the notebook's own test says float32 too),
+    with a message that names the one thing to change."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
+                                                  {"label_smoothed_cross_entropy": LOSS_IN_FLOAT64}))
+    assert failed_cells(result) == {"test_label_smoothed_cross_entropy", "test_label_smoothed_cross_entropy_stability"}
+    message = next(c.message for c in result.cells if c.grade_id == "test_label_smoothed_cross_entropy")
+    assert "float64" in message and "the values are right" in message, message
+
 @pytest.mark.slow
 def test_nbgrader_takes_points_for_wrong_implementations(course):
     """Five functions wrong at once: each loses exactly its own cells (none feeds another's tests)."""
@@ -750,7 +783,7 @@ def test_nbgrader_takes_points_for_wrong_implementations(course):
         "make_masks": _code("make_masks", "the target mask is only causal: target padding is not masked"),
         "inverse_sqrt_lr": _code("inverse_sqrt_lr", "decays like 1/step instead of 1/sqrt(step)"),
         "greedy_decode": _code("greedy_decode", "drops the eos token"),
-        "beam_search": _code("beam_search", "ignores the length penalty (ranks finished hypotheses by the raw sum of log p)"),
+        "beam_search": _code("beam_search", "ignores the length penalty (ranks finished hypotheses as the raw sum of log p does)"),
         "sample_next_token": _code("sample_next_token", "returned the most likely token (argmax) instead of sampling"),
         "Seq2SeqTransformer": _code("Seq2SeqTransformer", "the generator not tied to the target embedding (share_embeddings=True)"),
     })

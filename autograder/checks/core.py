@@ -331,9 +331,17 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
     if e.shape != g.shape:
         return _differs(where, f"shape {tuple(e.shape)}", f"shape {tuple(g.shape)}")
     if is_tensor and str(expected.dtype) != str(got.dtype):
-        return Difference(f"{where}: expected dtype {expected.dtype}, got {got.dtype}",
+        return Difference(f"{where}: expected dtype {expected.dtype}, got {got.dtype}" + _right_values(e, g, rtol, atol),
                           f"dtype {expected.dtype}", f"dtype {got.dtype}")
     return _values_differ(e, g, rtol, atol, where)
+
+
+def _right_values(e: np.ndarray, g: np.ndarray, rtol: float, atol: float) -> str:
+    """Said after a wrong dtype whose values are right (a loss computed in float64, say): only the cast is missing."""
+    if e.dtype == bool or g.dtype == bool or _values_differ(e, g, rtol, atol, "") is not None:
+        return ""
+    return (" (the values are right: work in another precision if you like, but return the dtype the inputs "
+            "came in: `.to(x.dtype)` with x an input, or `.float()` for float32)")
 
 
 def _values_differ(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, where: str) -> Difference | None:

@@ -943,8 +943,9 @@ BEAM_MISTAKES = (
             "copies extend into identical candidates, the best token fills every place in the beam and the "
             "search is no wider than greedy decoding",
             _beam_code(start="beam_size")),
-    Mistake("ignores the length penalty (ranks finished hypotheses by the raw sum of log p)",
-            "divide each finished hypothesis' sum of log p by num_generated_tokens ** length_penalty",
+    Mistake("ignores the length penalty (ranks finished hypotheses as the raw sum of log p does)",
+            "divide each finished hypothesis' sum of log p by num_generated_tokens ** length_penalty (eos counted, "
+            "<bos> not); not another length penalty, such as GNMT's ((5 + length) / 6) ** length_penalty",
             _beam_code(normalize="score")),
     Mistake("counts <bos> in the length (num_generated_tokens + 1)",
             "the length is the number of generated tokens, eos included, <bos> not",

@@ -715,6 +715,13 @@ PARAM_COUNT_MISTAKES = (
             "    b = 1 if bias else 0\n"
             "    return 2 * (d_model * num_heads * k + b * num_heads * k) + d_model * num_heads * v + b * num_heads * v "
             "+ num_heads * v * d_model\n"),
+    Mistake("the output projection's bias sized num_heads * value_dim (its input) instead of d_model",
+            "a Linear layer has one bias per OUTPUT feature: out_proj maps num_heads * value_dim features to d_model, "
+            "so its bias has d_model entries",
+            "def mha_param_count(d_model, num_heads, key_dim=None, value_dim=None, bias=True):\n"
+            "    k = key_dim or d_model // num_heads\n    v = value_dim or k\n    b = 1 if bias else 0\n"
+            "    return 2 * (d_model * num_heads * k + b * num_heads * k) + d_model * num_heads * v + b * num_heads * v "
+            "+ num_heads * v * d_model + b * num_heads * v\n"),
     Mistake("value_dim ignored (the values and the output map sized with key_dim)",
             "v_proj makes num_heads * value_dim features and out_proj reads them: those two grow with value_dim",
             "def mha_param_count(d_model, num_heads, key_dim=None, value_dim=None, bias=True):\n"

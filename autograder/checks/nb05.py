@@ -768,6 +768,12 @@ DECODER_MISTAKES = (
             "keys and values of cross-attention are the encoder's output: cross_attn(x, memory, memory)",
             variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory, mask=memory_mask)", "self.cross_attn(h, h, h)"),
                     ("self.cross_attn(x, memory, memory, mask=memory_mask)", "self.cross_attn(x, x, x)"))),
+    Mistake("cross-attention queried with the layer's input instead of the self-attention sublayer's output",
+            "the sublayers run one after the other: cross-attention's queries are x after the self-attention "
+            "step (its residual add and norm1), not the x the layer was given",
+            variant(DECODER_SOURCE, ("memory_mask=None):\n", "memory_mask=None):\n        x0 = x\n"),
+                    ("h = self.norm2(x)", "h = self.norm2(x0)"),
+                    ("self.cross_attn(x, memory, memory,", "self.cross_attn(x0, memory, memory,"))),
     Mistake("self_attn used for the cross-attention step too (cross_attn never used)",
             "the cross-attention step has its own module: self.cross_attn(x, memory, memory, ...)",
             variant(DECODER_SOURCE, ("= self.cross_attn(", "= self.self_attn("))),

@@ -146,6 +146,9 @@ _MODEL_LIBRARY = ("it uses {path}, from Hugging Face's transformers: a library o
                   "{graded} reaches it, so it is not yours: remove it and write that part yourself")
 _SWITCH_OFF = ("it calls {path}, which switches off the grader's check that your code does not call the "
                "built-ins it re-implements; remove it")
+_RAW_THREAD = ("it starts a thread with {path}, which carries none of the grader's check that your code does not "
+               "call the built-ins it re-implements (threading.Thread's threads do); compute the result in your "
+               "function")
 _PRIVATE_TORCH = ("it uses {path}, a private PyTorch function; an instructor will check that it is not a "
                   "built-in this exercise asks you to write (public tensor operations are always fine)")
 _REVIEW_NOTE = ("; an instructor will look at it by hand: this finding takes no points by itself (a check your "
@@ -577,6 +580,8 @@ _FRAMES = {"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame"
            "f_trace"}
 _SWITCHES = {"sys.setprofile", "sys.settrace", "threading.setprofile", "threading.settrace",
              "threading.setprofile_all_threads", "threading.settrace_all_threads", "_thread.setprofile"}
+# raw thread starts: their threads carry no profile hook, so the grader's check of the built-ins is not in them
+_RAW_THREAD_STARTS = {"_thread.start_new_thread", "_thread.start_new", "threading._start_new_thread"}
 _REVIEW_MODULES = {
     "gc": "it uses gc, which can reach and change the grader's own objects",
     "inspect": "it uses inspect, which can reach the grader's frames and objects",
@@ -1465,6 +1470,9 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
                 yield REVIEW, None, _REFERENCE.format(ref=ref) + _REVIEW_NOTE
         if path in _SWITCHES:
             yield FORBIDDEN, tuple(r.graded for r in rules if r.banned), _SWITCH_OFF.format(path=path)
+            return
+        if path in _RAW_THREAD_STARTS:
+            yield FORBIDDEN, tuple(r.graded for r in rules if r.banned), _RAW_THREAD.format(path=path)
             return
         text = _module_review(path)
         if text:

@@ -30,7 +30,7 @@ from autograder.checks import core, nb02
 from autograder.honesty import FORBIDDEN, REVIEW, scan
 
 from .conftest import autograde, failed_cells, inject, solved_notebook
-from .test_honesty import HEAD, _honest, rules
+from .test_honesty import HEAD, HONEST_SDPA, _honest, rules
 
 ASSIGNMENT = "02_queries_keys_values"
 SDPA_CELLS = {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask",
@@ -280,7 +280,7 @@ def watch():
     started meanwhile carry its dispatcher; the suite's later threads do not."""
     core.install_behaviour_watch()
     yield
-    threading.setprofile(None)
+    core.unwatch_thread_starts()
 
 
 def _outcomes(impl) -> set[tuple]:
@@ -540,3 +540,72 @@ def test_torchscript_loaded_from_bytes_is_refused_while_an_exercise_is_checked(w
 
     assert _refused(_outcomes(by_the_archive), TORCHSCRIPT)
     assert loaded(torch.zeros(2, 1, d), torch.zeros(2, 1, d)).shape == (1, 2, 2)  # outside a check it runs
+
+
+# --------------------------------------------------------------------------- threads without the watch
+RAW_THREAD_STARTS = {
+    "_thread.start_new_thread": lambda fn: __import__("_thread").start_new_thread(fn, ()),
+    "its alias _thread.start_new": lambda fn: __import__("_thread").start_new(fn, ()),
+    "threading's own copy": lambda fn: threading._start_new_thread(fn, ()),
+    "found by a computed name": lambda fn: getattr(sys.modules["_th" + "read"], "start_new_" + "thread")(fn, ()),
+}
+
+
+@pytest.mark.parametrize("start", list(RAW_THREAD_STARTS.values()), ids=list(RAW_THREAD_STARTS))
+def test_a_thread_without_the_watch_is_refused_and_runs_nothing(watch, start):
+    """A raw thread carries no profile hook (Python 3.11 has no hook for every thread, and raises no audit
+    event for it): F.scaled_dot_product_attention or label smoothing computed there took full points. Every
+    way to start one is refused, during a check (the case ends forbidden, even when the student catches the
+    refusal) and outside it (a thread started early would serve the check from a queue)."""
+    ran = threading.Event()
+
+    def by_a_raw_thread(q, k, v, mask=None):
+        box = []
+        done = threading.Event()
+
+        def work():
+            box.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            ran.set()
+            done.set()
+
+        try:
+            start(work)
+        except Exception:  # noqa: BLE001 - the attacker swallows the refusal: the case is still forbidden
+            return _honest(q, k, v, mask)
+        done.wait(5)
+        w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+        return box[0], w
+
+    assert _refused(_outcomes(by_a_raw_thread), "_thread.start_new_thread"), _outcomes(by_a_raw_thread)
+    with pytest.raises(core.ForbiddenCall, match="threading.Thread"):
+        start(lambda: ran.set())
+    assert not ran.is_set()
+
+
+def test_threads_of_threading_start_and_are_watched_while_the_hook_is_the_graders(watch):
+    """threading.Thread and the executors built on it still start (tqdm's monitor, a student's pool); with
+    threading's hook for new threads taken away first (a computed name the static pass can only flag),
+    they are refused too."""
+    done = threading.Event()
+    threading.Thread(target=done.set).start()
+    assert done.wait(5)
+    with __import__("concurrent.futures").futures.ThreadPoolExecutor(2) as pool:
+        assert pool.submit(sum, [1, 2]).result() == 3
+    setattr(threading, "_profile" + "_hook", None)
+    try:
+        with pytest.raises(core.ForbiddenCall, match="hook threading gives new threads"):
+            threading.Thread(target=done.set).start()
+    finally:
+        threading.setprofile(core._thread_dispatch)
+
+
+@pytest.mark.parametrize("spelling", ["import _thread\n_thread.start_new_thread(print, ())\n",
+                                      "from _thread import start_new as go\ngo(print, ())\n",
+                                      "import threading\nthreading._start_new_thread(print, ())\n"])
+def test_a_raw_thread_start_anywhere_is_forbidden(spelling):
+    """Statically: anywhere in the notebook, like switching the profile hook off, for every exercise with
+    built-ins to refuse; threading.Thread stays a matter for review."""
+    found = scan([HEAD, spelling, HONEST_SDPA], rules("02"))
+    assert any(f.severity == FORBIDDEN and "starts a thread with" in f.reason for f in found), found
+    plain = scan([HEAD, "import threading\nthreading.Thread(target=print).start()\n", HONEST_SDPA], rules("02"))
+    assert plain and all(f.severity == REVIEW for f in plain), plain

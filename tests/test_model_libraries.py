@@ -77,12 +77,13 @@ def test_transformers_code_entered_during_a_check_is_refused(impl):
     assert "code of Hugging Face's transformers (transformers/models/deberta/" in outcome[1], outcome
 
 
-def test_removing_the_library_from_sys_modules_hides_nothing(monkeypatch):
+def test_removing_the_library_from_sys_modules_hides_nothing(monkeypatch, request):
     """Every transformers entry of sys.modules deleted after the import, the guard still knows the library: the
     behaviour watch's audit hook saw the import, and its folder is found from where Python would find it."""
     monkeypatch.setattr(core, "_LIBRARY_FOLDERS", set())
     monkeypatch.setattr(core, "_LIBRARIES_IMPORTED", set())
     core.install_behaviour_watch()  # as the sandbox's runner does before any student code
+    request.addfinalizer(core.unwatch_thread_starts)
 
     def forget_transformers():
         for name in [n for n in sys.modules if n == "transformers" or n.startswith("transformers.")]:

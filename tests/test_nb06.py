@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import textwrap
-import threading
 
 import nbformat
 import numpy as np
@@ -560,7 +559,7 @@ def test_the_kernel_in_a_thread_started_before_the_check_is_not_accepted():
             nb06.check("label_smoothed_cross_entropy", _smoothed_in_a_thread_started_before)
     finally:
         _EARLY_POOL.pop().shutdown()
-        threading.setprofile(None)  # the suite's later threads carry no dispatcher
+        core.unwatch_thread_starts()  # the suite's later threads carry no dispatcher
 
 
 def test_a_plain_cross_entropy_beside_ones_own_smoothing_passes():
@@ -743,6 +742,36 @@ def test_builtin_label_smoothing_in_a_worker_thread_gets_no_points(course):
     assert "label_smoothing" in " ".join(c.message for c in result.cells)
 
 
+
+SMOOTHED_IN_A_RAW_THREAD = '''
+import sys
+import threading
+
+
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    box, done = [], threading.Event()
+
+    def work():
+        box.append(torch.nn.functional.cross_entropy(logits.reshape(-1, V), target.reshape(-1),
+                                                     ignore_index=ignore_index, label_smoothing=epsilon))
+        done.set()
+
+    getattr(sys.modules["_th" + "read"], "start_new_" + "thread")(work, ())   # a thread with no profile hook
+    done.wait()
+    return box[0]
+'''
+
+
+@pytest.mark.slow
+def test_builtin_label_smoothing_in_a_raw_thread_gets_no_points(course):
+    """_thread.start_new_thread, by a name the static pass can only flag: its thread carried none of the guard
+    and the built-in's smoothing took the loss's 4 points; now the start itself is refused."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
+                                                  {"label_smoothed_cross_entropy": SMOOTHED_IN_A_RAW_THREAD}))
+    assert result.status == "ok", result.status_text
+    assert failed_cells(result) == {"test_label_smoothed_cross_entropy", "test_label_smoothed_cross_entropy_stability"}
+    assert "_thread.start_new_thread" in " ".join(c.message for c in result.cells)
 
 LOSS_IN_FLOAT64 = '''
 def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):

@@ -831,19 +831,83 @@ def _thread_dispatch(frame, event, arg):
         guard._hook(frame, event, arg)
 
 
+UNWATCHED_THREAD = ("it starts a thread with _thread.start_new_thread, which carries none of the grader's check of the "
+                    "built-ins you call (threading.Thread's threads do): use threading.Thread, or better, compute "
+                    "the result in your function")
+HOOK_SWITCHED_OFF = ("it starts a thread after taking away the hook threading gives new threads (the grader's check "
+                     "of the built-ins you call): remove what changed threading's profile function")
+
+
+def _unwatched_thread(function) -> str:
+    """Why a new thread running `function` would run out of the guard's sight ('' when it would not): one started
+    by threading.Thread (its bootstrap sets the profile hook threading holds), with that hook still the grader's.
+    A raw _thread.start_new_thread has none: label smoothing computed there took full points."""
+    import threading
+
+    if getattr(function, "__func__", None) is not threading.Thread._bootstrap:
+        return UNWATCHED_THREAD
+    guard = _ACTIVE_GUARD[0]
+    if threading.getprofile() not in (_thread_dispatch, *((guard._hook,) if guard is not None else ())):
+        return HOOK_SWITCHED_OFF
+    return ""
+
+
+_THREAD_STARTS: dict = {}  # Python's own thread starts, while the watch's stand in for them
+
+
+def _watch_thread_starts(state: dict) -> None:
+    """Every way to start a thread that Python 3.11 names (it raises no audit event for it) goes through
+    `_unwatched_thread` first: `_thread.start_new_thread`, its alias `start_new`, and threading's own copy.
+    Refused at any time, not only during a check: a thread started before a check serves it from a queue."""
+    import _thread
+    import threading
+
+    if _THREAD_STARTS:
+        return
+    _THREAD_STARTS.update(start_new_thread=_thread.start_new_thread, start_new=_thread.start_new,
+                          threading=threading._start_new_thread)
+    start = _thread.start_new_thread
+
+    def start_new_thread(function, args, kwargs=None):
+        why = _unwatched_thread(function)
+        if why:
+            if state["checking"]:
+                state["hit"] = state["hit"] or why
+            raise ForbiddenCall(why)
+        return start(function, args) if kwargs is None else start(function, args, kwargs)
+
+    _thread.start_new_thread = _thread.start_new = threading._start_new_thread = start_new_thread
+
+
+def unwatch_thread_starts() -> None:
+    """Python's own thread starts back, and no hook for new threads: for a test that installed the watch in
+    its own process (the sandbox's runner never takes it off)."""
+    import _thread
+    import threading
+
+    threading.setprofile(None)
+    if _THREAD_STARTS:
+        _thread.start_new_thread, _thread.start_new = _THREAD_STARTS["start_new_thread"], _THREAD_STARTS["start_new"]
+        threading._start_new_thread = _THREAD_STARTS["threading"]
+        _THREAD_STARTS.clear()
+
+
 def install_behaviour_watch() -> None:
     """Install (once) the audit hook that refuses, while `run_case` runs a student's implementation,
     to start a process or to resolve a name for an unpickler: ForbiddenCall in the student's code, and
     the case's outcome is "forbidden" even when the student catches it. Called by the sandbox's
     runner before any student code; the state lives in this closure and in `_WATCH` (student code
     can reach it only through gc or frames, which the static pass flags; switching it off is seen).
-    Every thread started from here on carries `_thread_dispatch`, the case's guard in that thread."""
+    Every thread started from here on carries `_thread_dispatch`, the case's guard in that thread, and none
+    starts without it (`_watch_thread_starts`)."""
     import threading
 
     threading.setprofile(_thread_dispatch)
     if _WATCH:
+        _watch_thread_starts(_WATCH[0])
         return
     state = {"checking": False, "hit": ""}
+    _watch_thread_starts(state)
 
     def hook(event: str, args: tuple) -> None:
         if event == "import" and args and str(args[0]).split(".", 1)[0] in MODEL_LIBRARIES:

@@ -609,3 +609,16 @@ def test_a_raw_thread_start_anywhere_is_forbidden(spelling):
     assert any(f.severity == FORBIDDEN and "starts a thread with" in f.reason for f in found), found
     plain = scan([HEAD, "import threading\nthreading.Thread(target=print).start()\n", HONEST_SDPA], rules("02"))
     assert plain and all(f.severity == REVIEW for f in plain), plain
+
+
+def test_taking_threadings_hook_away_during_a_check_is_seen(watch):
+    """The hook threading hands new threads, set to None by a computed name during a case: the case ends
+    forbidden (the guard puts the hook back as it leaves)."""
+    def sly(q, k, v, mask=None):
+        setattr(threading, "_profile" + "_hook", None)
+        return _honest(q, k, v, mask)
+
+    try:
+        assert _refused(_outcomes(sly), "hook threading gives new threads"), _outcomes(sly)
+    finally:
+        threading.setprofile(core._thread_dispatch)

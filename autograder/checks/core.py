@@ -473,7 +473,7 @@ class _CallGuard:
     def __exit__(self, *exc):
         import threading
 
-        switched_off = sys.getprofile() is not self._installed
+        switched_off = sys.getprofile() is not self._installed or threading.getprofile() != self._hook
         _ACTIVE_GUARD[:] = [None]
         sys.setprofile(self._previous)
         threading.setprofile(self._previous_threads)
@@ -483,8 +483,8 @@ class _CallGuard:
             except Exception:  # noqa: BLE001 - the student's code left PyTorch's mode stack in disorder
                 pass
         if switched_off and not self.hit:
-            self.hit = ("it switches off the grader's check of the built-ins you call (sys.setprofile); "
-                        "remove that")
+            self.hit = ("it switches off the grader's check of the built-ins you call (sys.setprofile, or the hook "
+                        "threading gives new threads); remove that")
         return False
 
     def _found(self, why: str) -> None:

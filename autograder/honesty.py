@@ -289,19 +289,24 @@ class _Reading:
     broken: bool = False  # Python, but no reading parses (a syntax error, or a line only autocall runs)
 
 
-def _read(source: str) -> _Reading:
+def _read(source: str, budget: Budget | None = None) -> _Reading:
     """The first of the cell's readings that parses: as written, with IPython syntax blanked, then as
-    IPython's input transformations leave it (prompts and a common indent stripped, escapes expanded)."""
+    IPython's input transformations leave it (prompts and a common indent stripped, escapes expanded).
+    IPython's transformations are paid for from `budget` (TooComplex past it); without one, a cell they
+    would take too long over is left unread (IPython may run it: a person reads it)."""
     notes: list[str] = []
-    for text in _readings(source, notes):
-        if text is None:
-            return _Reading(None, notes)
-        try:
-            return _Reading(in_turn(ast.parse, text), notes)
-        except SyntaxError:
-            continue
-        except (ValueError, RecursionError, MemoryError):
-            return _Reading(None, notes, unreadable=_ipython_compiles(source))
+    try:
+        for text in _readings(source, notes, budget):
+            if text is None:
+                return _Reading(None, notes)
+            try:
+                return _Reading(in_turn(ast.parse, text), notes)
+            except SyntaxError:
+                continue
+            except (ValueError, RecursionError, MemoryError):
+                return _Reading(None, notes, unreadable=_ipython_compiles(source, budget))
+    except _TooCostly:
+        return _Reading(None, notes, unreadable=True)
     return _Reading(None, notes, broken=True)
 
 
@@ -324,7 +329,7 @@ def _autocalled(source: str) -> ast.Module | None:
         return None
 
 
-def _readings(source: str, notes: list[str]) -> Iterator[str | None]:
+def _readings(source: str, notes: list[str], budget: Budget | None = None) -> Iterator[str | None]:
     """The cell's candidate Python texts, most literal first (line numbers kept wherever IPython keeps
     them); None when the cell is not Python. Magics that run code elsewhere are added to `notes`."""
     yield source
@@ -335,8 +340,8 @@ def _readings(source: str, notes: list[str]) -> Iterator[str | None]:
     text = _noted(_neutralise(_with_blank_start(source, _cleaned(ipython, source))), notes)
     yield text
     if text is not None:
-        yield _with_blank_start(source, _transform(ipython, text))
-    yield _with_blank_start(source, _transform(ipython, source))
+        yield _with_blank_start(source, _transform(ipython, text, budget))
+    yield _with_blank_start(source, _transform(ipython, source, budget))
     words = source.strip().split(None, 1)
     if "\n" not in source.strip() and words and words[0] in _line_magics():  # automagic: `time f(x)`
         yield _noted(_neutralise("%" + source.strip()), notes)
@@ -380,8 +385,32 @@ def _line_magics() -> set[str]:
     return _LINE_MAGICS
 
 
-def _transform(ipython: Any, text: str) -> str:
-    """IPython's transform_cell of `text`; the text itself when IPython cannot transform it."""
+class _TooCostly(Exception):
+    """IPython's transformations of a cell would cost more than a whole notebook's budget (no budget given)."""
+
+
+# A line IPython's token transformers expand: an escape at its start (! !! % %% ? ?? / , ;), `x = !cmd` or
+# `x = %magic`, or help at its end. transform_cell expands one per round and tokenizes the whole cell again
+# each round, up to 500 rounds: 495 autocall escapes in a 1.9 MB cell held a grading thread for 11 minutes.
+_EXPANDED_LINE = re.compile(r"^[ \t]*[!%?/,;]|=[ \t]*[!%]|\?[ \t]*$", re.M)
+_TRANSFORM_ROUNDS = 500  # IPython's TRANSFORM_LOOP_LIMIT
+
+
+def _transform_steps(text: str) -> int:
+    """What IPython's transform_cell of `text` costs, in the budget's steps: one step per 100 characters
+    tokenized, the whole cell once per round."""
+    rounds = 1 + min(_TRANSFORM_ROUNDS, len(_EXPANDED_LINE.findall(text)))
+    return rounds * (len(text) // 100 + 1)
+
+
+def _transform(ipython: Any, text: str, budget: Budget | None = None) -> str:
+    """IPython's transform_cell of `text`, paid for first (see _read); the text itself when IPython cannot
+    transform it."""
+    steps = _transform_steps(text)
+    if budget is not None:
+        budget.spend(steps)
+    elif steps > WORK_BUDGET:
+        raise _TooCostly
     try:
         return ipython.transform_cell(text)
     except Exception:  # noqa: BLE001 - IPython would fail on it too: nothing runs
@@ -408,13 +437,14 @@ def _cleaned(ipython: Any, source: str) -> str:
     return "".join(lines)
 
 
-def _ipython_compiles(source: str) -> bool:
+def _ipython_compiles(source: str, budget: Budget | None = None) -> bool:
     """Whether IPython's own reading of the cell parses (it runs) when the pass met an error reading it."""
     ipython = _ipython()
     if ipython is None:
         return True
+    text = _transform(ipython, source, budget)  # its cost counted (or refused) outside the catch-all below
     try:
-        compile(_transform(ipython, source), "<cell>", "exec", ast.PyCF_ONLY_AST)
+        compile(text, "<cell>", "exec", ast.PyCF_ONLY_AST)
     except SyntaxError:
         return False
     except Exception:  # noqa: BLE001 - too deep or too big for the pass; IPython may still run it
@@ -1098,7 +1128,7 @@ class _Notebook:
         readings = []
         for i, source in enumerate(cells):
             self.budget.cell = i
-            reading = _read(source)
+            reading = _read(source, self.budget)
             readings.append(reading)
             self.notes += [(i, n) for n in reading.notes]
             self.unreadable += [i] if reading.unreadable else []

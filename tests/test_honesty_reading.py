@@ -271,3 +271,45 @@ def test_a_colab_students_own_cells_are_not_flagged():
     for hidden in ("!pip install ./helpers", "!pip install -r req.txt", "!pip install git+https://example.org/x",
                    "!pip install x; echo 'import torch' > helpers.py"):
         assert [f.severity for f in scan([hidden], rules())] == [REVIEW], hidden
+
+
+class _CountingTransformer:
+    """IPython's input transformer, counted and made cheap: what the pass asks of it, not how long it takes."""
+
+    def __init__(self, real: bool = False):
+        self.calls: list[int] = []
+        self.ipython = honesty._ipython()
+        self.cleanup_transforms = self.ipython.cleanup_transforms
+        self.real = real
+
+    def transform_cell(self, text: str) -> str:
+        self.calls.append(len(text))
+        return self.ipython.transform_cell(text) if self.real else text
+
+
+# 495 autocall escapes IPython expands one per round, re-tokenizing the whole 1.9 MB cell each round: a red
+# team's cell held a grading thread for 11 minutes of work the budget never counted
+SLOW_TO_TRANSFORM = "/f 1\n" * 495 + ("x = 1  # " + "p" * 90 + "\n") * 19000
+
+
+def test_a_cell_ipython_would_take_minutes_to_transform_goes_to_a_person_unread(monkeypatch):
+    counting = _CountingTransformer()
+    monkeypatch.setattr(honesty, "_TRANSFORMER", counting)
+    found = scan([SLOW_TO_TRANSFORM + "1 +\n"], rules_for_exercises(_nb01().EXERCISES))
+    assert any(f.severity == FORBIDDEN and "too complex" in f.reason for f in found), found
+    assert not counting.calls  # paid for before, and refused: IPython never started on it
+    # without a budget (the hint naming a skipped cell's definitions): the cell is left unread, at once
+    assert honesty.top_level_names(SLOW_TO_TRANSFORM + "y = 2\n") == set() and not counting.calls
+
+
+def test_an_ordinary_cell_with_magics_is_still_transformed_and_read(monkeypatch):
+    counting = _CountingTransformer(real=True)
+    monkeypatch.setattr(honesty, "_TRANSFORMER", counting)
+    cell = "%matplotlib inline\nimport numpy as np\nx = np.ones(3)\n/print x\n" + "y = x * 2\n" * 200
+    assert honesty._transform_steps(cell) < honesty.WORK_BUDGET // 100
+    names = honesty.top_level_names(cell)
+    assert counting.calls and {"np", "x", "y"} <= names, (counting.calls, names)
+
+
+def _nb01():
+    return importlib.import_module("autograder.checks.nb01")

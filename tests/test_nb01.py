@@ -307,3 +307,37 @@ def test_a_forked_child_that_falls_back_into_the_runner_never_speaks_for_the_not
     nb.cells.insert(first_answer, nbformat.v4.new_code_cell(FORKED_CHILD_RAISES))
     result = autograde(course, ASSIGNMENT, nb)
     assert result.score == result.max_score and result.status.value == "ok", (result.status, result.detail)
+
+
+LIBRARIES_DOING_THE_WORK = {
+    "softmax": '''def softmax(x, axis=-1):
+    import torch
+    t = torch.as_tensor(np.asarray(x, dtype=float)).movedim(axis, -1)
+    return torch.distributions.Categorical(logits=t).logits.exp().movedim(-1, axis).numpy()
+''',
+    "cosine_similarity": '''def cosine_similarity(E):
+    import torch
+    t = torch.as_tensor(np.asarray(E, dtype=float))
+    return torch.nn.CosineSimilarity(dim=-1)(t[:, None, :], t[None, :, :]).numpy()
+''',
+    "basic_self_attention": '''def basic_self_attention(X):
+    import torch
+    t = torch.as_tensor(np.asarray(X, dtype=float))
+    return torch.nn.functional.scaled_dot_product_attention(t, t, t, scale=1.0).numpy()
+''',
+}
+
+
+@pytest.mark.slow
+def test_libraries_that_do_an_exercises_work_get_no_points(course):
+    """A red team's 17 of 17 with 11 points of library work, unflagged: a categorical distribution's normalised
+    logits for softmax, nn.CosineSimilarity, PyTorch's fused attention with scale=1 for basic self-attention.
+    Each loses its exercise's points now, saying which library did the work; nothing else is lost."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT), LIBRARIES_DOING_THE_WORK))
+    assert result.status == "ok", result.status_text
+    assert failed_cells(result) == {"test_softmax", "test_softmax_stability", "test_cosine_similarity",
+                                    "test_basic_self_attention", "test_basic_self_attention_permutation_equivariance"}, \
+        failed_cells(result)
+    messages = " ".join(c.message for c in result.cells)
+    for library in ("Categorical", "CosineSimilarity", "scaled_dot_product_attention"):
+        assert library in messages, (library, messages)

@@ -297,3 +297,35 @@ def test_nbgrader_takes_points_for_wrong_additive_attention(course, mistake):
     assert result.score == 14 - sum(points[c] for c in ADDITIVE_WRONG[mistake])
     messages = " ".join(c.message for c in result.cells)
     assert f"This matches a known mistake: {mistake}." in messages, messages
+
+
+ATTENTION_OF_THE_QUANTIZATION_TOOLS = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    import torch.ao.quantization as tq
+    layer = list(tq.get_default_custom_config_dict()["float_to_observed_custom_module_class"].values())[1]
+    d = q.shape[-1]
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    qq, kk = q.expand(*lead, Tq, d).reshape(-1, Tq, d), k.expand(*lead, Tk, d).reshape(-1, Tk, d)
+    m = layer(d, 1, bias=False, batch_first=True)
+    with torch.no_grad():
+        for lin in (m.linear_Q, m.linear_K, m.linear_V):
+            lin.weight.copy_(torch.eye(d))
+    blocked = None if mask is None else ~mask.expand(*lead, Tq, Tk).reshape(-1, Tq, Tk)
+    _, w = m(qq, kk, kk, attn_mask=blocked, need_weights=True)
+    w = w.reshape(*lead, Tq, Tk)
+    if mask is not None:
+        w = w.masked_fill(~mask, 0.0)
+    return w @ v, w
+'''
+
+
+@pytest.mark.slow
+def test_the_quantization_tools_attention_reached_without_its_name_gets_no_points(course):
+    """torch.ao.nn.quantizable.MultiheadAttention is a whole attention in Python of its own (not
+    nn.MultiheadAttention's forward), found through the quantization's default module mapping: it took
+    scaled_dot_product_attention's 6 points unflagged. Now the run-time guard knows its code."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
+                                                  {"scaled_dot_product_attention": ATTENTION_OF_THE_QUANTIZATION_TOOLS}))
+    failed = failed_cells(result)
+    assert {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask"} <= failed, failed
+    assert "torch.ao.nn.quantizable.MultiheadAttention" in " ".join(c.message for c in result.cells)

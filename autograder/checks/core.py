@@ -380,10 +380,12 @@ class ByName:
 
     module: str
     path: str
+    banned: str = ""  # the name a student reaches it by, where that is not the path's last part: a layer's
+    # forward is reached by its class ("MultiheadAttention.forward" -> "MultiheadAttention"), not by "forward"
 
     @property
     def __name__(self) -> str:  # what the static pass bans it by (honesty._banned_names)
-        return self.path.rsplit(".", 1)[-1]
+        return self.banned or self.path.rsplit(".", 1)[-1]
 
     def resolve(self):
         """The function, or None while its module is not imported."""

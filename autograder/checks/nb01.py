@@ -25,7 +25,49 @@ def _softmax_elsewhere() -> tuple:
                  for module, path in named)
 
 
-SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere()
+def _distributions_softmax() -> tuple:
+    """A categorical distribution normalises its logits (logits - logsumexp): Categorical(logits=x).logits.exp()
+    is softmax (a red team's 5 of 5 points). Its __init__ is where that happens, for OneHotCategorical,
+    Multinomial and the relaxed ones too; logits_to_probs is the same step on its own."""
+    why = ("it uses {}, a softmax someone else wrote (a distribution normalises its logits with one): this "
+           "exercise asks you to write softmax yourself with numpy")
+    named = [("torch.distributions.categorical", "Categorical.__init__", "Categorical"),
+             ("torch.distributions.utils", "logits_to_probs", "")]
+    return tuple((ByName(module, path, banned), why.format(f"{module}.{path.split('.')[0]}"))
+                 for module, path, banned in named)
+
+
+def _cosine_elsewhere() -> tuple:
+    """Libraries' cosine similarity (the exercise's own name is banned by the static pass already): the layer
+    that calls it, and scipy's distances, whose metric='cosine' is 1 - the answer."""
+    why = "it uses {}, a cosine similarity someone else wrote: this exercise asks you to write it with numpy"
+    named = [("torch", "cosine_similarity", ""),
+             ("torch.nn.modules.distance", "CosineSimilarity.forward", "CosineSimilarity"),
+             ("scipy.spatial.distance", "cdist", ""), ("scipy.spatial.distance", "pdist", "")]
+    return tuple((ByName(module, path, banned), why.format(f"{module}.{path.split('.')[0]}"))
+                 for module, path, banned in named)
+
+
+def _attention_elsewhere() -> tuple:
+    """PyTorch's own attention: with scale=1 (or identity projections) it is basic self-attention (a red team's
+    4 of 4 points: notebook 02 on forbids it, and this notebook did not)."""
+    why = ("it calls {}, PyTorch's own attention, which does this exercise's work: write softmax(X X^T) X "
+           "yourself with numpy")
+    named = [("torch.nn.functional", "scaled_dot_product_attention", ""),
+             ("torch.nn.functional", "multi_head_attention_forward", ""),
+             ("torch.nn.modules.activation", "MultiheadAttention.forward", "MultiheadAttention"),
+             ("torch.ao.nn.quantizable.modules.activation", "MultiheadAttention.forward", "MultiheadAttention"),
+             ("torch.ao.nn.quantizable.modules.activation", "MultiheadAttention._forward_impl", "MultiheadAttention"),
+             ("torch.nn.modules.transformer", "TransformerEncoderLayer.forward", "TransformerEncoderLayer"),
+             ("torch.nn.modules.transformer", "TransformerDecoderLayer.forward", "TransformerDecoderLayer"),
+             ("torch.nn.attention.flex_attention", "flex_attention", "")]
+    return tuple((ByName(module, path, banned), why.format(f"{module}.{path.split('.')[0]}"))
+                 for module, path, banned in named)
+
+
+SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere() + _distributions_softmax()
+COSINE_HONESTY = HONESTY + _cosine_elsewhere()
+ATTENTION_HONESTY = HONESTY + _attention_elsewhere()
 
 # Float32 tolerances, as the spec promises: an implementation may compute in float32 (np.float32 arrays,
 # or torch). Rounding an input to float32 moves it by up to |x| * 6e-8, which exp turns into a relative
@@ -178,7 +220,7 @@ EXERCISES = [
                 "def cosine_similarity(E):\n    U = E / np.linalg.norm(E, axis=0, keepdims=True)\n    return U @ U.T"),
         Mistake("divided by only one of the two lengths", "cos = e_i·e_j / (|e_i| |e_j|): normalize both sides",
                 "def cosine_similarity(E):\n    n = np.linalg.norm(E, axis=1, keepdims=True)\n    return (E @ E.T) / n"),
-    ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
+    ), forbidden=COSINE_HONESTY, rtol=RTOL, atol=ATOL),
     Exercise("basic_self_attention", ref.basic_self_attention, _attention_cases, mistakes=(
         Mistake("no softmax: (X X^T) X", "turn the scores X @ X.T into weights with softmax along the last axis",
                 "def basic_self_attention(X):\n    return (X @ X.T) @ X"),
@@ -186,7 +228,7 @@ EXERCISES = [
                 "def basic_self_attention(X):\n    s = X @ X.T\n    e = np.exp(s - s.max(axis=0, keepdims=True))\n    return (e / e.sum(axis=0, keepdims=True)) @ X"),
         Mistake("returned the attention weights instead of the weighted sum", "multiply the weights by X: softmax(X @ X.T) @ X",
                 "def basic_self_attention(X):\n    s = X @ X.T\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)"),
-    ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
+    ), forbidden=ATTENTION_HONESTY, rtol=RTOL, atol=ATOL),
 ]
 
 check = make_checker(EXERCISES)

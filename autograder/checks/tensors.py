@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.ao.nn.quantizable as quantizable
 import torch.nn.functional as F
 from torch import nn
 
@@ -24,6 +25,10 @@ TORCH_ATTENTION = (
     (F.scaled_dot_product_attention, "torch.nn.functional.scaled_dot_product_attention"),
     (F.multi_head_attention_forward, "torch.nn.functional.multi_head_attention_forward"),
     (nn.MultiheadAttention.forward, "torch.nn.MultiheadAttention"),
+    # a whole attention of its own in Python (not nn.MultiheadAttention's forward), reachable without its name
+    # through the quantization's default module mapping: it took notebook 02's and 03's points unflagged
+    (quantizable.MultiheadAttention.forward, "torch.ao.nn.quantizable.MultiheadAttention"),
+    (quantizable.MultiheadAttention._forward_impl, "torch.ao.nn.quantizable.MultiheadAttention"),
     (nn.TransformerEncoderLayer.forward, "torch.nn.TransformerEncoderLayer"),
     (nn.TransformerDecoderLayer.forward, "torch.nn.TransformerDecoderLayer"),
     (nn.TransformerEncoder.forward, "torch.nn.TransformerEncoder"),

@@ -574,15 +574,18 @@ def _free_port(ip: str) -> int:
 
 
 def _token(extra: list[str]) -> tuple[str, list[str]]:
-    """The server's token: one given among the Jupyter options, else a new random one added to them."""
+    """(the server's token, the Jupyter options without it): one given among them, else a new random one. The
+    server gets it in its environment (JUPYTER_TOKEN, readable by its own user only), never on its command
+    line, which every user of the machine reads in /proc: with it, a student on the same JupyterHub opened
+    the instructor's terminals. An empty token (no login) stays an option: there is nothing to hide."""
     import secrets
 
     for i, arg in enumerate(extra):
         name, sep, value = arg.partition("=")
         if name in TOKEN_OPTIONS:
-            return (value if sep else extra[i + 1] if i + 1 < len(extra) else ""), extra
-    token = secrets.token_hex(24)
-    return token, [*extra, f"--IdentityProvider.token={token}"]
+            token = value if sep else extra[i + 1] if i + 1 < len(extra) else ""
+            return (token, extra[:i] + extra[i + (1 if sep else 2):]) if token else ("", extra)
+    return secrets.token_hex(24), extra
 
 
 def formgrader_url(ip: str, port: int, token: str) -> str:
@@ -623,6 +626,8 @@ def _formgrader(args) -> int:
           f"`attn-course grade SUBMISSIONS --out {course.parent}` (nothing already graded is graded again)\n"
           "writes them into grades.csv, grades_wide.csv and report.html. Ctrl-C stops the server.", flush=True)
     os.environ["PATH"] = bin_dir() + os.pathsep + os.environ.get("PATH", "")
+    if token:
+        os.environ["JUPYTER_TOKEN"] = token  # not on the command line (see _token)
     os.chdir(course)
     os.execv(sys.executable, formgrader_command(course, args.ip, port, not args.no_browser, extra))
     return 0  # pragma: no cover

@@ -136,6 +136,7 @@ def test_formgrader_starts_jupyter_server_in_the_grading_course(tmp_path, capsys
     monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append(cmd))
     monkeypatch.setattr(cli.os, "chdir", lambda folder: calls.append(folder))
     monkeypatch.setenv("PATH", os.environ.get("PATH", ""))  # _formgrader puts this venv's bin first
+    monkeypatch.delenv("JUPYTER_TOKEN", raising=False)  # _formgrader hands the server its token here
     assert cli.main(["formgrader", str(out / "course"), "--port", "8899", "--no-browser", "--allow-root"]) == 0
     [folder, cmd] = calls
     assert folder == (out / "course").resolve()
@@ -143,7 +144,8 @@ def test_formgrader_starts_jupyter_server_in_the_grading_course(tmp_path, capsys
     assert f"--ServerApp.root_dir={folder}" in cmd and "--ServerApp.port=8899" in cmd and "--no-browser" in cmd
     assert "--ServerApp.port_retries=0" in cmd and "--allow-root" in cmd
     assert cmd[cmd.index("--ServerApp.jpserver_extensions") + 1] == "nbgrader.server_extensions.formgrader=True"
-    token = next(a for a in cmd if a.startswith("--IdentityProvider.token=")).partition("=")[2]
+    token = os.environ["JUPYTER_TOKEN"]  # the server's environment: only its own user reads it
+    assert len(token) >= 32 and not any(token in a or "token" in a.lower() for a in cmd), cmd  # /proc shows argv to all
     assert f"http://127.0.0.1:8899/formgrader?token={token}" in capsys.readouterr().out
     assert cli.main(["formgrader", str(out), "--port", "0"]) == 2
     assert "--port 0" in capsys.readouterr().err
@@ -350,3 +352,20 @@ def _assert_exported(out: Path, score: float) -> None:
     assert float(row["score"]) == score, row
     [wide] = [r for r in _rows(out / "grades_wide.csv") if r["student_id"] == "mistake"]
     assert float(wide[A01]) == score, wide
+
+
+def test_a_token_given_among_jupyters_options_leaves_the_command_line_too(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    write_course_config(out / "course", f"sqlite:///{out / 'gradebook.db'}")
+    (out / "gradebook.db").write_bytes(b"")
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, cmd: calls.append(cmd))
+    monkeypatch.setattr(cli.os, "chdir", lambda folder: None)
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
+    monkeypatch.delenv("JUPYTER_TOKEN", raising=False)
+    for given in (["--IdentityProvider.token=s3cret-of-mine"], ["--ServerApp.token", "s3cret-of-mine"]):
+        assert cli.main(["formgrader", str(out), "--port", "8899", "--no-browser", *given]) == 0
+        assert os.environ["JUPYTER_TOKEN"] == "s3cret-of-mine" and not any("s3cret" in a for a in calls[-1])
+    monkeypatch.delenv("JUPYTER_TOKEN")
+    assert cli.main(["formgrader", str(out), "--port", "8899", "--no-browser", "--IdentityProvider.token="]) == 0
+    assert "--IdentityProvider.token=" in calls[-1] and "JUPYTER_TOKEN" not in os.environ  # no login: as asked

@@ -64,7 +64,7 @@ from .sandbox import (
     run_notebook_job,
 )
 from .settings import GradingSettings, Limits
-from .submissions import StudentSubmission, collect_all, parse_notebook
+from .submissions import TIMESTAMP_FILE, StudentSubmission, collect_all, parse_notebook
 
 # Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
 # their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
@@ -1287,6 +1287,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     kept: list[str] = []  # what this folder holds that is older than what is graded: not graded, said why
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
+    unreadable_newer: list[str] = []  # newer files that are no notebook, over a grade of a readable one: not graded
     nothing_here: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
     other_code: list[str] = []  # notebooks graded again because other grading code made their saved grade
     still_forced: set[tuple[str, str]] = set()  # overrides (--force) whose very file is graded again: they stay overrides
@@ -1323,6 +1324,14 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 continue
             if not force and _overridden(record, content):  # the instructor's choice stands over a file seen before
                 held.append(_held_line(sub, assignment))
+                continue
+            if not force and _graded_before_the_newer(record, sub, assignment, content):
+                kept.append(_older_again_line(sub, assignment))
+                continue
+            if not force and _grade_over_an_unreadable_file(record, sub, assignment):  # an upload gone wrong
+                note = _unreadable_newer_note(sub, assignment, submissions.name)  # takes no grade away: kept, said, noted
+                _note_on_record(_record_path(out, sub.student_id, assignment), note)
+                unreadable_newer.append(f"{sub.student_id} {assignment}: {note}")
                 continue
             why = _keep_recorded(sub, assignment, recorded.get(assignment, ""))
             if overriding and why:  # the instructor's choice: this folder's file over the newer one graded before
@@ -1394,6 +1403,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         _print_listed(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):", kept)
         _print_listed(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded "
                       "again):", held)
+        _print_listed(f"kept the grade of a readable notebook over a newer file that is none ({len(unreadable_newer)}; "
+                      "noted in grades.csv):", unreadable_newer)
         _print_listed(f"nothing to regrade ({len(nothing_here)}; --force named a notebook this folder does not hold):",
                       nothing_here)
         _print_listed(f"handed in again unchanged ({len(resent)}; graded as before, at the earlier submission time):",
@@ -1521,6 +1532,55 @@ def _enrol(course: Course, student: str, assignments: list[str] = ()) -> dict[st
                 continue
             recorded[assignment] = stamp.replace(tzinfo=timezone.utc) if stamp is not None else None
     return recorded
+
+
+def _graded_before_the_newer(record: dict[str, Any], sub: StudentSubmission, assignment: str, content: str) -> bool:
+    """Whether this folder's notebook is one graded for this student before the submission whose grade the
+    record holds (its content among the record's `seen`), timed only by its file: a copy or a new download
+    of an older folder, whose new file time would otherwise make it the newest submission. A time the
+    platform wrote (nbgrader's timestamp.txt) is a real handing in again, and is judged by its time."""
+    seen = record.get("seen", [])
+    platform_timed = sub.origins.get(assignment, "").endswith(f"({TIMESTAMP_FILE})")
+    return bool(content) and isinstance(seen, list) and content in seen and not platform_timed
+
+
+def _note_on_record(path: Path, note: str) -> None:
+    """Add `note` (once) to the notes of the grade a record holds, which every table is written from."""
+    payload = _payload(path)
+    result = payload.get("result")
+    if not isinstance(result, dict) or note in (result.get("notes") or []):
+        return
+    result["notes"] = [*[n for n in result.get("notes") or [] if isinstance(n, str)], note]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def _grade_over_an_unreadable_file(record: dict[str, Any], sub: StudentSubmission, assignment: str) -> NotebookResult | None:
+    """The grade that stands when this folder's notebook for `assignment` cannot be read (not JSON, not a
+    notebook) and the record holds a notebook of theirs graded earlier that could: its row kept whole (a
+    corrupt late upload left the earlier score and time beside the new file's 'unreadable' status)."""
+    data = sub.notebooks.get(assignment)
+    if data is None or parse_notebook(data)[0] is not None:
+        return None
+    saved = _saved_result(record, content=str(record.get("content") or ""))
+    return saved if saved is not None and saved.status not in (Status.UNREADABLE, Status.MISSING) else None
+
+
+def _unreadable_newer_note(sub: StudentSubmission, assignment: str, folder: str) -> str:
+    where = f"{folder}/{sub.origins.get(assignment, '') or 'a file'}"
+    why = parse_notebook(sub.notebooks.get(assignment, b""))[1] or "it is not a notebook"
+    return (f"a newer upload, {where}, cannot be read ({why[:120]}): the earlier notebook's grade stands; ask "
+            f"the student for the file again, or grade it with --force --student {sub.student_id} "
+            f"--assignment {assignment}")
+
+
+def _older_again_line(sub: StudentSubmission, assignment: str) -> str:
+    where = sub.origins.get(assignment, "") or "the file here"
+    return (f"{sub.student_id} {assignment}: {where} is a notebook of theirs graded before the newer submission "
+            f"graded earlier (the same notebook, with a new file time: a copy, or a new download): the newer one's "
+            f"grade is kept; to grade this one instead, run again with --force --student {sub.student_id} "
+            f"--assignment {assignment}")
 
 
 def _keep_recorded(sub: StudentSubmission, assignment: str, recorded: datetime | None | str = "") -> str | None:

@@ -337,3 +337,54 @@ def test_a_solution_that_adds_a_graded_cell_mid_term_is_refused_before_anything_
     assert (out / "course" / "nbgrader_config.py").read_text() == config
     shutil.copy2(REPO / "solutions" / A01 / f"{A01}.ipynb", source)  # put back: the folder grades as before
     assert "(0 graded now, 1 reused" in _graded(week1, out, solutions=solutions)
+
+
+def test_a_copy_of_an_older_folder_never_replaces_the_newer_grade(course, tmp_path):
+    """An instructor's walkthrough: week1/ (ann one mistake, on time), late/ (ann's fix, late), then a copy of
+    week1/ (`cp -r`: every file dated the day of the copy). Ann's older notebook, graded before, came back with
+    the newest file time and replaced her late fix's grade (15.3 to 5.5, "4 days late"). It is now kept out,
+    said why, and the late fix's grade, time and file stand."""
+    week1, late, copy, out = tmp_path / "week1", tmp_path / "late", tmp_path / "week1-copy", tmp_path / "out"
+    _put(week1 / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _put(week1 / "ben" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(late / "ann" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)
+    _graded(week1, out, due=DUE, late_penalty="per-day:10")
+    _graded(late, out)
+    before = _rows(out)[("ann", A01)]
+    assert before["submitted"].startswith("2025-12-03") and before["late_penalty"] not in ("", "0"), before
+    shutil.copytree(week1, copy)
+    for path in copy.rglob("*.ipynb"):
+        os.utime(path, (AGAIN, AGAIN))
+    said = _graded(copy, out)
+    after = _rows(out)[("ann", A01)]
+    assert {k: after[k] for k in ("score", "submitted", "late_penalty", "source_file")} == \
+        {k: before[k] for k in ("score", "submitted", "late_penalty", "source_file")}, (before, after)
+    assert "ann 01_similarity_attention" in said and "graded before the newer submission" in said, said
+    assert "--force --student ann --assignment 01_similarity_attention" in said
+    forced = _graded(copy, out, force=True, students=["ann"], assignments=[A01])  # the instructor's choice stands
+    assert _rows(out)[("ann", A01)]["score"] != before["score"], forced
+
+
+def test_a_newer_upload_that_is_no_notebook_takes_no_grade_away(course, tmp_path):
+    """An upload gone wrong (not JSON) after a graded notebook: its row mixed the earlier score and time with the
+    new file's 'unreadable' status. The earlier grade now stands whole, the console and the row's notes say
+    which file could not be read and what to do; a readable newer upload after it is graded as usual."""
+    week1, late, fixed, out = (tmp_path / name for name in ("week1", "late", "fixed", "out"))
+    _put(week1 / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _put(week1 / "ben" / f"{A01}.ipynb", solved_notebook(course, A01))
+    broken = late / "ann" / f"{A01}.ipynb"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"cells": [')
+    os.utime(broken, (LATE, LATE))
+    _graded(week1, out, due=DUE, late_penalty="per-day:10")
+    before = _rows(out)[("ann", A01)]
+    said = _graded(late, out)
+    row = _rows(out)[("ann", A01)]
+    assert {k: row[k] for k in ("score", "submitted", "status", "source_file")} == \
+        {k: before[k] for k in ("score", "submitted", "status", "source_file")}, (before, row)
+    assert "late/ann/01_similarity_attention.ipynb" in row["notes"] and "cannot be read" in row["notes"], row
+    assert "cannot be read" in said and "--force --student ann" in said, said
+    _put(fixed / "ann" / f"{A01}.ipynb", solved_notebook(course, A01), AGAIN)
+    _graded(fixed, out)
+    row = _rows(out)[("ann", A01)]
+    assert row["score"] == "17" and row["submitted"].startswith("2025-12-08") and "cannot be read" not in row["notes"]

@@ -229,11 +229,19 @@ def _name_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", anyascii(unicodedata.normalize("NFC", name)).lower())
 
 
-def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[str, str]]
-                 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def _names_of(person: dict[str, str]) -> list[str]:
+    """A gradebook student's names as Canvas may write them: 'Last, First' (its Student column), 'First Last'."""
+    first, last = person.get("first_name", "").strip(), person.get("last_name", "").strip()
+    return [n for n in (f"{last}, {first}", f"{first} {last}") if first and last] or [n for n in (last, first) if n]
+
+
+def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[str, str]],
+                 people: dict[str, dict[str, str]] | None = None) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """({student: their roster row}, {student: why none}). A student is found by the Canvas user id
-    of their files, else by their id as ID, SIS User ID or SIS Login ID, else by name; a row that
-    fits two students, or two rows that fit one, tie nobody."""
+    of their files, else by their id as ID, SIS User ID or SIS Login ID, else by name (their id, or the
+    names the gradebook has for them from the class roster, `people`); a row that fits two students, or
+    two rows that fit one, tie nobody."""
+    people = people or {}
     by_uid = {row["ID"]: row for row in roster}
     by_id: dict[str, dict[str, dict[str, str]]] = {}
     by_name: dict[str, dict[str, dict[str, str]]] = {}
@@ -253,8 +261,13 @@ def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[st
                 continue
         else:
             fits = by_id.get(sid.lower()) or by_name.get(_name_key(sid), {})
+            for name in [] if fits else _names_of(people.get(sid, {})):
+                fits = by_name.get(_name_key(name), {})
+                if fits:
+                    break
             if len(fits) != 1:
-                why[sid] = ("no roster row has this id as ID, SIS User ID or SIS Login ID, or this name" if not fits else
+                why[sid] = ("no roster row has this id as ID, SIS User ID or SIS Login ID, nor this id or their name as "
+                            "Student" if not fits else
                             f"several roster rows fit ({', '.join(sorted(fits))}): not guessed")
                 continue
         [row] = fits.values()
@@ -276,7 +289,7 @@ def canvas_csv(results: list[NotebookResult], path: Path, roster: CanvasRoster |
     has an empty ID, and Canvas asks about it on import) and is listed in `problems`."""
     notebooks, tops, by_student = _table(results)
     people = people or {}
-    found, why = match_canvas({s: list(nbs.values()) for s, nbs in by_student.items()}, roster.students) \
+    found, why = match_canvas({s: list(nbs.values()) for s, nbs in by_student.items()}, roster.students, people) \
         if roster is not None else ({}, {})
     headers = [roster.headers.get(n, n) if roster is not None else n for n in notebooks]
     rows = [CANVAS_COLUMNS + headers, [POINTS_POSSIBLE, "", "", "", ""] + [points(tops[n]) for n in notebooks]]

@@ -154,6 +154,18 @@ def test_canvas_roster_matching_by_name_and_refusing_to_guess():
     assert "Orsted_Hans" in why and "HCO" in why and "fits HCO, Orsted_Hans" in why["HCO"]
 
 
+def test_canvas_roster_matching_by_the_names_of_the_class_roster():
+    """An id that is no Canvas id (dave, from a folder name) is tied by the names the class roster gave the
+    gradebook: the export wrote "Brown, Dave" in its Student column and still said dave was tied to no row."""
+    roster = [{"Student": "Brown, Dave", "ID": "7"}, {"Student": "Hopper, Grace", "ID": "8"}]
+    ours = {"dave": [NotebookResult("dave", A01, 1, 2)], "g.h": [NotebookResult("g.h", A01, 1, 2)],
+            "nobody": [NotebookResult("nobody", A01, 1, 2)]}
+    people = {"dave": {"first_name": "Dave", "last_name": "Brown"}, "g.h": {"first_name": "Grace", "last_name": "Hopper"}}
+    found, why = lms.match_canvas(ours, roster, people)
+    assert (found["dave"]["ID"], found["g.h"]["ID"]) == ("7", "8") and "nobody" in why, (found, why)
+    assert lms.match_canvas(ours, roster)[0] == {}  # by the ids alone, nothing fits: the names did it
+
+
 @pytest.mark.parametrize("source, uid", [
     ("smithjane_101_9001_01_similarity_attention.ipynb (file time)", "101"),
     ("doejohn_LATE_102_9003_01 (1).ipynb (file time)", "102"),

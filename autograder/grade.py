@@ -51,7 +51,7 @@ from .course import (
 from .course import assignments as list_assignments
 from .exports import safe_row
 from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
-from .outcomes import GRADERS_OWN, Status, Verdict, plain_fields, status_from_text, status_text
+from .outcomes import GRADERS_OWN, REFUSED, Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import (
     JobResult,
     SandboxUnavailable,
@@ -520,7 +520,20 @@ def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verd
             cell.take_verdict(v)
         elif v and v.note and cell.score >= cell.max_score:
             cell.message = v.note  # passed, with something to know (a failed dependency was replaced)
+    result.notes = [*result.notes, *refusal_notes(verdicts)]
     return result
+
+
+def refusal_notes(verdicts: dict[str, Verdict]) -> list[str]:
+    """One note per exercise refused for academic honesty (a built-in, a library or the course's reference did
+    its work): grades.csv's notes and the report's attention list name it, not only the student's feedback."""
+    found: dict[str, str] = {}
+    for v in verdicts.values():
+        if not v.passed and v.cause in ("forbidden", "forbidden-static"):
+            graded, _, rest = v.message.partition(": not accepted, because ")
+            if rest and graded not in found:
+                found[graded] = f"{REFUSED}: {graded} ({rest.split(';', 1)[0][:160]})"
+    return list(found.values())
 
 
 NOT_SUBMITTED = "no notebook for this assignment was submitted"  # the detail of a MISSING status
@@ -1512,7 +1525,7 @@ def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str) 
     """What the intake found about this student's files (a renamed id, a second copy, a refused
     file) into `r.notes`, and the file graded into `r.source_file`: never into the status, whose
     kind says what happened to the notebook itself."""
-    r.notes = [f"{k}: {v}" for k, v in sub.problems.items()]
+    r.notes = [f"{k}: {v}" for k, v in sub.problems.items()] + [n for n in r.notes if n.startswith(REFUSED + ": ")]
     r.source_file = sub.origins.get(assignment, "")
 
 

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
 
+REFUSED = "not accepted"  # how a note about an exercise refused for academic honesty starts (grades.csv's notes)
+
 
 class Status(StrEnum):
     """What happened to a notebook as a whole. The value is how grades.csv's status column starts

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .lateness import LatePolicy, how_late
-from .outcomes import GRADERS_OWN, Status
+from .outcomes import GRADERS_OWN, REFUSED, Status
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BINS = [0, 0.2, 0.4, 0.6, 0.8, 1.0001]  # fractions of an exercise's points, as the picture groups them
@@ -112,6 +112,7 @@ def _attention(results, not_on_roster=()) -> list[tuple[str, list[str]]]:
             found[r.student_id].append(f"{r.notebook}: {how_late(r.seconds_late)} (due {r.due}){penalty}")
         if r.review:
             found[r.student_id].append(f"{r.notebook}: code flagged for review")
+        found[r.student_id] += [f"{r.notebook}: {n}" for n in r.notes if n.startswith(REFUSED + ": ")]
     return sorted(found.items())
 
 

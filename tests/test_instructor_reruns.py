@@ -388,3 +388,21 @@ def test_a_newer_upload_that_is_no_notebook_takes_no_grade_away(course, tmp_path
     _graded(fixed, out)
     row = _rows(out)[("ann", A01)]
     assert row["score"] == "17" and row["submitted"].startswith("2025-12-08") and "cannot be read" not in row["notes"]
+
+
+def test_an_exercise_refused_for_academic_honesty_is_named_in_the_tables(course, tmp_path):
+    """A built-in doing an exercise cost its points, said only in the student's feedback: grades.csv (status ok,
+    review empty) and the report's attention list showed nothing. The row's notes and the report name it now,
+    on a rerun that reuses the grade too."""
+    week1, out = tmp_path / "week1", tmp_path / "out"
+    borrowed = {"softmax": "def softmax(x, axis=-1):\n    import torch\n"
+                           "    return torch.softmax(torch.as_tensor(x), dim=axis).numpy()"}
+    _put(week1 / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), borrowed))
+    _put(week1 / "ben" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    for _ in range(2):  # graded, then reused
+        _graded(week1, out)
+        rows = _rows(out)
+        assert "not accepted: softmax (it calls a library's softmax" in rows[("ann", A01)]["notes"], rows[("ann", A01)]
+        assert "not accepted" not in rows[("ben", A01)]["notes"]  # a wrong answer is no refusal
+        report = (out / "report.html").read_text()
+        assert "01_similarity_attention: not accepted: softmax" in report

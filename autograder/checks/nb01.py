@@ -15,14 +15,15 @@ def _softmax_elsewhere() -> tuple:
     ones reached under another name: a distribution parameterised by logits computes it through
     these, and log_softmax then exp is the same computation. Named (ByName), not imported: a numpy
     notebook's check does not load PyTorch unless the student's code did."""
-    why = ("it calls {}, a softmax someone else wrote (or the same computation under another name): "
-           "this exercise asks you to write softmax yourself with numpy")
+    # one sentence per name, not per library: the static pass knows a call by its name (torch.softmax was told
+    # it "calls scipy.special.softmax", the first library listed)
+    why = ("it calls a library's {} (scipy's or PyTorch's: a softmax someone else wrote, or the same computation "
+           "under another name): this exercise asks you to write softmax yourself with numpy")
     named = [("scipy.special", "softmax"), ("scipy.special", "log_softmax"),
              ("torch", "softmax"), ("torch", "log_softmax"), ("torch.nn.functional", "softmax"),
              ("torch.nn.functional", "log_softmax"), ("torch", "Tensor.softmax"), ("torch", "Tensor.log_softmax"),
              ("torch.special", "softmax"), ("torch.special", "log_softmax")]
-    return tuple((ByName(module, path), why.format(f"{module}.{path}".replace("torch.Tensor.", "Tensor.")))
-                 for module, path in named)
+    return tuple((ByName(module, path), why.format(path.rsplit(".", 1)[-1])) for module, path in named)
 
 
 def _distributions_softmax() -> tuple:

@@ -7,6 +7,7 @@ extension replaces the one before (nbgrader's rule: they do not add up); `--days
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -46,8 +47,14 @@ def grant(out: Path, student: str, notebook: str, days: float = 0.0, hours: floa
             except MissingEntry:
                 names = ", ".join(sorted(a.name for a in gb.assignments))
                 raise ExtensionError(f"no notebook {notebook!r} in {out}; its notebooks: {names}") from None
+            known = {s.id for s in gb.students}
+            if student not in known:
+                close = difflib.get_close_matches(student, sorted(known), n=3, cutoff=0.5) or \
+                    sorted(k for k in known if student.lower() in k.lower())[:3]
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                raise ExtensionError(f"no student {student!r} in {out}{hint} (the ids are those of grades.csv's "
+                                     "student_id column)")
             try:
-                gb.find_student(student)
                 gb.find_submission(notebook, student)
             except MissingEntry:
                 raise ExtensionError(

@@ -1107,7 +1107,11 @@ def _main(argv: list[str] | None) -> int:
               f"[{extra}] extra: pip install 'attention-course[{extra}]'", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\nattn-course {args.command}: interrupted (Ctrl-C)." + INTERRUPTED.get(args.command, ""), file=sys.stderr)
+        said = INTERRUPTED.get(args.command, "")
+        if args.command == "grade" and getattr(args, "force", False):  # --force would grade everything again
+            said = (" Every notebook graded so far is kept: the same command without --force grades the rest "
+                    "(with --force, everything is graded again).")
+        print(f"\nattn-course {args.command}: interrupted (Ctrl-C)." + said, file=sys.stderr)
         return 130
 
 

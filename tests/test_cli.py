@@ -569,6 +569,9 @@ def test_ctrl_c_says_what_was_kept_and_what_to_run_not_a_traceback(monkeypatch, 
     err = capsys.readouterr().err
     assert "attn-course grade: interrupted (Ctrl-C)" in err and "the same command grades the rest" in err, err
     assert "Traceback" not in err
+    assert cli.main(["grade", "somewhere", "--out", "elsewhere", "--force"]) == 130  # --force grades all again
+    err = capsys.readouterr().err
+    assert "the same command without --force grades the rest" in err and "nothing is graded twice" not in err, err
 
 
 @pytest.mark.parametrize("refusal", [ValueError("--student: no submission in week1 for 'bob'"),

@@ -477,8 +477,10 @@ def test_an_extension_for_one_student_changes_their_lateness_everywhere_without_
     assert "ann 01_similarity_attention: no extension now" in capsys.readouterr().out
     assert penalties()["ann"] == (3.4, "2025-12-01T23:59")
 
-    assert cli.main(["extend", str(out), "cat", A01, "--days", "2"]) == 2  # nothing of theirs graded yet
-    assert f"cat has no {A01} graded in" in capsys.readouterr().err
+    assert cli.main(["extend", str(out), "cat", A01, "--days", "2"]) == 2  # nobody of that id
+    assert f"no student 'cat' in {out} (the ids are those of grades.csv" in capsys.readouterr().err
+    assert cli.main(["extend", str(out), "anne", A01, "--days", "2"]) == 2  # a typo: the id it was meant to be
+    assert "no student 'anne'" in (err := capsys.readouterr().err) and "did you mean ann?" in err, err
     assert cli.main(["extend", str(out), "ann", "01_similarity", "--days", "2"]) == 2
     assert f"no notebook '01_similarity' in {out}; its notebooks: " in capsys.readouterr().err
 

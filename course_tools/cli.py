@@ -1042,6 +1042,29 @@ def note_course_from_environment(command: str) -> None:
               f"({here}); to use this one, unset {ROOT_ENV} or pass --course {here}", file=sys.stderr)
 
 
+GRADING_COMMANDS = ("grade", "demo")  # an instructor's: results that depend on the grader's code and library
+
+
+def note_grader_of_another_checkout(command: str) -> None:
+    """A course folder that holds its own autograder/ or attention_course/ but is graded by another copy (a venv
+    made in another checkout, shared): say so. An instructor's edit to a tolerance in the course's
+    autograder/checks/ was silently not used (the grades came from the other checkout's code)."""
+    from attention_course.paths import CourseNotFound, find_course_root
+    from autograder.course import library_dir, package_dir
+
+    try:
+        root = find_course_root()
+    except CourseNotFound:
+        return
+    for name, used in (("autograder", package_dir("autograder")), ("attention_course", library_dir())):
+        own = root / name
+        if own.is_dir() and used is not None and own.resolve() != Path(used).resolve():
+            print(f"attn-course {command}: this course's {name}/ ({own}) is not the one used: {used} is (this Python "
+                  f"imports it); edits to {own} take no effect. To use them, install this course into the Python "
+                  f"that runs attn-course ({sys.executable} -m pip install -e {root}), or run its own "
+                  f"{root / '.venv' / 'bin' / 'attn-course'}", file=sys.stderr)
+
+
 # attention_course.recipes.CONFIGS, named here without importing PyTorch for every command (a test
 # checks that the two agree)
 TRAIN_CONFIGS = ("gpu", "gpu-wide", "cpu", "cpu-hour", "quick", "toy")
@@ -1084,6 +1107,8 @@ def _main(argv: list[str] | None) -> int:
             use_course(args.course)
         else:
             note_course_from_environment(args.command)
+        if args.command in GRADING_COMMANDS:
+            note_grader_of_another_checkout(args.command)
         if getattr(args, "out", None) is None and args.command in BUILD_OUTPUTS:
             from attention_course.paths import find_course_root
 

@@ -618,3 +618,20 @@ def test_a_missing_module_of_no_extra_is_not_hidden(monkeypatch):
     monkeypatch.setattr(cli, "_check", broken)
     with pytest.raises(ModuleNotFoundError):
         cli.main(["check", "notebook.ipynb"])
+
+
+def test_grading_with_another_checkouts_grader_is_said(tmp_path, monkeypatch, capsys):
+    """A venv made in one checkout, used from another course folder: its own autograder/ (a tolerance an
+    instructor loosened there) took no effect, silently. The grading commands say which copy is used."""
+    other = tmp_path / "course"
+    (other / "solutions").mkdir(parents=True)
+    (other / "nbgrader_config.py").write_text("")
+    (other / "autograder" / "checks").mkdir(parents=True)
+    monkeypatch.setenv("ATTN_COURSE_ROOT", str(other))
+    cli.note_grader_of_another_checkout("grade")
+    err = capsys.readouterr().err
+    assert f"this course's autograder/ ({other / 'autograder'}) is not the one used" in err, err
+    assert "pip install -e" in err and "attention_course/" not in err  # it has no library of its own: nothing said
+    monkeypatch.setenv("ATTN_COURSE_ROOT", str(REPO))  # the checkout this Python runs from: nothing to say
+    cli.note_grader_of_another_checkout("grade")
+    assert capsys.readouterr().err == ""

@@ -1338,17 +1338,19 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             if not force and _overridden(record, content):  # the instructor's choice stands over a file seen before
                 held.append(_held_line(sub, assignment))
                 continue
-            if not force and _graded_before_the_newer(record, sub, assignment, content):
-                kept.append(_older_again_line(sub, assignment))
+            why = _keep_recorded(sub, assignment, recorded.get(assignment, ""))
+            if overriding and why:  # the instructor's choice: this folder's file over the newer one graded before
+                why = None
+            if why is None and not force and _graded_before_the_newer(record, sub, assignment, content):
+                note = _older_again_note(sub, assignment, submissions.name)  # a copy of an older folder, most likely:
+                _note_on_record(_record_path(out, sub.student_id, assignment), note)  # said, and noted on the row
+                kept.append(f"{sub.student_id} {assignment}: {note}")
                 continue
-            if not force and _grade_over_an_unreadable_file(record, sub, assignment):  # an upload gone wrong
+            if why is None and not force and _grade_over_an_unreadable_file(record, sub, assignment):  # gone wrong
                 note = _unreadable_newer_note(sub, assignment, submissions.name)  # takes no grade away: kept, said, noted
                 _note_on_record(_record_path(out, sub.student_id, assignment), note)
                 unreadable_newer.append(f"{sub.student_id} {assignment}: {note}")
                 continue
-            why = _keep_recorded(sub, assignment, recorded.get(assignment, ""))
-            if overriding and why:  # the instructor's choice: this folder's file over the newer one graded before
-                why = None
             if why is None:
                 left.append(assignment)
                 if record.get("fingerprint") and not judged_so_now and not force:
@@ -1428,7 +1430,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             print(f"graded again: {len(other_code)} notebook{'s' if len(other_code) > 1 else ''} whose saved grade was "
                   "made by other grading code (the grader's checks or the course library changed since)")
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
-                           course.late_policy(), kept=len(kept), missing=missing, held=len(held), not_yet=not_yet))
+                           course.late_policy(), kept=len(kept) + len(unreadable_newer), missing=missing, held=len(held),
+                           not_yet=not_yet))
     return reported
 
 
@@ -1511,7 +1514,7 @@ def summary_line(students: int, new: int, reused: int, seconds: float, workers: 
         return f"{n} {word}{'' if n == 1 else 's'}"
 
     late = sum(1 for r in results if r.seconds_late > 0)
-    older = (f", {kept} kept: newer than the file here" if kept else "") + (f", {held} kept: set with --force" if held else "")
+    older = (f", {kept} kept: a grade of theirs over the file here (listed above)" if kept else "") + (f", {held} kept: set with --force" if held else "")
     return (f"{count(students, 'student')}: {count(new + reused + kept + held, 'notebook')} ({new} graded now, {reused} reused "
             f"from earlier runs{older})" + (f", {missing} missing (no notebook handed in)" if missing else "")
             + (f", {not_yet} not handed in yet (not due)" if not_yet else "")
@@ -1588,12 +1591,11 @@ def _unreadable_newer_note(sub: StudentSubmission, assignment: str, folder: str)
             f"--assignment {assignment}")
 
 
-def _older_again_line(sub: StudentSubmission, assignment: str) -> str:
-    where = sub.origins.get(assignment, "") or "the file here"
-    return (f"{sub.student_id} {assignment}: {where} is a notebook of theirs graded before the newer submission "
-            f"graded earlier (the same notebook, with a new file time: a copy, or a new download): the newer one's "
-            f"grade is kept; to grade this one instead, run again with --force --student {sub.student_id} "
-            f"--assignment {assignment}")
+def _older_again_note(sub: StudentSubmission, assignment: str, folder: str) -> str:
+    where = f"{folder}/{sub.origins.get(assignment, '') or 'a file'}"
+    return (f"{where} is a notebook of theirs graded before the submission graded now, with a later file time (a "
+            f"copy or a new download of an older folder): that newer submission's grade is kept; if they handed this "
+            f"one in again on purpose, grade it with --force --student {sub.student_id} --assignment {assignment}")
 
 
 def _keep_recorded(sub: StudentSubmission, assignment: str, recorded: datetime | None | str = "") -> str | None:

@@ -112,7 +112,8 @@ def _attention(results, not_on_roster=()) -> list[tuple[str, list[str]]]:
             found[r.student_id].append(f"{r.notebook}: {how_late(r.seconds_late)} (due {r.due}){penalty}")
         if r.review:
             found[r.student_id].append(f"{r.notebook}: code flagged for review")
-        found[r.student_id] += [f"{r.notebook}: {n}" for n in r.notes if n.startswith(REFUSED + ": ")]
+        for note in (n for n in r.notes if n.startswith(REFUSED + ": ")):  # (no entry for a student with none)
+            found[r.student_id].append(f"{r.notebook}: {note}")
     return sorted(found.items())
 
 

@@ -359,7 +359,9 @@ def test_a_copy_of_an_older_folder_never_replaces_the_newer_grade(course, tmp_pa
     after = _rows(out)[("ann", A01)]
     assert {k: after[k] for k in ("score", "submitted", "late_penalty", "source_file")} == \
         {k: before[k] for k in ("score", "submitted", "late_penalty", "source_file")}, (before, after)
-    assert "ann 01_similarity_attention" in said and "graded before the newer submission" in said, said
+    assert "ann 01_similarity_attention: week1-copy/ann/01_similarity_attention.ipynb (file time) is a notebook of " \
+           "theirs graded before the submission graded now" in said, said
+    assert "week1-copy/ann/" in after["notes"] and "on purpose" in after["notes"], after  # on the row, not only said
     assert "--force --student ann --assignment 01_similarity_attention" in said
     forced = _graded(copy, out, force=True, students=["ann"], assignments=[A01])  # the instructor's choice stands
     assert _rows(out)[("ann", A01)]["score"] != before["score"], forced

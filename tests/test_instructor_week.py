@@ -93,7 +93,7 @@ def test_rerunning_the_on_time_folder_keeps_the_late_resubmission_and_says_so(we
     line = next(x for x in said["again"].splitlines() if x.strip().startswith(f"ann {A01}:"))
     assert f"ann/{A01}.ipynb" in line and "2025-11-30 12:00:00 UTC" in line and "2025-12-03 12:00:00 UTC" in line
     assert "--force --student ann" in line
-    assert "1 kept: newer than the file here" in said["again"]
+    assert "1 kept: a grade of theirs over the file here" in said["again"]
 
 
 # --------------------------------------------------------------------------- 2. a stray notebook is not in play

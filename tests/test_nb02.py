@@ -329,3 +329,26 @@ def test_the_quantization_tools_attention_reached_without_its_name_gets_no_point
     failed = failed_cells(result)
     assert {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask"} <= failed, failed
     assert "torch.ao.nn.quantizable.MultiheadAttention" in " ".join(c.message for c in result.cells)
+
+
+THE_BUILTIN_INSIDE = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    w = torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1)
+    return out, w
+'''
+
+
+@pytest.mark.slow
+def test_a_builtin_inside_a_dependency_costs_its_own_exercise_only(course):
+    """An instructor's walkthrough: scaled_dot_product_attention calling the built-in lost its 6 points, and the
+    honest SelfAttention built on it (as the notebook asks) lost its 5 too, while a wrong one cost only its own.
+    One refusal, one penalty: SelfAttention is checked with the course's function in its place, and passes."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
+                                                  {"scaled_dot_product_attention": THE_BUILTIN_INSIDE}))
+    failed = failed_cells(result)
+    assert {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask"} <= failed, failed
+    assert not {c for c in failed if c.startswith("test_SelfAttention")}, failed
+    refused = next(c.message for c in result.cells if c.grade_id == "test_scaled_dot_product_attention")
+    assert "not accepted" in refused and "scaled_dot_product_attention" in refused, refused
+    note = next(c.message for c in result.cells if c.grade_id == "test_SelfAttention")
+    assert "course's `scaled_dot_product_attention` instead of yours" in note, note

@@ -617,6 +617,9 @@ _REVIEW_MODULES = {
     "inspect": "it uses inspect, which can reach the grader's frames and objects",
     "ctypes": "it uses ctypes, which can change the interpreter's memory",
     "importlib": "it imports modules by computed names (importlib)",
+    "_imp": "it uses _imp, the interpreter's own import machinery (a module made afresh from it is out of the "
+            "grader's watch)",
+    "_frozen_importlib": "it uses the interpreter's own import machinery (_frozen_importlib)",
     # where imports are looked for: a module the notebook wrote can then shadow or add to what is installed
     **{f"sys.{name}": f"it changes where Python looks for modules (sys.{name}), so an import can load a file "
                       "the notebook wrote, which the grader cannot read"
@@ -1285,13 +1288,14 @@ class _Notebook:
                     mutations[root].append(u)
         return mutations, patches
 
-    def reach(self, graded: str) -> dict[int, _Unit]:
-        """The units the graded name's code reaches, by id."""
+    def reach(self, graded: str, stops: Iterable[str] = ()) -> dict[int, _Unit]:
+        """The units the graded name's code reaches, by id; not through the names in `stops` (the graded
+        functions it calls, which their own exercises judge: one refusal, one penalty)."""
         start = self.bindings.get(graded, [])
         if not start:
             return {}
         seen: dict[int, _Unit] = {}
-        followed: set[str] = set()  # a name's units are queued once, however many units read it
+        followed: set[str] = set(stops) - {graded}  # a name's units are queued once, however many units read it
         todo = list(start) + list(self.patches)
         while todo:
             u = todo.pop()
@@ -1481,11 +1485,30 @@ def _with_spelling(why: str, fact: _Fact) -> str:
     return f"{why}{shown}; {_ADVICE}"
 
 
+def _canonical(path: str) -> str:
+    """`path` with a module reached through another module's attribute written as that module's own name:
+    logging.threading.Thread -> threading.Thread, queue.threading._start_new_thread -> threading._start_new_thread
+    (the thread rules matched the literal path only). Module dictionaries only, of modules already imported
+    here: no attribute hook runs and nothing is imported."""
+    import types
+
+    parts = path.split(".")
+    obj, canonical = sys.modules.get(parts[0]), None
+    for i, part in enumerate(parts[1:], start=1):
+        if not isinstance(obj, types.ModuleType):
+            break
+        obj = vars(obj).get(part)
+        name = getattr(obj, "__name__", None) if isinstance(obj, types.ModuleType) else None
+        if isinstance(name, str) and name != ".".join(parts[:i + 1]):
+            canonical = (name, i + 1)
+    return path if canonical is None else ".".join([canonical[0], *parts[canonical[1]:]])
+
+
 def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, set[str]]],
                    reached_by: tuple[str, ...] = ()) -> Iterator[tuple[str, tuple[str, ...] | None, str]]:
     """(severity, exercises or None = by reach, reason) of a fact wherever it is in the notebook."""
     if fact.kind == "path":
-        path = fact.path
+        path = _canonical(fact.path)
         top = path.split(".")[0]
         if top == "autograder":
             yield FORBIDDEN, tuple(r.graded for r in rules), _GRADER.format(path=path)
@@ -1514,14 +1537,15 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
         yield REVIEW, None, fact.text + _REVIEW_NOTE
 
 
-def scan(cells: list[str], rules: list[Rules], budget: Budget | None = None) -> list[Finding]:
+def scan(cells: list[str], rules: list[Rules], budget: Budget | None = None,
+         stops: dict[str, Iterable[str]] | None = None) -> list[Finding]:
     """Every finding in a submission: `cells` is every code cell's source in notebook order, `rules`
     the notebook's exercises (rules sharing a graded name are merged). A notebook whose reading spends
     the work `budget` (the grader's, WORK_BUDGET, by default) is flagged for a person instead, and none of
     its exercises counts until then (a finding of every exercise)."""
     budget = budget if budget is not None else Budget()
     try:
-        return _scan(cells, _merge(rules), budget)
+        return _scan(cells, _merge(rules), budget, stops or {})
     except TooComplex as err:
         where = (err.cell, 1, _first_line(cells, err.cell))
         return [Finding(FORBIDDEN, (), *where, TOO_COMPLEX_HELD.format(limit=budget.limit)),
@@ -1534,10 +1558,10 @@ def _first_line(cells: list[str], cell: int) -> str:
     return next((ln.strip()[:200] for ln in source.split("\n") if ln.strip()), "")
 
 
-def _scan(cells: list[str], rules: list[Rules], budget: Budget) -> list[Finding]:
+def _scan(cells: list[str], rules: list[Rules], budget: Budget, stops: dict[str, Iterable[str]]) -> list[Finding]:
     """scan's work, within `budget` (TooComplex past it)."""
     nb = _Notebook(cells, budget)
-    reach = {r.graded: nb.reach(r.graded) for r in rules}
+    reach = {r.graded: nb.reach(r.graded, stops.get(r.graded, ())) for r in rules}
     refs = {r.graded: (r.reference_module, _reference_names(r.reference_module) if r.reference_module else set())
             for r in rules}
     hits: list[_Hit] = []

@@ -520,7 +520,12 @@ def honesty_findings(job: Job, tests: list[TestCell]) -> list:
     from . import honesty
 
     exercises = [exercise(ref) for t in tests for ref in t.checks]
-    return honesty.scan(job.sources, honesty.rules_for_exercises(exercises))
+    # a graded function another one calls is judged by its own exercise: a built-in inside it does not refuse
+    # the caller too (SelfAttention lost its 5 points for the scaled_dot_product_attention it is asked to call);
+    # the caller's check meets it at run time, and is checked again with the course's dependency in its place
+    stops = {exercise(ref).graded: dependencies(ref.module).get(exercise(ref).graded, ())
+             for t in tests for ref in t.checks}
+    return honesty.scan(job.sources, honesty.rules_for_exercises(exercises), stops=stops)
 
 
 def review_notes(job: Job) -> str:

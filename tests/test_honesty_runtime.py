@@ -548,60 +548,106 @@ RAW_THREAD_STARTS = {
     "its alias _thread.start_new": lambda fn: __import__("_thread").start_new(fn, ()),
     "threading's own copy": lambda fn: threading._start_new_thread(fn, ()),
     "found by a computed name": lambda fn: getattr(sys.modules["_th" + "read"], "start_new_" + "thread")(fn, ()),
+    "a _thread module made afresh": lambda fn: _fresh_thread_module().start_new_thread(fn, ()),
 }
 
 
-@pytest.mark.parametrize("start", list(RAW_THREAD_STARTS.values()), ids=list(RAW_THREAD_STARTS))
-def test_a_thread_without_the_watch_is_refused_and_runs_nothing(watch, start):
-    """A raw thread carries no profile hook (Python 3.11 has no hook for every thread, and raises no audit
-    event for it): F.scaled_dot_product_attention or label smoothing computed there took full points. Every
-    way to start one is refused, during a check (the case ends forbidden, even when the student catches the
-    refusal) and outside it (a thread started early would serve the check from a queue)."""
-    ran = threading.Event()
+def _fresh_thread_module():
+    import _imp
+    import types
 
-    def by_a_raw_thread(q, k, v, mask=None):
-        box = []
-        done = threading.Event()
+    module = _imp.create_builtin(types.SimpleNamespace(name="_th" + "read"))
+    _imp.exec_builtin(module)
+    return module
+
+
+def _in_a_thread(start):
+    """nb02's exercise done by PyTorch's built-in in a thread `start` starts (the refusal swallowed, if any)."""
+    def by_a_thread(q, k, v, mask=None):
+        box, done = [], threading.Event()
 
         def work():
-            box.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
-            ran.set()
-            done.set()
+            try:
+                box.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            finally:
+                done.set()
 
-        try:
-            start(work)
-        except Exception:  # noqa: BLE001 - the attacker swallows the refusal: the case is still forbidden
-            return _honest(q, k, v, mask)
+        start(work)
         done.wait(5)
         w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
-        return box[0], w
+        return (box[0] if box else _honest(q, k, v, mask)[0]), w
 
-    assert _refused(_outcomes(by_a_raw_thread), "_thread.start_new_thread"), _outcomes(by_a_raw_thread)
-    with pytest.raises(core.ForbiddenCall, match="threading.Thread"):
-        start(lambda: ran.set())
-    assert not ran.is_set()
+    return by_a_thread
 
 
-def test_threads_of_threading_start_and_are_watched_while_the_hook_is_the_graders(watch):
-    """threading.Thread and the executors built on it still start (tqdm's monitor, a student's pool); with
-    threading's hook for new threads taken away first (a computed name the static pass can only flag),
-    they are refused too."""
+@pytest.mark.parametrize("start", list(RAW_THREAD_STARTS.values()), ids=list(RAW_THREAD_STARTS))
+def test_a_raw_thread_is_watched_as_threadings_are(watch, start):
+    """A raw thread carried no profile hook (Python 3.11 has no hook for every thread, and raises no audit event
+    for a new one): F.scaled_dot_product_attention or label smoothing computed there took full points. Every
+    thread now starts with the dispatcher as its first code, however it was started, so the case ends
+    forbidden for what was called there."""
+    assert _refused(_outcomes(_in_a_thread(start)), SDPA_BUILTIN), _outcomes(_in_a_thread(start))
+    hooks = []
+    done = threading.Event()
+    start(lambda: (hooks.append(sys.getprofile()), done.set()))
+    assert done.wait(5) and hooks == [core._thread_dispatch]
+
+
+class _Subverted(threading.Thread):
+    """A Thread whose own bootstrap runs run() without threading's hook (a reviewer's way round the check that
+    only threading's bootstrap starts threads)."""
+
+    def _bootstrap_inner(self):
+        self._set_ident()
+        self._set_tstate_lock()
+        self._started.set()
+        self.run()
+
+
+class _AlwaysEqual:
+    """A profile hook that says it is the grader's (==) and does nothing."""
+
+    def __call__(self, *args):
+        return None
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def test_threads_of_threading_start_watched_and_a_hook_taken_away_is_seen(watch):
+    """threading.Thread and the executors built on it start as before (tqdm's monitor, a student's pool), watched;
+    a Thread subclass with a bootstrap of its own is watched all the same; a thread handed another profile
+    hook (threading's, replaced by one that claims to equal the grader's) never runs its work, and every
+    later case ends forbidden."""
     done = threading.Event()
     threading.Thread(target=done.set).start()
     assert done.wait(5)
     with __import__("concurrent.futures").futures.ThreadPoolExecutor(2) as pool:
         assert pool.submit(sum, [1, 2]).result() == 3
-    setattr(threading, "_profile" + "_hook", None)
+    assert _refused(_outcomes(_in_a_thread(lambda fn: _Subverted(target=fn).start())), SDPA_BUILTIN)
+    assert _outcomes(_honest) == {("value",)}
+    ran = threading.Event()
+    setattr(threading, "_profile" + "_hook", _AlwaysEqual())
     try:
-        with pytest.raises(core.ForbiddenCall, match="hook threading gives new threads"):
-            threading.Thread(target=done.set).start()
+        worker = threading.Thread(target=ran.set)
+        worker.start()
+        worker.join(5)
     finally:
         threading.setprofile(core._thread_dispatch)
+    assert not ran.is_set()
+    assert _refused(_outcomes(_honest), "takes the grader's check of the built-ins you call away from a thread")
 
 
 @pytest.mark.parametrize("spelling", ["import _thread\n_thread.start_new_thread(print, ())\n",
                                       "from _thread import start_new as go\ngo(print, ())\n",
-                                      "import threading\nthreading._start_new_thread(print, ())\n"])
+                                      "import threading\nthreading._start_new_thread(print, ())\n",
+                                      "import logging\nlogging.threading._start_new_thread(print, ())\n",  # re-exported
+                                      "import queue\nqueue.threading._start_new_thread(print, ())\n"])
 def test_a_raw_thread_start_anywhere_is_forbidden(spelling):
     """Statically: anywhere in the notebook, like switching the profile hook off, for every exercise with
     built-ins to refuse; threading.Thread stays a matter for review."""
@@ -622,3 +668,12 @@ def test_taking_threadings_hook_away_during_a_check_is_seen(watch):
         assert _refused(_outcomes(sly), "hook threading gives new threads"), _outcomes(sly)
     finally:
         threading.setprofile(core._thread_dispatch)
+
+
+def test_threading_reached_through_another_module_and_the_import_machinery_are_flagged():
+    """A module another one imports is read as itself (logging.threading.Thread is threading.Thread: it was no
+    finding at all), and the interpreter's own import machinery (_imp) is left to a person."""
+    for cell in ("import logging\nlogging.threading.Thread(target=print).start()\n",
+                 "import _imp\nm = _imp.create_builtin(None)\n"):
+        found = scan([HEAD, cell, HONEST_SDPA], rules("02"))
+        assert found and all(f.severity == REVIEW for f in found), (cell, found)

@@ -766,12 +766,12 @@ def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100)
 @pytest.mark.slow
 def test_builtin_label_smoothing_in_a_raw_thread_gets_no_points(course):
     """_thread.start_new_thread, by a name the static pass can only flag: its thread carried none of the guard
-    and the built-in's smoothing took the loss's 4 points; now the start itself is refused."""
+    and the built-in's smoothing took the loss's 4 points; now every thread starts watched."""
     result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT),
                                                   {"label_smoothed_cross_entropy": SMOOTHED_IN_A_RAW_THREAD}))
     assert result.status == "ok", result.status_text
     assert failed_cells(result) == {"test_label_smoothed_cross_entropy", "test_label_smoothed_cross_entropy_stability"}
-    assert "_thread.start_new_thread" in " ".join(c.message for c in result.cells)
+    assert "label_smoothing" in " ".join(c.message for c in result.cells)
 
 LOSS_IN_FLOAT64 = '''
 def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):

@@ -461,7 +461,8 @@ class _CallGuard:
         self._previous_threads = threading.getprofile()
         self._installed = self._hook
         self._owner = threading.get_ident()
-        threading.setprofile(self._hook)  # threads started during the check
+        threading.setprofile(_thread_dispatch)  # threads started during the check: the dispatcher, never this guard's
+        # own hook, which a thread would keep after the case (its findings then went to a guard nobody reads)
         _ACTIVE_GUARD[:] = [self]  # threads the notebook started before it: their dispatcher forwards here
         self.scripts_refused = bool(self.torch_functions or self.kernels)
         if self.scripts_refused:
@@ -475,7 +476,9 @@ class _CallGuard:
     def __exit__(self, *exc):
         import threading
 
-        switched_off = sys.getprofile() is not self._installed or threading.getprofile() != self._hook
+        switched_off = sys.getprofile() is not self._installed or threading.getprofile() is not _thread_dispatch
+        if _TAMPERED and not self.hit:
+            self.hit = _TAMPERED[0]
         _ACTIVE_GUARD[:] = [None]
         sys.setprofile(self._previous)
         threading.setprofile(self._previous_threads)
@@ -828,69 +831,80 @@ def _thread_dispatch(frame, event, arg):
     it forwards to the guard of the case running, if any. A thread started before a check and handed its
     inputs there (a queue) otherwise called a forbidden built-in out of the guard's sight, which is on
     the checking thread only (sys.setprofile; PyTorch's modes are per thread too)."""
+    if event == "c_call" and arg is _SETPROFILE and not _keeps_the_dispatcher(frame):
+        _TAMPERED[:] = _TAMPERED or [HOOK_TAKEN]
+        raise ForbiddenCall(HOOK_TAKEN)  # the call never happens: the thread ends here, its work not done
     guard = _ACTIVE_GUARD[0]
     if guard is not None:
         guard._hook(frame, event, arg)
 
 
-UNWATCHED_THREAD = ("it starts a thread with _thread.start_new_thread, which carries none of the grader's check of the "
-                    "built-ins you call (threading.Thread's threads do): use threading.Thread, or better, compute "
-                    "the result in your function")
-HOOK_SWITCHED_OFF = ("it starts a thread after taking away the hook threading gives new threads (the grader's check "
-                     "of the built-ins you call): remove what changed threading's profile function")
+_SETPROFILE = sys.setprofile
+_TAMPERED: list[str] = []  # why every later case ends forbidden: a watched thread's hook was being replaced
+HOOK_TAKEN = ("it takes the grader's check of the built-ins you call away from a thread (its profile function "
+              "replaced): remove what changes sys.setprofile or threading's profile hook")
 
 
-def _unwatched_thread(function) -> str:
-    """Why a new thread running `function` would run out of the guard's sight ('' when it would not): one started
-    by threading.Thread (its bootstrap sets the profile hook threading holds), with that hook still the grader's.
-    A raw _thread.start_new_thread has none: label smoothing computed there took full points."""
+def _keeps_the_dispatcher(frame) -> bool:
+    """Whether a sys.setprofile call from `frame` leaves a watched thread with the dispatcher: threading's own
+    bootstrap handing the new thread threading's hook, while that hook is the dispatcher itself."""
     import threading
 
-    if getattr(function, "__func__", None) is not threading.Thread._bootstrap:
-        return UNWATCHED_THREAD
-    guard = _ACTIVE_GUARD[0]
-    if threading.getprofile() not in (_thread_dispatch, *((guard._hook,) if guard is not None else ())):
-        return HOOK_SWITCHED_OFF
-    return ""
+    return frame.f_code is threading.Thread._bootstrap_inner.__code__ and \
+        frame.f_globals.get("_profile_hook") is _thread_dispatch
+
+
+def _hooked(function, args, kwargs):
+    """A new thread's first code: the dispatcher as its profile hook, before anything of the notebook runs there
+    (a Thread subclass's own _bootstrap_inner ran run() without threading's hook), then `function`."""
+    _SETPROFILE(_thread_dispatch)
+    return function(*args, **kwargs)
 
 
 _THREAD_STARTS: dict = {}  # Python's own thread starts, while the watch's stand in for them
 
 
 def _watch_thread_starts(state: dict) -> None:
-    """Every way to start a thread that Python 3.11 names (it raises no audit event for it) goes through
-    `_unwatched_thread` first: `_thread.start_new_thread`, its alias `start_new`, and threading's own copy.
-    Refused at any time, not only during a check: a thread started before a check serves it from a queue."""
+    """Every thread starts watched (Python 3.11 has no profile hook for every thread, and raises no audit event
+    for a new one): `_thread.start_new_thread`, its alias `start_new` and threading's own copy run `_hooked`
+    first. A second `_thread` module, made afresh from the interpreter's built-ins (`_imp`), is this one."""
+    import _imp
     import _thread
     import threading
 
     if _THREAD_STARTS:
         return
     _THREAD_STARTS.update(start_new_thread=_thread.start_new_thread, start_new=_thread.start_new,
-                          threading=threading._start_new_thread)
-    start = _thread.start_new_thread
+                          threading=threading._start_new_thread, create_builtin=_imp.create_builtin,
+                          exec_builtin=_imp.exec_builtin)
+    start, create, execute = _thread.start_new_thread, _imp.create_builtin, _imp.exec_builtin
 
     def start_new_thread(function, args, kwargs=None):
-        why = _unwatched_thread(function)
-        if why:
-            if state["checking"]:
-                state["hit"] = state["hit"] or why
-            raise ForbiddenCall(why)
-        return start(function, args) if kwargs is None else start(function, args, kwargs)
+        return start(_hooked, (function, tuple(args), dict(kwargs or {})))
+
+    def create_builtin(spec):
+        return _thread if getattr(spec, "name", None) == "_thread" else create(spec)
+
+    def exec_builtin(module):
+        return 0 if module is _thread else execute(module)  # run again, it would put Python's own starts back
 
     _thread.start_new_thread = _thread.start_new = threading._start_new_thread = start_new_thread
+    _imp.create_builtin, _imp.exec_builtin = create_builtin, exec_builtin
 
 
 def unwatch_thread_starts() -> None:
     """Python's own thread starts back, and no hook for new threads: for a test that installed the watch in
     its own process (the sandbox's runner never takes it off)."""
+    import _imp
     import _thread
     import threading
 
     threading.setprofile(None)
+    _TAMPERED.clear()
     if _THREAD_STARTS:
         _thread.start_new_thread, _thread.start_new = _THREAD_STARTS["start_new_thread"], _THREAD_STARTS["start_new"]
         threading._start_new_thread = _THREAD_STARTS["threading"]
+        _imp.create_builtin, _imp.exec_builtin = _THREAD_STARTS["create_builtin"], _THREAD_STARTS["exec_builtin"]
         _THREAD_STARTS.clear()
 
 
@@ -941,8 +955,8 @@ def _watched_run(case: Case, impl):
     finally:
         switched_off = not state["checking"]
         state["checking"] = False
-    if state["hit"]:
-        raise ForbiddenCall(state["hit"])
+    if state["hit"] or _TAMPERED:
+        raise ForbiddenCall(state["hit"] or _TAMPERED[0])
     if switched_off:
         raise ForbiddenCall(SWITCHED_OFF)
     return out

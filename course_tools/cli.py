@@ -580,12 +580,19 @@ def _token(extra: list[str]) -> tuple[str, list[str]]:
     the instructor's terminals. An empty token (no login) stays an option: there is nothing to hide."""
     import secrets
 
-    for i, arg in enumerate(extra):
-        name, sep, value = arg.partition("=")
+    token, rest, i = None, [], 0
+    while i < len(extra):  # every token option (--ServerApp.token and --IdentityProvider.token both given, say)
+        name, sep, value = extra[i].partition("=")
         if name in TOKEN_OPTIONS:
-            token = value if sep else extra[i + 1] if i + 1 < len(extra) else ""
-            return (token, extra[:i] + extra[i + (1 if sep else 2):]) if token else ("", extra)
-    return secrets.token_hex(24), extra
+            given = value if sep else extra[i + 1] if i + 1 < len(extra) else ""
+            if not given:
+                return "", extra  # no login, as asked
+            token = token or given
+            i += 1 if sep else 2
+            continue
+        rest.append(extra[i])
+        i += 1
+    return (token, rest) if token else (secrets.token_hex(24), extra)
 
 
 def formgrader_url(ip: str, port: int, token: str) -> str:

@@ -363,7 +363,8 @@ def test_a_token_given_among_jupyters_options_leaves_the_command_line_too(tmp_pa
     monkeypatch.setattr(cli.os, "chdir", lambda folder: None)
     monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
     monkeypatch.delenv("JUPYTER_TOKEN", raising=False)
-    for given in (["--IdentityProvider.token=s3cret-of-mine"], ["--ServerApp.token", "s3cret-of-mine"]):
+    for given in (["--IdentityProvider.token=s3cret-of-mine"], ["--ServerApp.token", "s3cret-of-mine"],
+                  ["--ServerApp.token=s3cret-of-mine", "--NotebookApp.token", "s3cret-of-mine"]):
         assert cli.main(["formgrader", str(out), "--port", "8899", "--no-browser", *given]) == 0
         assert os.environ["JUPYTER_TOKEN"] == "s3cret-of-mine" and not any("s3cret" in a for a in calls[-1])
     monkeypatch.delenv("JUPYTER_TOKEN")

@@ -790,7 +790,9 @@ def test_a_right_value_in_the_wrong_dtype_is_told_so():
     that only the cast is missing; wrong values in a wrong dtype are not said to be right."""
     right = core.difference(torch.tensor(1.5), torch.tensor(1.5, dtype=torch.float64))
     assert "expected dtype torch.float32, got torch.float64" in right.message
-    assert "the values are right" in right.message and ".to(x.dtype)" in right.message
+    assert "the values are right" in right.message and "return torch.float32: `.float()`" in right.message
+    ids = core.difference(torch.tensor([1, 2]), torch.tensor([1.0, 2.0]))  # token ids as floats: .long(), not .float()
+    assert "return torch.int64: `.long()`" in ids.message, ids.message
     wrong = core.difference(torch.tensor(1.5), torch.tensor(2.5, dtype=torch.float64))
     assert "expected dtype" in wrong.message and "the values are right" not in wrong.message
 

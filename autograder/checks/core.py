@@ -331,17 +331,23 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
     if e.shape != g.shape:
         return _differs(where, f"shape {tuple(e.shape)}", f"shape {tuple(g.shape)}")
     if is_tensor and str(expected.dtype) != str(got.dtype):
-        return Difference(f"{where}: expected dtype {expected.dtype}, got {got.dtype}" + _right_values(e, g, rtol, atol),
+        return Difference(f"{where}: expected dtype {expected.dtype}, got {got.dtype}"
+                          + _right_values(e, g, rtol, atol, str(expected.dtype)),
                           f"dtype {expected.dtype}", f"dtype {got.dtype}")
     return _values_differ(e, g, rtol, atol, where)
 
 
-def _right_values(e: np.ndarray, g: np.ndarray, rtol: float, atol: float) -> str:
-    """Said after a wrong dtype whose values are right (a loss computed in float64, say): only the cast is missing."""
+_CASTS = {"torch.float32": "`.float()`", "torch.int64": "`.long()`", "torch.float64": "`.double()`"}
+
+
+def _right_values(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, want: str) -> str:
+    """Said after a wrong dtype whose values are right (a loss computed in float64, say): only the cast to `want`
+    (the expected dtype) is missing."""
     if e.dtype == bool or g.dtype == bool or _values_differ(e, g, rtol, atol, "") is not None:
         return ""
-    return (" (the values are right: work in another precision if you like, but return the dtype the inputs "
-            "came in: `.to(x.dtype)` with x an input, or `.float()` for float32)")
+    cast = _CASTS.get(want, f"`.to({want})`")
+    return (f" (the values are right: work in another precision if you like, but return {want}: {cast}, or "
+            f"`.to(x.dtype)` with x an input of that dtype)")
 
 
 def _values_differ(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, where: str) -> Difference | None:

@@ -617,6 +617,8 @@ _REVIEW_MODULES = {
     "inspect": "it uses inspect, which can reach the grader's frames and objects",
     "ctypes": "it uses ctypes, which can change the interpreter's memory",
     "importlib": "it imports modules by computed names (importlib)",
+    "pydoc.locate": "it looks up an object by a name built at run time (pydoc.locate)",
+    "logging.config": "it can look up objects by names built at run time (logging.config's resolvers)",
     "_imp": "it uses _imp, the interpreter's own import machinery (a module made afresh from it is out of the "
             "grader's watch)",
     "_frozen_importlib": "it uses the interpreter's own import machinery (_frozen_importlib)",
@@ -677,7 +679,7 @@ _REVIEW_MODULES = {
                       "yaml.full_load_all", "yaml.Loader", "yaml.UnsafeLoader", "yaml.FullLoader", "torch.load",
                       "torch.serialization", "numpy.load")},
 }
-_THREADS = ("threading", "_thread", "multiprocessing", "concurrent.futures", "concurrent")
+_THREADS = ("threading", "_thread", "multiprocessing", "concurrent.futures", "concurrent", "asyncio.to_thread")
 _STAR_SUSPECT = ("torch", "scipy", "sklearn", "tensorflow", "keras", "jax")
 _PRIVATE_ENTRY = {"_C", "_VF", "_ops"}
 

@@ -677,3 +677,55 @@ def test_threading_reached_through_another_module_and_the_import_machinery_are_f
                  "import _imp\nm = _imp.create_builtin(None)\n"):
         found = scan([HEAD, cell, HONEST_SDPA], rules("02"))
         assert found and all(f.severity == REVIEW for f in found), (cell, found)
+
+
+def _built_in_by_name():
+    import pydoc
+
+    return pydoc.locate("torch.nn.functional." + "_".join(["scaled", "dot", "product", "attention"]))
+
+
+def _pair(fn, q, k, v, mask):
+    eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-1], k.shape[-2])
+    return list(map(fn, [q, q], [k, k], [v, eye], [mask, mask]))  # called from C: no profile event
+
+
+def _through_apply(q, k, v, mask=None):
+    """The built-in from inside a Tensor.apply_ callback, where PyTorch runs it with the guard's function mode
+    off, called from C (map), on 3-D inputs (the math path, whose kernels the dispatch mode does not name)."""
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], *([] if mask is None else [mask.shape[:-2]]))
+    flat = [t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:]) for t in (q, k, v)]
+    m3 = None if mask is None else mask.expand(*batch, q.shape[-2], k.shape[-2]).reshape(-1, q.shape[-2], k.shape[-2])
+    box = []
+    torch.zeros(1).apply_(lambda x: (box.extend(_pair(_built_in_by_name(), *flat, m3)), x)[1])
+    o, w = box
+    return o.reshape(*batch, q.shape[-2], v.shape[-1]), w.reshape(*batch, q.shape[-2], k.shape[-2])
+
+
+def _in_a_worker(q, k, v, mask=None):
+    import asyncio
+
+    return tuple(asyncio.run(asyncio.to_thread(_pair, _built_in_by_name(), q, k, v, mask)))
+
+
+def _after_a_profiler(q, k, v, mask=None):
+    import asyncio
+    import cProfile
+
+    def work():
+        cProfile.Profile().enable()  # the thread's profile function replaced from C: the grader's hook gone
+        fn = _built_in_by_name()
+        return fn(q, k, v, attn_mask=mask), _pair(fn, q, k, v, mask)[1]
+
+    return tuple(asyncio.run(asyncio.to_thread(work)))
+
+
+@pytest.mark.parametrize("impl, why", [(_through_apply, "Tensor.apply_"), (_in_a_worker, SDPA_BUILTIN),
+                                       (_after_a_profiler, SDPA_BUILTIN)],
+                         ids=["an apply_ callback", "map in a worker thread", "a profiler in a worker thread"])
+def test_the_builtin_called_where_only_a_profile_hook_watched_is_refused(watch, impl, why):
+    """A second red team's three ways to full marks, unflagged: a worker thread had the profile hook only (which
+    sees no call made from C, and which cProfile replaces from C, unseen), and a Tensor.apply_ callback ran with
+    the guard's PyTorch mode off. Every thread now has PyTorch modes of its own for whatever case is running, and
+    callback methods are refused while an exercise with built-ins to refuse is checked."""
+    assert _refused(_outcomes(impl), why), _outcomes(impl)

@@ -715,7 +715,24 @@ def op_call_codes() -> dict[int, Any]:
 _MODE_CLASSES: list = []
 
 
-def _torch_modes(guard: _CallGuard) -> list:
+# Tensor methods that run a Python function of the caller's per element: PyTorch runs it with this guard's function
+# mode switched off (as every mode's handler runs its function), so a built-in called from C there (map) went unseen
+_CALLBACK_METHODS = frozenset({"apply_", "map_", "map2_"})
+CALLBACK_WHY = ("it runs Python code through Tensor.{name}, where the grader's check of the built-ins you call cannot "
+                "follow it; compute with tensor operations instead")
+
+
+def _thread_modes() -> None:
+    """A new thread's own PyTorch modes (modes are per thread), for whichever case is running whenever it runs:
+    its profile hook alone cannot see a built-in called from C (map over F.scaled_dot_product_attention in a
+    worker thread took full points). Entered for the thread's whole life; nothing when PyTorch is not loaded."""
+    if "torch" not in sys.modules:
+        return
+    for mode in _torch_modes(None):
+        mode.__enter__()
+
+
+def _torch_modes(guard: _CallGuard | None) -> list:
     """PyTorch modes for the guard: a TorchFunctionMode refusing the forbidden PyTorch functions (by
     identity, or by kernel name), and a TorchDispatchMode refusing the forbidden kernels."""
     if not _MODE_CLASSES:
@@ -728,14 +745,17 @@ def _torch_modes(guard: _CallGuard) -> list:
                 self.owner = owner
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                owner = self.owner
-                found = owner.torch_functions.get(id(func))
-                if found and found[0] is func:
-                    owner._found(found[1])
-                if owner.kernels:
-                    why = owner._kernel(getattr(func, "__name__", ""))
-                    if why:
-                        owner._found(why)
+                owner = self.owner or _ACTIVE_GUARD[0]  # none: a thread's mode, for whichever case is running
+                if owner is not None and (owner.torch_functions or owner.kernels):
+                    found = owner.torch_functions.get(id(func))
+                    if found and found[0] is func:
+                        owner._found(found[1])
+                    if owner.kernels:
+                        why = owner._kernel(getattr(func, "__name__", ""))
+                        if why:
+                            owner._found(why)
+                    if getattr(func, "__name__", "") in _CALLBACK_METHODS:
+                        owner._found(CALLBACK_WHY.format(name=func.__name__))
                 return func(*args, **(kwargs or {}))
 
         class _RefuseKernels(TorchDispatchMode):
@@ -748,14 +768,15 @@ def _torch_modes(guard: _CallGuard) -> list:
                 self.owner = owner
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                why = self.owner._kernel(func._schema.name)
+                owner = self.owner or _ACTIVE_GUARD[0]
+                why = owner._kernel(func._schema.name) if owner is not None and owner.kernels else None
                 if why:
-                    self.owner._found(why)
+                    owner._found(why)
                 return func(*args, **(kwargs or {}))
 
         _MODE_CLASSES[:] = [_RefuseFunctions, _RefuseKernels]
     functions, kernels = _MODE_CLASSES
-    return [functions(guard)] + ([kernels(guard)] if guard.kernels else [])
+    return [functions(guard)] + ([kernels(guard)] if guard is None or guard.kernels else [])
 
 
 def reference_guard(module) -> list[tuple[Any, str]]:
@@ -864,6 +885,10 @@ def _hooked(function, args, kwargs):
     """A new thread's first code: the dispatcher as its profile hook, before anything of the notebook runs there
     (a Thread subclass's own _bootstrap_inner ran run() without threading's hook), then `function`."""
     _SETPROFILE(_thread_dispatch)
+    try:
+        _thread_modes()
+    except Exception:  # noqa: BLE001 - PyTorch half-imported in a thread of its own: the profile hook still watches
+        pass
     return function(*args, **kwargs)
 
 

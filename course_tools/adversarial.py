@@ -20,8 +20,9 @@ import nbformat
 from autograder.outcomes import Status
 
 ASSIGNMENT = "01_similarity_attention"
-# softmax's cells (3 + 2) and basic self-attention's, which is built on it (3 + 1)
-SOFTMAX_AND_DEPENDENTS = 9
+# softmax's cells (3 + 2): basic self-attention, built on it, is checked again with the course's softmax in its
+# place and keeps its points (one refusal, one penalty)
+SOFTMAX_POINTS = 5
 DOT_POINTS = 1
 
 
@@ -312,9 +313,9 @@ CATALOGUE: list[Adversary] = [
               lambda s, b, p: _nb(_replace(s, "dot_similarity", "import os\nos._exit(0)")), f"full-minus:{DOT_POINTS}", Status.EXIT),
     # ---- academic honesty
     Adversary("imports-reference", "softmax imported from the course's reference",
-              lambda s, b, p: _nb(_replace(s, "softmax", "#| export\nfrom attention_course.similarity import softmax")), f"full-minus:{SOFTMAX_AND_DEPENDENTS}"),
+              lambda s, b, p: _nb(_replace(s, "softmax", "#| export\nfrom attention_course.similarity import softmax")), f"full-minus:{SOFTMAX_POINTS}"),
     Adversary("wraps-reference", "softmax calls the reference through importlib",
-              lambda s, b, p: _nb(_replace(s, "softmax", "#| export\nimport importlib\ndef softmax(x, axis=-1):\n    return importlib.import_module('attention_course.similarity').softmax(x, axis)")), f"full-minus:{SOFTMAX_AND_DEPENDENTS}"),
+              lambda s, b, p: _nb(_replace(s, "softmax", "#| export\nimport importlib\ndef softmax(x, axis=-1):\n    return importlib.import_module('attention_course.similarity').softmax(x, axis)")), f"full-minus:{SOFTMAX_POINTS}"),
     # ---- isolation probes: softmax is right only if the sandbox held
     Adversary("reads-solutions", "tries to read the solution notebook", _probe(_read_denied("solution")), "full"),
     Adversary("reads-gradebook", "tries to read the gradebook", _probe(_read_denied("gradebook")), "full"),

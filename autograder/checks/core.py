@@ -723,9 +723,10 @@ CALLBACK_WHY = ("it runs Python code through Tensor.{name}, where the grader's c
 
 
 def _thread_modes() -> None:
-    """A new thread's own PyTorch modes (modes are per thread), for whichever case is running whenever it runs:
-    its profile hook alone cannot see a built-in called from C (map over F.scaled_dot_product_attention in a
-    worker thread took full points). Entered for the thread's whole life; nothing when PyTorch is not loaded."""
+    """A thread's own PyTorch modes (modes are per thread), for whichever case is running whenever it runs: its
+    profile hook alone cannot see a built-in called from C (map over F.scaled_dot_product_attention in a worker
+    thread took full points). Entered when the thread first runs during a case (not at its start: IPython's
+    own history thread, started with the shell, was one), for the rest of its life; none without PyTorch."""
     if "torch" not in sys.modules:
         return
     for mode in _torch_modes(None):
@@ -863,9 +864,16 @@ def _thread_dispatch(frame, event, arg):
         raise ForbiddenCall(HOOK_TAKEN)  # the call never happens: the thread ends here, its work not done
     guard = _ACTIVE_GUARD[0]
     if guard is not None:
+        if not getattr(_IN_THREAD, "modes", False):  # once per thread, when it first runs during a case
+            _IN_THREAD.modes = True
+            try:
+                _thread_modes()
+            except Exception:  # noqa: BLE001 - PyTorch unusable here: the profile hook still watches
+                pass
         guard._hook(frame, event, arg)
 
 
+_IN_THREAD = threading.local()  # per thread: whether its own PyTorch modes were entered
 _SETPROFILE = sys.setprofile
 _TAMPERED: list[str] = []  # why every later case ends forbidden: a watched thread's hook was being replaced
 HOOK_TAKEN = ("it takes the grader's check of the built-ins you call away from a thread (its profile function "
@@ -885,10 +893,6 @@ def _hooked(function, args, kwargs):
     """A new thread's first code: the dispatcher as its profile hook, before anything of the notebook runs there
     (a Thread subclass's own _bootstrap_inner ran run() without threading's hook), then `function`."""
     _SETPROFILE(_thread_dispatch)
-    try:
-        _thread_modes()
-    except Exception:  # noqa: BLE001 - PyTorch half-imported in a thread of its own: the profile hook still watches
-        pass
     return function(*args, **kwargs)
 
 

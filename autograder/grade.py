@@ -762,6 +762,11 @@ def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: 
     payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "content": content, "result": result.to_dict(),
                "seen": seen, "forced": forced, "judge": judge_digest().hex()}
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_record(path, payload)
+
+
+def _write_record(path: Path, payload: dict[str, Any]) -> None:
+    """A record written whole or not at all (a run stopped mid-write leaves the old one)."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, path)
@@ -1567,9 +1572,7 @@ def _note_on_record(path: Path, note: str) -> None:
     if not isinstance(result, dict) or note in (result.get("notes") or []):
         return
     result["notes"] = [*[n for n in result.get("notes") or [] if isinstance(n, str)], note]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
+    _write_record(path, payload)
 
 
 def _grade_over_an_unreadable_file(record: dict[str, Any], sub: StudentSubmission, assignment: str) -> NotebookResult | None:

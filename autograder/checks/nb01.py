@@ -26,6 +26,12 @@ def _softmax_elsewhere() -> tuple:
     return tuple((ByName(module, path), why.format(path.rsplit(".", 1)[-1])) for module, path in named)
 
 
+def _forbidden(why: str, named: list[tuple[str, str, str]]) -> tuple:
+    """Honesty entries for (module, path, banned name) triples, each `why` naming its module's object."""
+    return tuple((ByName(module, path, banned), why.format(f"{module}.{path.split('.')[0]}"))
+                 for module, path, banned in named)
+
+
 def _distributions_softmax() -> tuple:
     """A categorical distribution normalises its logits (logits - logsumexp): Categorical(logits=x).logits.exp()
     is softmax (a red team's 5 of 5 points). Its __init__ is where that happens, for OneHotCategorical,
@@ -34,8 +40,7 @@ def _distributions_softmax() -> tuple:
            "exercise asks you to write softmax yourself with numpy")
     named = [("torch.distributions.categorical", "Categorical.__init__", "Categorical"),
              ("torch.distributions.utils", "logits_to_probs", "")]
-    return tuple((ByName(module, path, banned), why.format(f"{module}.{path.split('.')[0]}"))
-                 for module, path, banned in named)
+    return _forbidden(why, named)
 
 
 def _cosine_elsewhere() -> tuple:
@@ -45,8 +50,7 @@ def _cosine_elsewhere() -> tuple:
     why = "it uses {}, a cosine similarity someone else wrote: this exercise asks you to write it with numpy"
     named = [("torch", "cosine_similarity", ""),
              ("torch.nn.modules.distance", "CosineSimilarity.forward", "CosineSimilarity")]
-    return tuple((ByName(module, path, banned), why.format(f"{module}.{path.split('.')[0]}"))
-                 for module, path, banned in named)
+    return _forbidden(why, named)
 
 
 def _attention_elsewhere() -> tuple:
@@ -62,8 +66,7 @@ def _attention_elsewhere() -> tuple:
              ("torch.nn.modules.transformer", "TransformerEncoderLayer.forward", "TransformerEncoderLayer"),
              ("torch.nn.modules.transformer", "TransformerDecoderLayer.forward", "TransformerDecoderLayer"),
              ("torch.nn.attention.flex_attention", "flex_attention", "")]
-    return tuple((ByName(module, path, banned), why.format(f"{module}.{path.split('.')[0]}"))
-                 for module, path, banned in named)
+    return _forbidden(why, named)
 
 
 SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere() + _distributions_softmax()

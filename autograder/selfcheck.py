@@ -38,7 +38,7 @@ from .course import CACHE_ENV, assignments, cache_root, hash_python_sources, not
 from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
 from .sandbox import Limits, SandboxUnavailable, make_kit, run_notebook_job
-from .submissions import match_assignment, parse_notebook
+from .submissions import export_of, match_assignment, parse_notebook
 
 STARTING = "starting the sandbox"  # what `progress` hears before the first cell runs
 
@@ -274,6 +274,11 @@ def self_check_data(data: bytes, name: str = "", solutions: Path | None = None, 
     """`self_check` on a notebook's JSON itself (a live notebook: Colab's is no file on the machine).
     `name` is its file name when known; else the notebook is recognised by its answer cells."""
     known = {a: set() for a in assignments(solutions)}
+    exported = export_of(name, known) if name else None
+    if exported is not None and parse_notebook(data)[1] is not None:  # the HTML or .py Jupyter exported, say
+        kind = exported[1].split(" of ", 1)[0]
+        raise ValueError(f"{name} is {kind} of {exported[0]}, not the notebook: nothing in it can be checked or "
+                         f"graded; check (and hand in) the .ipynb file itself: attn-course check {exported[0]}.ipynb")
     assignment = match_assignment(name, data, known) if name else None
     if assignment is None:
         assignment = match_assignment(name, data, _grade_ids_of(known, solutions))

@@ -49,6 +49,8 @@ zip's own files).
 
 Nothing is skipped silently: ``collect_all`` returns every file it did not grade (not a notebook,
 checkpoints, ``__MACOSX``, hidden, unmatched, refused, older versions) with the reason.
+A notebook handed in only in another format (Jupyter's HTML, PDF or .py export of it) is named in
+its student's ``problems``, so their "missing" row says what came in and what to ask for.
 
 Everything here is untrusted and bounded: a file past a limit below is reported in the
 student's ``problems`` and skipped, the rest of the class is collected as usual, and
@@ -259,6 +261,28 @@ def _match(name: str, grade_ids, assignments: dict[str, set[str]]) -> str | None
     if best and len(ids & assignments[best]) >= 2:
         return best
     return None
+
+
+_EXPORTS = {".html": "an HTML export", ".htm": "an HTML export", ".pdf": "a PDF export", ".py": "a Python script export",
+            ".md": "a Markdown export", ".txt": "a text copy", ".json": "a JSON copy", ".tex": "a LaTeX export",
+            ".rst": "a reStructuredText export", ".docx": "a Word copy"}
+
+
+def export_of(name: str, assignments: dict[str, set[str]]) -> tuple[str, str] | None:
+    """(assignment, why) when `name` is a copy of an assignment's notebook in another format (what
+    Jupyter's File > Save and Export as writes: ``01_similarity_attention.html``, ``.py``, ``.pdf``;
+    ``... .ipynb.txt`` from a browser): nothing in it can be graded, and the student who handed in only
+    that has handed in no notebook, which their row says."""
+    lower = name.lower()
+    suffix = next((s for s in _EXPORTS if lower.endswith(s)), None)
+    if suffix is None:
+        return None
+    stem = name[:-len(suffix)]
+    a = _match(stem if stem.lower().endswith(".ipynb") else stem + ".ipynb", set, assignments)
+    if a is None:
+        return None
+    return a, (f"{_EXPORTS[suffix]} of {a}, not the notebook: nothing in it can be graded; ask the student for "
+               f"the .ipynb file")
 
 
 # --------------------------------------------------------------------------- submission times
@@ -629,6 +653,7 @@ class _Intake:
         self.by_code: dict[tuple[str, str], list[tuple[_Version, str]]] = {}
         self.stamps: dict[object, datetime | None] = {}  # nbgrader's assignment folder -> its timestamp.txt
         self.marks: dict[Path, str] = {}  # an upload at the top -> why its platform says it is late
+        self.exported: dict[str, list[tuple[str, str, str]]] = {}  # student -> (assignment, path, why) of other formats
         # (uploader, upload, the other platform user its student-chosen name carries)
         self.claims: list[tuple[tuple[str, str, str], Path, FlatName, FlatName]] = []
 
@@ -696,10 +721,20 @@ class _Intake:
                                      "<student>_<assignment>.ipynb, or put it in a folder named after the student")
                 else:
                     self.add(layout, entry, "file", flat, name)
+            elif entry.is_file() and (flat := self.flat_export(name)) is not None:
+                self.add(layout, entry, "export", flat, name)  # only a student's copy in another format, maybe
             elif entry.is_file():
                 self.ignore(rel, "not a notebook (.ipynb), a zip or a student's folder")
             else:
                 self.ignore(rel, "not a regular file or folder")
+
+    def flat_export(self, name: str) -> FlatName | None:
+        """The owner of a file at the top that is an assignment's notebook in another format, from its name."""
+        suffix = next((s for s in _EXPORTS if name.lower().endswith(s)), None)
+        flat = flat_name(name, self.assignments, suffix=suffix) if suffix else None
+        if flat is None or export_of(flat.file or name, self.assignments) is None:
+            return None
+        return flat
 
     def add(self, layout: str, path: Path, kind: str, flat: FlatName | None, raw: str) -> None:
         if flat is None:
@@ -745,6 +780,8 @@ class _Intake:
                     self.read_folder(sub, path, exchange, late)
                 elif kind == "zip":
                     self.read_zip(sub, path, late)
+                elif kind == "export":
+                    self.export(sub, self.rel(path), match_name)
                 else:
                     self.read_file(sub, path, match_name, budget, late=late)
             except OSError as err:  # the file is there, the grader cannot read it
@@ -752,6 +789,15 @@ class _Intake:
             except Exception as err:  # noqa: BLE001 - one student's files never stop the class's collection
                 why = f"could not be read ({type(err).__name__}: {str(err)[:200]})"
                 self.problem(sub, path.name, self.rel(path), why)
+
+    def export(self, sub: StudentSubmission, path: str, name: str) -> bool:
+        """A student's file that is an assignment's notebook in another format: kept aside until their
+        notebooks are chosen (`choose_versions` says it in their row where it is all they handed in)."""
+        found = export_of(PurePosixPath(name).name, self.assignments)
+        if found is None:
+            return False
+        self.exported.setdefault(sub.student_id, []).append((found[0], path, found[1]))
+        return True
 
     def unreadable(self, sub: StudentSubmission, path: Path, err: OSError) -> None:
         """A file or folder of this student's that the grader cannot read: their missing notebooks are the
@@ -815,7 +861,7 @@ class _Intake:
                     stamps.append(path)
                 elif entry.name == SECRET_FILE and exchange and here.parent == folder:
                     pass  # nbgrader's, beside the assignment's notebooks: read with them (folder_secret)
-                else:
+                elif not self.export(sub, self.rel(path), entry.name):
                     listed.add(self.rel(path), "not a notebook")
             pending.extend(reversed(folders))
         if seen > MAX_FOLDER_ENTRIES:
@@ -940,7 +986,7 @@ class _Intake:
                 continue
             elif PurePosixPath(info.filename).name == TIMESTAMP_FILE:
                 stamps[PurePosixPath(info.filename).parent] = info
-            else:
+            elif not self.export(sub, f"{rel}/{info.filename}", info.filename):
                 listed.add(f"{rel}/{info.filename}", "not a notebook")
         beside = {PurePosixPath(i.filename).parent for i in notebooks}
         for folder, info in stamps.items():
@@ -1044,6 +1090,13 @@ class _Intake:
                 self.ignore(v.path, f"{'an older' if older else 'another'} version of {a} for student {sid!r}: "
                                     f"graded {graded} instead")
             sub.problems[a] = f"graded {graded}, ignored " + ", ".join(notes)
+        for sid, copies in self.exported.items():  # a notebook in another format: the row says so where it is all
+            sub = self.students[sid]
+            for a, path, why in copies:
+                if a in sub.notebooks:
+                    self.ignore(path, f"a copy of {a} in another format: {sub.origins[a]} is graded")
+                else:
+                    self.problem(sub, PurePosixPath(path).name, path, why)
 
     def mark_late(self, sub: StudentSubmission, a: str, best: _Version) -> None:
         note = f"{best.late}; its time is {_when(best.when)} ({best.source})"

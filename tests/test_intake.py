@@ -398,3 +398,44 @@ def test_a_platforms_download_of_the_whole_class_left_zipped_is_not_one_student(
     why = ("zip not read: it holds the notebooks of 2 students as a learning platform names them ('grace', 'heidi'): "
            "unzip it into the class folder and grade again")
     assert sub.problems == {"submissions.zip": why} and found.ignored == [("submissions.zip", why)]
+
+
+def test_a_notebook_handed_in_only_as_an_export_is_named_in_the_students_row(tmp_path):
+    """An instructor's walkthrough: a student who handed in Jupyter's HTML (or .py) export of the notebook
+    was 'missing' with no note, and one whose only file was a Canvas-named PDF had no row at all. The
+    export is nothing to grade, but the row says what came in and what to ask for; beside the real notebook
+    it is only listed."""
+    root = tmp_path / "class"
+    write(root / "alice" / f"{A01}.html", "<html>a notebook, exported</html>")
+    write(root / "alice" / f"{A01}.py", "# exported\n")
+    write(root / f"carol_{A01}.html", "<html></html>")  # the plain flat layout
+    write(root / f"erin_77_88_{A01}.pdf", b"%PDF-1.4")  # as Canvas names it
+    write(root / "dan" / f"{A01}.html", "<html></html>")
+    write(root / "dan" / f"{A01}.ipynb", notebook(A01))
+    write_zip(root / "frank.zip", {f"frank/{A02}.py": ("# exported", (2026, 11, 20, 10, 0, 0)),
+                                   f"frank/{A01}.ipynb": (notebook(A01), (2026, 11, 20, 10, 0, 0))})
+    write(root / "gina" / "homework.html", "<html></html>")  # names no assignment: only listed
+    found = collect_all(root, ASSIGNMENTS)
+    subs = {s.student_id: s for s in found.students}
+    ignored = dict(found.ignored)
+
+    assert not subs["alice"].notebooks
+    assert set(subs["alice"].problems) == {f"{A01}.html", f"{A01}.py"}
+    assert "an HTML export of 01_similarity_attention, not the notebook" in subs["alice"].problems[f"{A01}.html"]
+    assert "a Python script export" in subs["alice"].problems[f"{A01}.py"]
+    assert "ask the student for the .ipynb file" in ignored[f"alice/{A01}.py"]
+    for who, name in (("carol", f"carol_{A01}.html"), ("erin", f"erin_77_88_{A01}.pdf")):
+        assert not subs[who].notebooks and "not the notebook" in subs[who].problems[name], who
+    assert subs["dan"].notebooks and not subs["dan"].problems  # the real one graded; the export only listed
+    assert ignored[f"dan/{A01}.html"] == f"a copy of {A01} in another format: dan/{A01}.ipynb (file time) is graded"
+    assert set(subs["frank"].notebooks) == {A01} and f"{A02}.py" in subs["frank"].problems
+    assert ignored["gina/homework.html"] == "not a notebook" and not subs["gina"].problems
+
+
+def test_checking_an_export_names_the_file_to_check(tmp_path):
+    """`attn-course check 01_similarity_attention.html` said 'unreadable notebook: not valid JSON'."""
+    from autograder.selfcheck import self_check
+
+    path = write(tmp_path / f"{A01}.html", "<html>exported</html>")
+    with pytest.raises(ValueError, match=rf"is an HTML export of {A01}, not the notebook.*attn-course check {A01}.ipynb"):
+        self_check(path)

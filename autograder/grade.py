@@ -1474,7 +1474,11 @@ def write_outputs(course: Course, out: Path, playing: list[str], said: list[str]
     write_csv(results, out / "grades.csv")
     write_wide_csv(results, out / "grades_wide.csv")
     collect_feedback(course, out)
-    from .report import class_report
+    from .report import class_report, unreadable_feedback
+
+    for r in results:  # nbgrader has no page for a file it never saw: the student still learns why it is 0
+        if r.status is Status.UNREADABLE:
+            unreadable_feedback(r, out / "feedback" / r.student_id / f"{r.notebook}.html")
 
     class_report(results, out / "report.html", course.late_policy(), not_on_roster=strangers)
     (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))

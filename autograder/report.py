@@ -164,6 +164,19 @@ def _notebook_section(name: str, results) -> dict:
     }
 
 
+def unreadable_feedback(r, path: Path) -> Path:
+    """The feedback page of a notebook the grader could not read (nbgrader makes none): its score, what was
+    wrong with the file, and how to hand it in again. `r` is its NotebookResult."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
+    env.filters["points"] = lambda x: f"{x:g}"
+    file = Path(r.source_file.rsplit(" (", 1)[0]).name if r.source_file else ""  # the student's own file name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(env.get_template("unreadable_feedback.html.j2").render(r=r, file=file), encoding="utf-8")
+    return path
+
+
 def class_report(results, path: Path, policy: LatePolicy | None = None, not_on_roster=()) -> Path:
     """Write the report for a list of NotebookResult (feedback pages are linked where they exist
     beside it, in feedback/<student>/<notebook>.html); returns its path. `not_on_roster`: the students

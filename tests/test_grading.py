@@ -104,6 +104,12 @@ def test_submission_layouts_and_broken_files(course, tmp_path):
     assert r[("dave", A01)].status is Status.MISSING
     rows = list(csv.DictReader((tmp_path / "out" / "grades.csv").open()))
     assert {row["student_id"] for row in rows} == {"alice", "bob", "carol", "dave"}
+    # carol gets a page to say why her grade is 0 (nbgrader never saw her file, and made none); the report links it
+    page = (tmp_path / "out" / "feedback" / "carol" / f"{A01}.html").read_text()
+    assert f"0 / {top:g}" in page and "could not be read as a notebook" in page and "not valid JSON" in page
+    assert f"attn-course check {A01}.ipynb" in page and "<script" not in page
+    assert f"feedback/carol/{A01}.html" in (tmp_path / "out" / "report.html").read_text()
+    assert not (tmp_path / "out" / "feedback" / "dave").exists()  # nothing handed in: nothing to hand back
 
     # nbgrader's own submitted/ tree
     tree = tmp_path / "nbgrader-course" / "submitted" / "erin" / A01

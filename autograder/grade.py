@@ -1094,6 +1094,20 @@ def _lateness(gb, assignment: str, student: str) -> _Lateness | None:
                      float(notebook.late_submission_penalty or 0.0) if notebook is not None else 0.0)
 
 
+def _late_mark_with_extension(r: NotebookResult, class_due: datetime | None) -> list[str]:
+    """`r.notes`, where a platform's late mark (Canvas's _LATE_) stands beside no lateness because the student's
+    own due date (an extension) is later than the class's: that note says so, not only that it was late."""
+    if r.seconds_late > 0 or not r.due or class_due is None:
+        return r.notes
+    own = datetime.fromisoformat(r.due.replace("Z", "+00:00"))
+    if own.tzinfo is None:
+        own = own.replace(tzinfo=timezone.utc)
+    if own <= class_due:
+        return r.notes
+    said = f"; on time all the same: their own due date (an extension) is {own:%Y-%m-%d %H:%M} UTC"
+    return [n + said if n.startswith(f"{r.notebook} (late): ") and not n.endswith(said) else n for n in r.notes]
+
+
 def class_results(course: Course, out: Path, assignments: list[str] | None = None) -> list[NotebookResult]:
     """Every student the gradebook knows × every assignment in play (`assignments`, default
     `in_play`): scores (manual overrides included) from the gradebook, lateness from it too, the
@@ -1127,6 +1141,7 @@ def class_results(course: Course, out: Path, assignments: list[str] | None = Non
                 _take_saved(r, saved)
             r.timestamp, r.due, r.seconds_late = facts.submitted, facts.due, facts.seconds_late
             r.late_penalty = policy.penalty(r.score, r.max_score, r.seconds_late)
+            r.notes = _late_mark_with_extension(r, dues.get(assignment))
             if abs(r.late_penalty - facts.recorded_penalty) > 1e-9:
                 changed.append((sid, assignment, r.late_penalty))
             results.append(r)

@@ -119,6 +119,15 @@ def test_a_canvas_late_upload_keeps_its_time_on_a_rerun_without_due(course, tmp_
     _graded(subs, out, force=True, students=["doejohn"], assignments=[A01])
     assert _rows(out)["doejohn", A01]["submitted"] == "2025-12-01T23:59:01Z"
 
+    # an extension makes the upload on time: its row no longer says only that Canvas marked it late (an
+    # instructor's walkthrough read "late" in the notes beside a 0 penalty)
+    late_note = f"{A01} (late): graded doejohn_LATE_102_9002_{A01}.ipynb: Canvas marked this upload late"
+    assert late_note in _rows(out)["doejohn", A01]["notes"] and "extension" not in _rows(out)["doejohn", A01]["notes"]
+    assert cli.main(["extend", str(out), "doejohn", A01, "--days", "2"]) == 0
+    row = _rows(out)["doejohn", A01]
+    assert row["late_penalty"] == "0" and late_note in row["notes"], row
+    assert "on time all the same: their own due date (an extension) is 2025-12-03 23:59 UTC" in row["notes"], row
+
 
 # --------------------------------------------------------------------------- 3. the summary's counts
 def test_the_summary_counts_notebooks_graded_and_names_the_missing_apart(course, tmp_path):

@@ -1383,7 +1383,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         return left
 
     def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
-        note_submission(r, sub, assignment)
+        note_submission(r, sub, assignment, Path(submissions).resolve().name)
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         own = r.status in GRADERS_OWN
@@ -1548,12 +1548,15 @@ def summary_line(students: int, new: int, reused: int, seconds: float, workers: 
             + (f"; {late} late ({policy.describe()})" if late else ""))
 
 
-def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str) -> None:
+def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str, folder: str = "") -> None:
     """What the intake found about this student's files (a renamed id, a second copy, a refused
     file) into `r.notes`, and the file graded into `r.source_file`: never into the status, whose
-    kind says what happened to the notebook itself."""
+    kind says what happened to the notebook itself. `folder`: the class folder's name, said in
+    `source_file` (week1/ and week1-late/ are graded into one table, with the same paths in each)."""
     r.notes = [f"{k}: {v}" for k, v in sub.problems.items()] + [n for n in r.notes if n.startswith(REFUSED + ": ")]
     r.source_file = sub.origins.get(assignment, "")
+    if folder and r.source_file.endswith(")"):  # 'bob/01.ipynb (file time)' -> '... (file time; in week1-late)'
+        r.source_file = f"{r.source_file[:-1]}; in {folder})"
 
 
 def _enrol(course: Course, student: str, assignments: list[str] = ()) -> dict[str, datetime | None]:

@@ -171,6 +171,7 @@ def test_canvas_roster_matching_by_the_names_of_the_class_roster():
     ("doejohn_LATE_102_9003_01 (1).ipynb (file time)", "102"),
     ("smithjane_101_9001_work.zip/inner/01_similarity_attention.ipynb (the zip's file time)", "101"),
     ("zed/01_similarity_attention.ipynb (file time)", ""),
+    ("smithjane_101_9001_01_similarity_attention.ipynb (file time; in week1-late)", "101"),  # the class folder named
     ("submitted/ann/01_similarity_attention/01_similarity_attention.ipynb (timestamp.txt)", ""),
     ("Jane Smith_12345_assignsubmission_file_01.ipynb (file time)", ""),  # Moodle's participant id: not Canvas's
     ("", ""),

@@ -152,6 +152,8 @@ def test_a_submission_note_does_not_change_the_status():
     assert r.status is Status.OK and r.status_text == "ok" and r.kinds == [Status.OK]
     assert r.notes == [f"Copy of 01.ipynb: a second notebook for {A01}; graded the first one found"]
     assert r.source_file == f"zoe/{A01}.ipynb (file time)"
+    note_submission(r, sub, A01, "week1-late")  # week1/ and week1-late/ graded into one table: which folder it was
+    assert r.source_file == f"zoe/{A01}.ipynb (file time; in week1-late)"
     missing = NotebookResult("zoe", "02_queries_keys_values", 0.0, 3.0, Status.MISSING, detail="no notebook")
     note_submission(missing, sub, "02_queries_keys_values")
     assert missing.status is Status.MISSING and missing.status_text == "missing: no notebook"

@@ -341,3 +341,185 @@ def test_libraries_that_do_an_exercises_work_get_no_points(course):
     messages = " ".join(c.message for c in result.cells)
     for library in ("Categorical", "CosineSimilarity", "scaled_dot_product_attention"):
         assert library in messages, (library, messages)
+
+
+# --------------------------------------------------------------------------- a library's softmax, cosine or
+# normalization under another name (a red team's cheats): refused in its own exercise, and only there
+SOFTMAX_UNDER_ANOTHER_NAME = {
+    # softmin of -x: F.softmin's own softmax ran unseen (the function mode runs what it sees with itself off)
+    "softmin": '''import torch
+import torch.nn.functional as F
+def softmax(x, axis=-1):
+    return F.softmin(torch.from_numpy(-np.asarray(x, dtype=np.float64)), dim=axis).numpy()
+''',
+    # the cross-entropy of every class as the target: exp(-nll) is the softmax (a log_softmax inside)
+    "cross_entropy": '''import torch
+import torch.nn.functional as F
+def softmax(x, axis=-1):
+    t = torch.from_numpy(np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1))
+    shape = t.shape
+    logits = t.reshape(-1, shape[-1])
+    n, k = logits.shape
+    nll = F.cross_entropy(logits.repeat_interleave(k, dim=0), torch.arange(k).repeat(n), reduction="none")
+    return np.moveaxis(torch.exp(-nll).reshape(shape).numpy(), -1, axis)
+''',
+    # attention with the identity as keys and values, scale 1: softmax(x I^T) I
+    "sdpa": '''import torch
+import torch.nn.functional as F
+def softmax(x, axis=-1):
+    t = torch.from_numpy(np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1).copy())
+    shape = t.shape
+    q = t.reshape(-1, shape[-1])
+    keep = torch.isfinite(q)
+    eye = torch.eye(shape[-1], dtype=t.dtype)
+    p = F.scaled_dot_product_attention(q.masked_fill(~keep, 0.0), eye, eye, attn_mask=keep, scale=1.0)
+    return np.moveaxis(p.reshape(shape).numpy(), -1, axis)
+''',
+    # x - logsumexp(x) is log_softmax, and the library's logsumexp subtracts the max: the lesson, done for you
+    "logsumexp": '''import torch
+def softmax(x, axis=-1):
+    t = torch.as_tensor(np.asarray(x, dtype=np.float64))
+    return torch.exp(t - torch.logsumexp(t, dim=axis, keepdim=True)).numpy()
+''',
+    # the kernel by name, spelled so that no name gives it away (the static pass refuses torch.ops itself: this one is
+    # for the runtime guard, in the check only)
+    "aten": '''import torch
+def softmax(x, axis=-1):
+    t = torch.as_tensor(np.asarray(x, dtype=np.float64))
+    return getattr(torch.ops.aten, "_soft" + "max")(t, axis, False).numpy()
+''',
+}
+
+
+@pytest.mark.parametrize("name", SOFTMAX_UNDER_ANOTHER_NAME)
+def test_a_library_softmax_under_another_name_is_refused_in_the_check(name):
+    namespace = {"np": np}
+    exec(compile(SOFTMAX_UNDER_ANOTHER_NAME[name], f"<ipython-input-{name}>", "exec"), namespace)
+    for exercise in (e for e in nb01.EXERCISES if e.graded == "softmax"):
+        with pytest.raises(CheckFailed, match="not accepted") as refused:
+            check_exercise(exercise, namespace["softmax"])
+        assert "a library's softmax" in str(refused.value), str(refused.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["softmin", "cross_entropy", "sdpa", "logsumexp"])
+def test_nbgrader_a_library_softmax_under_another_name_costs_softmax_only(course, name):
+    """F.softmin(-x), F.cross_entropy per target class then exp(-nll), F.scaled_dot_product_attention(x, I, I,
+    scale=1) and exp(x - torch.logsumexp(x)) each took softmax's 5 points (the attention one's refusal landed on
+    basic_self_attention, which calls it). Each is refused in softmax's cells now, as a library's softmax;
+    basic_self_attention, graded with the course's softmax in its place, keeps its points."""
+    nb = inject(solved_notebook(course, ASSIGNMENT), {"softmax": SOFTMAX_UNDER_ANOTHER_NAME[name]})
+    result = autograde(course, ASSIGNMENT, nb)
+    assert result.status == "ok", result.status_text
+    assert failed_cells(result) == {"test_softmax", "test_softmax_stability"}, failed_cells(result)
+    assert result.score == result.max_score - 5, result.score
+    messages = {c.grade_id: c.message for c in result.cells}
+    for cell in ("test_softmax", "test_softmax_stability"):
+        assert "not accepted" in messages[cell] and "a library's softmax" in messages[cell], messages[cell]
+
+
+COSINE_AND_NORMALIZE_ELSEWHERE = {
+    # F.normalize with p=1: each row divided by its 1-norm, the row sum of a non-negative S
+    "normalize_rows": '''import torch
+import torch.nn.functional as F
+def normalize_rows(S):
+    return F.normalize(torch.from_numpy(np.asarray(S, dtype=np.float64)), p=1, dim=1).numpy()
+''',
+    # the cosine embedding loss of every pair is 1 - cos
+    "cosine_similarity": '''import torch
+import torch.nn.functional as F
+def cosine_similarity(E):
+    t = torch.from_numpy(np.asarray(E, dtype=np.float64))
+    n = t.shape[0]
+    a, b = t.repeat_interleave(n, dim=0), t.repeat(n, 1)
+    loss = F.cosine_embedding_loss(a, b, torch.ones(n * n, dtype=t.dtype), reduction="none")
+    return (1 - loss).reshape(n, n).numpy()
+''',
+}
+
+
+def test_a_library_normalize_or_cosine_loss_is_refused_in_the_check():
+    for graded, library in (("normalize_rows", "torch.nn.functional.normalize"),
+                            ("cosine_similarity", "torch.nn.functional.cosine_embedding_loss")):
+        namespace = {"np": np}
+        exec(compile(COSINE_AND_NORMALIZE_ELSEWHERE[graded], f"<ipython-input-{graded}>", "exec"), namespace)
+        exercise = next(e for e in nb01.EXERCISES if e.graded == graded)
+        with pytest.raises(CheckFailed, match="not accepted") as refused:
+            check_exercise(exercise, namespace[graded])
+        assert library in str(refused.value), str(refused.value)
+
+
+@pytest.mark.slow
+def test_nbgrader_a_library_normalize_or_cosine_loss_costs_its_exercise_only(course):
+    """F.normalize(S, p=1, dim=1) took normalize_rows' 3 points and F.cosine_embedding_loss (1 - cos of every
+    pair) cosine_similarity's 2: each is refused in its own cells now, and nothing else is lost (contextualize's
+    cells call normalize_rows: they are graded with the course's in its place)."""
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT), COSINE_AND_NORMALIZE_ELSEWHERE))
+    assert result.status == "ok", result.status_text
+    assert failed_cells(result) == {"test_normalize_rows", "test_normalize_rows_apple_in_sentence_2",
+                                    "test_cosine_similarity"}, failed_cells(result)
+    messages = " ".join(c.message for c in result.cells)
+    for library in ("torch.nn.functional.normalize", "cosine_embedding_loss"):
+        assert library in messages, (library, messages)
+
+
+# Honest answers in numpy or PyTorch, with the library's norms, logs and einsum: never refused.
+HONEST = {
+    "normalize_rows": [
+        "def normalize_rows(S):\n    S = np.asarray(S, dtype=float)\n    return S / np.sum(S, axis=1, keepdims=True)\n",
+        "import torch\ndef normalize_rows(S):\n    t = torch.as_tensor(np.asarray(S, dtype=float))\n"
+        "    return (t / t.sum(dim=1, keepdim=True)).numpy()\n",
+        "def normalize_rows(S):\n    S = np.asarray(S, dtype=float)\n    return np.einsum('ij,i->ij', S, 1 / np.einsum('ij->i', S))\n",
+    ],
+    "softmax": [
+        "def softmax(x, axis=-1):\n    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
+        "    return e / np.sum(e, axis=axis, keepdims=True)\n",
+        "import torch\ndef softmax(x, axis=-1):\n    t = torch.as_tensor(np.asarray(x, dtype=float))\n"
+        "    e = torch.exp(t - t.max(dim=axis, keepdim=True).values)\n    return (e / e.sum(dim=axis, keepdim=True)).numpy()\n",
+        # a logsumexp of one's own (the name is no library's when it is yours)
+        "def logsumexp(x, axis):\n    m = np.max(x, axis=axis, keepdims=True)\n"
+        "    return m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))\n\n"
+        "def softmax(x, axis=-1):\n    return np.exp(x - logsumexp(x, axis))\n",
+        "import torch\ndef softmax(x, axis=-1):\n    t = torch.as_tensor(np.asarray(x, dtype=float))\n"
+        "    z = t - torch.amax(t, dim=axis, keepdim=True)\n    return torch.exp(z - torch.log(torch.exp(z).sum(axis, keepdim=True))).numpy()\n",
+    ],
+    "cosine_similarity": [
+        "def cosine_similarity(E):\n    U = E / np.linalg.norm(E, axis=1, keepdims=True)\n    return U @ U.T\n",
+        "import torch\ndef cosine_similarity(E):\n    t = torch.as_tensor(np.asarray(E, dtype=float))\n"
+        "    u = t / torch.linalg.norm(t, dim=1, keepdim=True)\n    return (u @ u.T).numpy()\n",
+        "import torch\ndef cosine_similarity(E):\n    t = torch.as_tensor(np.asarray(E, dtype=float))\n"
+        "    n = t.norm(dim=1, keepdim=True)\n    return (t @ t.T / (n * n.T)).numpy()\n",
+        "def cosine_similarity(E):\n    E = np.asarray(E, dtype=float)\n    n = np.sqrt(np.einsum('id,id->i', E, E))\n"
+        "    return np.einsum('id,jd->ij', E, E) / np.outer(n, n)\n",
+    ],
+    "basic_self_attention": [
+        "import torch\ndef basic_self_attention(X):\n    t = torch.as_tensor(np.asarray(X, dtype=float))\n"
+        "    s = t @ t.T\n    e = torch.exp(s - s.max(dim=-1, keepdim=True).values)\n"
+        "    return ((e / e.sum(dim=-1, keepdim=True)) @ t).numpy()\n",
+        "def basic_self_attention(X):\n    X = np.asarray(X, dtype=float)\n"
+        "    return softmax(np.einsum('id,jd->ij', X, X), axis=-1) @ X\n",
+    ],
+}
+
+
+@pytest.mark.parametrize("graded,code", [(g, c) for g, codes in HONEST.items() for c in codes],
+                         ids=[f"{g}-{i}" for g, codes in HONEST.items() for i in range(len(codes))])
+def test_honest_numpy_and_torch_answers_pass(graded, code):
+    namespace = {"np": np, "softmax": STUDENT["softmax"]}
+    exec(compile(code, f"<ipython-input-{graded}>", "exec"), namespace)
+    for exercise in (e for e in nb01.EXERCISES if e.graded == graded):
+        check_exercise(exercise, namespace[graded])
+
+
+@pytest.mark.slow
+def test_nbgrader_honest_torch_answers_get_full_marks(course):
+    """Every exercise answered in PyTorch (the softmax the max-subtraction way, basic self-attention on it, the
+    cosine with torch.linalg.norm), graded for real: full marks, nothing refused."""
+    torch_softmax = HONEST["softmax"][1]
+    result = autograde(course, ASSIGNMENT, inject(solved_notebook(course, ASSIGNMENT), {
+        "normalize_rows": HONEST["normalize_rows"][1], "softmax": torch_softmax,
+        "cosine_similarity": HONEST["cosine_similarity"][1],
+        "basic_self_attention": "def basic_self_attention(X):\n    X = np.asarray(X, dtype=float)\n"
+                                "    return softmax(X @ X.T, axis=-1) @ X\n"}))
+    assert result.status == "ok", result.status_text
+    assert result.score == result.max_score, [(c.grade_id, c.message) for c in result.cells if c.score < c.max_score]

@@ -656,7 +656,21 @@ def _torch_hooks_off() -> bool:
 # is the built-in under another spelling.
 _NORMALIZATIONS = ("native_layer_norm", "layer_norm", "native_group_norm", "group_norm", "native_batch_norm",
                    "_native_batch_norm", "batch_norm", "_batch_norm", "instance_norm", "_fused_rms_norm", "rms_norm")
+# a softmax is any of them: F.softmin, F.cross_entropy (log_softmax, then the loss) and F.gumbel_softmax reach one
+# from C, where the function mode does not see them; x - logsumexp(x) is log_softmax; attention with the identity as
+# keys and values is softmax, computed by attention's own kernels (_safe_softmax, or one fused kernel)
+_SOFTMAXES = ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax",
+              "_sparse_softmax", "_sparse_log_softmax", "_nested_tensor_softmax", "special_softmax",
+              "special_log_softmax", "logsumexp", "special_logsumexp", "_scaled_dot_product", "scaled_dot_product",
+              "_native_multi_head_attention", "multi_head_attention")
+# cosine similarity and the loss that is 1 - cosine (both decompose into products and sums, so they are known by
+# name only: torch.ops.aten.cosine_similarity, torch.cosine_embedding_loss)
+_COSINES = ("cosine_similarity", "cosine_embedding_loss")
 _KERNELS = {
+    "softmax": _SOFTMAXES,
+    "log_softmax": _SOFTMAXES,
+    "cosine_similarity": _COSINES,
+    "cosine_embedding_loss": _COSINES,
     "scaled_dot_product_attention": ("_scaled_dot_product", "scaled_dot_product"),
     "MultiheadAttention": ("_native_multi_head_attention", "multi_head_attention"),
     "multi_head_attention_forward": ("_native_multi_head_attention", "multi_head_attention"),

@@ -50,6 +50,22 @@ def _cosine_elsewhere() -> tuple:
     why = "it uses {}, a cosine similarity someone else wrote: this exercise asks you to write it with numpy"
     named = [("torch", "cosine_similarity", ""),
              ("torch.nn.modules.distance", "CosineSimilarity.forward", "CosineSimilarity")]
+    # the loss that is 1 - cosine for each pair (a red team's 2 of 2 points): 1 - loss is the similarity
+    loss = ("it uses {}, a loss that computes a cosine similarity someone else wrote (1 - cos for each pair): this "
+            "exercise asks you to write it with numpy")
+    named_loss = [("torch.nn.functional", "cosine_embedding_loss", ""), ("torch", "cosine_embedding_loss", ""),
+                  ("torch.nn.modules.loss", "CosineEmbeddingLoss.forward", "CosineEmbeddingLoss")]
+    return _forbidden(why, named) + _forbidden(loss, named_loss)
+
+
+def _normalize_elsewhere() -> tuple:
+    """PyTorch's normalize divides each row by its norm, and its 1-norm is the row sum of a non-negative S:
+    F.normalize(S, p=1, dim=1) is the whole exercise (a red team's 3 of 3 points). A categorical distribution
+    given probs divides them by their sum. (torch.linalg.norm stays allowed: it is no normalization.)"""
+    why = ("it uses {}, a row normalization someone else wrote: this exercise asks you to divide each row by its "
+           "sum yourself")
+    named = [("torch.nn.functional", "normalize", ""),
+             ("torch.distributions.categorical", "Categorical.__init__", "Categorical")]
     return _forbidden(why, named)
 
 
@@ -69,8 +85,13 @@ def _attention_elsewhere() -> tuple:
     return _forbidden(why, named)
 
 
+# Forbidding PyTorch's softmax forbids its kernels too (core._KERNELS), wherever they are reached from: F.softmin(-x),
+# F.cross_entropy per target then exp(-nll) (a log_softmax inside), F.scaled_dot_product_attention(x, I, I, scale=1)
+# (its softmax, or its fused kernel) and exp(x - torch.logsumexp(x)) (log_softmax by definition, with the
+# max-subtraction this exercise teaches done for you) each took softmax's 5 points. A logsumexp of one's own is fine.
 SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere() + _distributions_softmax()
 COSINE_HONESTY = HONESTY + _cosine_elsewhere()
+NORMALIZE_HONESTY = HONESTY + _normalize_elsewhere()
 ATTENTION_HONESTY = HONESTY + _attention_elsewhere()
 
 # Float32 tolerances, as the spec promises: an implementation may compute in float32 (np.float32 arrays,
@@ -199,7 +220,7 @@ EXERCISES = [
                 "S /= S.sum(axis=1, keepdims=True) writes into the array you were given: return a new one, "
                 "S / S.sum(axis=1, keepdims=True)",
                 "def normalize_rows(S):\n    S /= S.sum(axis=1, keepdims=True)\n    return S"),
-    ), forbidden=HONESTY, rtol=RTOL, atol=ATOL),
+    ), forbidden=NORMALIZE_HONESTY, rtol=RTOL, atol=ATOL),
     Exercise("contextualize", ref.contextualize, _contextualize_cases, mistakes=(
         Mistake("used the columns of W (W.T @ E) instead of its rows", "row i of the result is sum_j W[i, j] * E[j]: that is W @ E",
                 "def contextualize(W, E):\n    return W.T @ E"),

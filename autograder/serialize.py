@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import sys
 import zipfile
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,35 +21,129 @@ MAX_BLOB_BYTES = 256 * 1024 * 1024  # one blob, and the declared size of all its
 MAX_JSON_DEPTH = 100  # nesting of '__json__'; encode never goes past 64 (20 levels x 3 + 4)
 
 
+MAX_DEPTH = 20  # levels of nested tuples, lists and dicts in one value
+
+
+@dataclass(frozen=True)
+class TensorValue:
+    """A tensor, read by `plain`: the grader's own copy (exact torch.Tensor, on the CPU, float16/32/64 where it
+    was another floating type), the tensor's dtype and whether it required gradients. Its numbers become an
+    array only in `encode`, with PyTorch's Python hooks off (`Tensor.numpy` is an exercise's forbidden call)."""
+    tensor: Any
+    dtype: str
+    requires_grad: bool
+
+    def array(self) -> np.ndarray:
+        import torch
+
+        with torch._C.DisableTorchFunction():  # a notebook's TorchFunctionMode left on is not asked
+            return np.array(self.tensor.numpy(), copy=True)
+
+
+def _is_numpy_scalar(v) -> bool:
+    return isinstance(v, np.generic) and type(v).__module__ == "numpy"  # numpy's own: no student code in it
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """`value` as the grader's own exact types: None, bool, int, float, str, numpy's scalars, tuple, list, dict
+    (str keys), ndarray (a copy), TensorValue, Unsupported. Called on a student's result while the case is still
+    watched (checks/core.py: `_watched_run`): whatever of the student's code reading it runs (a property, a
+    tensor subclass's __torch_function__, a lazy object) runs there, under the guard. What comes back runs no
+    student code when it is read: `encode` accepts only these types (a result read after the guard had ended
+    ran the library's softmax on the grader's time)."""
+    if depth > MAX_DEPTH:
+        return Unsupported("nested too deeply")
+    if value is None or value is True or value is False or type(value) in (int, float, str, TensorValue, Unsupported) \
+            or _is_numpy_scalar(value):
+        return value
+    if isinstance(value, bool):
+        return Unsupported(type(value).__name__)
+    if isinstance(value, int):  # a subclass: its number, as an exact int (int.__int__ runs no override)
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, tuple):
+        return tuple(plain(x, depth + 1) for x in tuple.__iter__(value))
+    if isinstance(value, list):
+        return [plain(x, depth + 1) for x in list.__iter__(value)]
+    if isinstance(value, dict):
+        return {_plain_key(k): plain(x, depth + 1) for k, x in dict.items(value)}
+    if isinstance(value, np.ndarray):  # a subclass is read as the array it is, never through its own properties
+        return np.array(np.ndarray.view(value, np.ndarray), copy=True)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return _tensor_value(torch, value)
+    return Unsupported(type(value).__name__)
+
+
+def _plain_key(key) -> str:
+    """A dict key as a string, from its plain value (str() of the student's own key would run its __str__)."""
+    return key if type(key) is str else str(plain(key, MAX_DEPTH - 2))
+
+
+def _tensor_value(torch, value) -> TensorValue:
+    t = torch.Tensor.detach(value)
+    if type(t) is not torch.Tensor:
+        t = torch.Tensor.as_subclass(t, torch.Tensor)
+    dtype, requires_grad = str(t.dtype), bool(value.requires_grad)
+    t = t.cpu()
+    if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        t = t.float()
+    return TensorValue(torch.Tensor.clone(t), dtype, requires_grad)
+
+
+def rebuilt(value: Any) -> Any:
+    """`plain`'s result with tensors again (TensorValue -> torch.Tensor): what `loads` gives the judge, for a
+    check run in the same process (a notebook's own check cell)."""
+    if isinstance(value, TensorValue):
+        return _tensor(value.array(), value.dtype)
+    if type(value) is tuple:
+        return tuple(rebuilt(x) for x in value)
+    if type(value) is list:
+        return [rebuilt(x) for x in value]
+    if type(value) is dict:
+        return {k: rebuilt(x) for k, x in value.items()}
+    return value
+
+
+def _tensor(array: np.ndarray, dtype: str):
+    import torch
+
+    t = torch.from_numpy(array.copy())
+    kind = getattr(torch, dtype.replace("torch.", ""), None)
+    return t.to(kind) if isinstance(kind, torch.dtype) else t
+
+
 def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
-    """(JSON text, arrays) for nested tuples/lists/dicts of arrays, tensors, numbers, strings."""
+    """(JSON text, arrays) for `plain`'s types only: anything else is sent as unsupported, never read (a
+    student's object here would run its code after the case's guard has ended)."""
     arrays: dict[str, np.ndarray] = {}
 
     def walk(v, depth=0):
-        if depth > 20:
+        if depth > MAX_DEPTH:
             return {"__unsupported__": "nested too deeply"}
-        if v is None or isinstance(v, (bool, str)):
+        kind = type(v)
+        if v is None or kind is bool or kind is str:
             return v
-        if isinstance(v, (int, np.integer)):
+        if kind is int or (_is_numpy_scalar(v) and isinstance(v, np.integer)):
             return {"__int__": str(int(v))}
-        if isinstance(v, (float, np.floating)):
+        if kind is float or (_is_numpy_scalar(v) and isinstance(v, np.floating)):
             f = float(v)
             return {"__float__": repr(f)} if not math.isfinite(f) else f
-        if isinstance(v, (tuple, list)):
-            return {"__seq__": type(v).__name__, "items": [walk(x, depth + 1) for x in v]}
-        if isinstance(v, dict):
-            return {"__dict__": [[str(k), walk(x, depth + 1)] for k, x in v.items()]}
-        if isinstance(v, np.ndarray) or _is_tensor(v):
+        if kind is tuple or kind is list:
+            return {"__seq__": kind.__name__, "items": [walk(x, depth + 1) for x in v]}
+        if kind is dict:
+            return {"__dict__": [[k if type(k) is str else "?", walk(x, depth + 1)] for k, x in v.items()]}
+        if kind is Unsupported:
+            return {"__unsupported__": v.what}
+        if kind is np.ndarray or kind is TensorValue:
             if len(arrays) >= MAX_ARRAYS:
                 return {"__unsupported__": "too many arrays"}
             key = f"a{len(arrays)}"
-            if _is_tensor(v):
-                dtype = str(v.dtype)
-                t = v.detach().cpu()
-                if t.dtype.is_floating_point and t.dtype not in _NUMPY_FLOATS():
-                    t = t.float()
-                arr = t.numpy()
-                tag = {"__tensor__": key, "dtype": dtype, "requires_grad": bool(v.requires_grad)}
+            if kind is TensorValue:
+                arr, tag = v.array(), {"__tensor__": key, "dtype": v.dtype, "requires_grad": v.requires_grad}
             else:
                 arr, tag = v, {"__array__": key}
             # object and structured dtypes would need a pickle (or .npy format 3): loads refuses both
@@ -55,19 +151,9 @@ def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
                 return {"__unsupported__": f"array of dtype {arr.dtype} and size {arr.size}"}
             arrays[key] = np.array(arr, order="C", copy=True)  # keeps 0-d arrays 0-d (ascontiguousarray does not)
             return tag
-        return {"__unsupported__": type(v).__name__}
+        return {"__unsupported__": kind.__name__}
 
     return json.dumps(walk(value)), arrays
-
-
-def _is_tensor(v) -> bool:
-    return type(v).__module__.startswith("torch") and hasattr(v, "detach") and hasattr(v, "dtype")
-
-
-def _NUMPY_FLOATS():
-    import torch
-
-    return (torch.float16, torch.float32, torch.float64)
 
 
 def dumps(value: Any) -> bytes:
@@ -124,11 +210,7 @@ def loads(blob: bytes, max_bytes: int = MAX_BLOB_BYTES) -> Any:
         if "__array__" in node:
             return arrays[node["__array__"]]
         if "__tensor__" in node:
-            import torch
-
-            t = torch.from_numpy(arrays[node["__tensor__"]].copy())
-            dtype = getattr(torch, node["dtype"].replace("torch.", ""), None)
-            return t.to(dtype) if isinstance(dtype, torch.dtype) else t
+            return _tensor(arrays[node["__tensor__"]], node["dtype"])
         return Unsupported(node.get("__unsupported__", "?"))
 
     try:

@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..serialize import plain, rebuilt
+
 
 class CheckFailed(AssertionError):
     """A hidden test failed; the message is written for the student."""
@@ -994,13 +996,14 @@ def install_behaviour_watch() -> None:
 
 def _watched_run(case: Case, impl):
     """`case.run(impl)` under the behaviour watch (when installed): what it refused, even if caught,
-    and a watch switched off during the run, end the case as ForbiddenCall."""
+    and a watch switched off during the run, end the case as ForbiddenCall. The result is read into the
+    grader's own types (serialize.plain) before the watch and the guard end."""
     state = _WATCH[0] if _WATCH else None
     if state is None:
-        return case.run(impl)
+        return plain(case.run(impl))
     state["hit"], state["checking"] = "", True
     try:
-        out = case.run(impl)
+        out = plain(case.run(impl))  # read here, watched and guarded: never by the serializer after the guard
     finally:
         switched_off = not state["checking"]
         state["checking"] = False
@@ -1287,6 +1290,8 @@ def failure_of(exercise: Exercise, case: Case, outcome: tuple, expected=None) ->
     the summaries as fields, so nothing downstream reads them out of the text). Trusted process only."""
     name = exercise.graded
     kind = outcome[0]
+    if kind == "value":  # read in this process (a notebook's own check): tensors again, as `loads` gives them
+        outcome = ("value", rebuilt(outcome[1]))
     if kind == "missing":
         return Failure(f"{name}: nothing named `{name}` is defined. Run the cell that defines it (and keep its name).")
     if kind == "notimpl":

@@ -619,6 +619,12 @@ _REVIEW_MODULES = {
     "importlib": "it imports modules by computed names (importlib)",
     "pydoc.locate": "it looks up an object by a name built at run time (pydoc.locate)",
     "logging.config": "it can look up objects by names built at run time (logging.config's resolvers)",
+    # more lookups of an object by a name built at run time (a red team named PyTorch's attention with
+    # traitlets' import_item, unseen): IPython's and traitlets' import_item, string formatting's field lookup
+    # ('{0.nn.functional}'.format(torch)) and a template engine's attribute lookup
+    **{module: f"it looks up an object by a name built at run time ({module})"
+       for module in ("traitlets.import_item", "traitlets.utils.importstring", "IPython.utils.importstring",
+                      "string.Formatter", "jinja2")},
     "_imp": "it uses _imp, the interpreter's own import machinery (a module made afresh from it is out of the "
             "grader's watch)",
     "_frozen_importlib": "it uses the interpreter's own import machinery (_frozen_importlib)",

@@ -679,6 +679,22 @@ def test_threading_reached_through_another_module_and_the_import_machinery_are_f
         assert found and all(f.severity == REVIEW for f in found), (cell, found)
 
 
+@pytest.mark.parametrize("cell", [
+    'from traitlets import import_item\nf = import_item("torch.nn.functional." + "scaled_dot_product_" + "attention")\n',
+    'import traitlets\nf = traitlets.import_item("torch." + "softmax")\n',
+    'from IPython.utils.importstring import import_item\nf = import_item("torch." + "softmax")\n',
+    'import string\nf = string.Formatter().get_field("0.nn.functional", [__import__("torch")], {})\n',
+    'import jinja2\nf = jinja2.Environment().getattr(__import__("torch"), "soft" + "max")\n',
+], ids=["traitlets import_item", "traitlets module", "IPython import_item", "string.Formatter", "jinja2"])
+def test_other_lookups_by_a_name_built_at_run_time_are_flagged(cell):
+    """A red team named PyTorch's fused attention with traitlets' import_item, and the static pass said nothing;
+    string formatting's field lookup and jinja2's getattr do the same. Each is left to a person, like
+    pydoc.locate."""
+    found = scan([HEAD, cell, HONEST_SDPA], rules("02"))
+    assert found and all(f.severity == REVIEW for f in found), found
+    assert any("looks up an object by a name built at run time" in f.reason for f in found), found
+
+
 def _built_in_by_name():
     import pydoc
 

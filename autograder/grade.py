@@ -22,12 +22,12 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import nbformat
@@ -64,7 +64,7 @@ from .sandbox import (
     run_notebook_job,
 )
 from .settings import GradingSettings, Limits
-from .submissions import TIMESTAMP_FILE, StudentSubmission, collect_all, parse_notebook
+from .submissions import TIMESTAMP_FILE, StudentSubmission, collect_all, match_assignment, parse_notebook
 
 # Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
 # their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
@@ -751,7 +751,8 @@ def _record_path(out: Path, student: str, assignment: str) -> Path:
     return out / "students" / student / f"{assignment}.json"
 
 
-def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: str = "", forced: bool = False) -> None:
+def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: str = "", forced: bool = False,
+                 hand_ins: dict[str, str] | None = None) -> None:
     """The record of one graded notebook. It also keeps the contents graded for this student and notebook
     before (`seen`) and whether this grade is an instructor's override (`forced`: --force --student
     --assignment), so a later plain run never grades again, over the override, a file it graded before; and
@@ -760,9 +761,50 @@ def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: 
     before = [*earlier.get("seen", []), earlier.get("content", "") if earlier.get("fingerprint") else ""]
     seen = [c for c in dict.fromkeys(before) if isinstance(c, str) and c and c != content]
     payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "content": content, "result": result.to_dict(),
-               "seen": seen, "forced": forced, "judge": judge_digest().hex()}
+               "seen": seen, "forced": forced, "judge": judge_digest().hex(),
+               "times": _earliest(earlier.get("times"), hand_ins or {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_record(path, payload)
+
+
+def _earliest(*maps) -> dict[str, str]:
+    """Notebook digest -> the earliest of the ISO times the maps give it (records' `times`)."""
+    merged: dict[str, str] = {}
+    for found in maps:
+        for digest, when in (found.items() if isinstance(found, dict) else ()):
+            if isinstance(digest, str) and isinstance(when, str) and (digest not in merged or
+                                                                       _utc_iso(when) < _utc_iso(merged[digest])):
+                merged[digest] = when
+    return merged
+
+
+def _utc_iso(when: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(when)
+    except ValueError:
+        return datetime.max.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _remember_hand_ins(path: Path, hand_ins: dict[str, str]) -> None:
+    """The times of the notebooks found for a grade that is kept as it is (reused, or kept over an older file)
+    into its record, so a later copy of the folder is timed by them too."""
+    payload = _payload(path)
+    if not payload or not hand_ins:
+        return
+    merged = _earliest(payload.get("times"), hand_ins)
+    if merged != payload.get("times"):
+        payload["times"] = merged
+        _write_record(path, payload)
+
+
+def known_times(out: Path) -> Callable[[str, str], dict[str, datetime]]:
+    """`collect_all`'s `known`: for a student and notebook, the times earlier runs into `out` saw their notebooks
+    at (by digest), from the grade's record."""
+    def known(student: str, assignment: str) -> dict[str, datetime]:
+        times = _payload(_record_path(out, student, assignment)).get("times")
+        return {d: _utc_iso(w) for d, w in times.items()} if isinstance(times, dict) else {}
+    return known
 
 
 def _write_record(path: Path, payload: dict[str, Any]) -> None:
@@ -1268,7 +1310,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             print(f"changed in {solutions} since this folder was prepared: {', '.join(refreshed)}; its hidden tests "
                   "and points were taken from there again, and its notebooks are graded again")
     course.extra_hidden = [str(Path(submissions).resolve()), str(solutions.resolve())]
-    intake = collect_all(Path(submissions), course.grade_ids(), due={**due_dates(course), **(due or {})})
+    intake = collect_all(Path(submissions), course.grade_ids(), due={**due_dates(course), **(due or {})},
+                         known=known_times(out))
     if not any(s.notebooks for s in intake.students):  # before anything of this run is written into the gradebook
         raise NothingToGrade(nothing_to_grade(Path(submissions), intake.ignored))
     unknown = sorted(set(students or ()) - {s.student_id for s in intake.students})
@@ -1337,6 +1380,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         left = []
         for assignment in chosen:
             fingerprint = _fingerprint(sub, assignment, solutions, salt)
+            _remember_hand_ins(_record_path(out, sub.student_id, assignment), sub.hand_ins.get(assignment, {}))
             record = _payload(_record_path(out, sub.student_id, assignment))  # read once, here
             judged_so_now = record.get("judge") == judge_digest().hex()  # else saved by other grading code
             saved = None if force or not judged_so_now else _saved_result(record, fingerprint)
@@ -1383,14 +1427,15 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         return left
 
     def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
-        note_submission(r, sub, assignment, Path(submissions).resolve().name)
+        note_submission(r, sub, assignment, Path(submissions).resolve().name, course.assignments)
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         own = r.status in GRADERS_OWN
         _save_result(_record_path(out, sub.student_id, assignment),
                      "" if own else _fingerprint(sub, assignment, solutions, salt), r,
                      content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "",
-                     forced=(overriding or (sub.student_id, assignment) in still_forced) and not own)
+                     forced=(overriding or (sub.student_id, assignment) in still_forced) and not own,
+                     hand_ins=sub.hand_ins.get(assignment))
         if r.status is not Status.MISSING:
             done.append(r)
 
@@ -1409,6 +1454,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         with checks_salted(salt):
             workers = remote(course, subs, todo, finish, limits, salt, solutions, progress)
     else:
+        if progress:  # the servers start before the first notebook: seconds with nothing else on the screen
+            print(f"starting the sandboxes{' (a fork server per notebook in play)' if warm else ''} ...", flush=True)
         trusted.warm_up()
         with warm_sandbox.warm_sandboxes(warm_sandbox.servers_for(workers, len(chosen)), enabled=warm), \
                 ThreadPoolExecutor(max_workers=workers) as pool:
@@ -1548,15 +1595,31 @@ def summary_line(students: int, new: int, reused: int, seconds: float, workers: 
             + (f"; {late} late ({policy.describe()})" if late else ""))
 
 
-def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str, folder: str = "") -> None:
+def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str, folder: str = "",
+                    assignments: Iterable[str] = ()) -> None:
     """What the intake found about this student's files (a renamed id, a second copy, a refused
     file) into `r.notes`, and the file graded into `r.source_file`: never into the status, whose
     kind says what happened to the notebook itself. `folder`: the class folder's name, said in
-    `source_file` (week1/ and week1-late/ are graded into one table, with the same paths in each)."""
-    r.notes = [f"{k}: {v}" for k, v in sub.problems.items()] + [n for n in r.notes if n.startswith(REFUSED + ": ")]
+    `source_file` (week1/ and week1-late/ are graded into one table, with the same paths in each).
+    `assignments`: the course's; a note about another of them is left to that one's row (notebook 01's
+    duplicate files and Canvas late mark were on the student's 02 row too)."""
+    others = {a: set() for a in assignments if a != assignment}
+    r.notes = [f"{k}: {v}" for k, v in sub.problems.items() if not _about_another(k, assignment, others)] + \
+        [n for n in r.notes if n.startswith(REFUSED + ": ")]
     r.source_file = sub.origins.get(assignment, "")
     if folder and r.source_file.endswith(")"):  # 'bob/01.ipynb (file time)' -> '... (file time; in week1-late)'
         r.source_file = f"{r.source_file[:-1]}; in {folder})"
+
+
+def _about_another(key: str, assignment: str, others: dict[str, set]) -> bool:
+    """Whether a student's note (its key: an assignment, '<assignment> (late)', or a file's name) is about
+    another of the course's notebooks than `assignment`."""
+    subject = key.split(" (", 1)[0] if key.split(" (", 1)[0] in others or key.split(" (", 1)[0] == assignment else key
+    if subject == assignment:
+        return False
+    if subject in others:
+        return True
+    return match_assignment(PurePosixPath(subject).name, b"", {**others, assignment: set()}) in others
 
 
 def _enrol(course: Course, student: str, assignments: list[str] = ()) -> dict[str, datetime | None]:

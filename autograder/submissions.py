@@ -58,7 +58,9 @@ student's ``problems`` and skipped, the rest of the class is collected as usual,
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
@@ -70,6 +72,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 from anyascii import anyascii
 
@@ -113,6 +116,9 @@ class StudentSubmission:
     # path in the class folder -> why the grader could not read it (permissions, I/O): the grader's problem,
     # never the student's "nothing handed in"
     unread: dict[str, str] = field(default_factory=dict)
+    # assignment -> {sha256 of a version's bytes: its time (ISO, UTC)}, for every version found (graded or not):
+    # kept in the grade's record, so a copy of the folder (every file dated today) is timed by what was seen
+    hand_ins: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -613,6 +619,10 @@ def _newest(versions: list[_Version]) -> _Version:
     return max(tied, key=lambda v: v.path)
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def _one_zip(versions: list[_Version]) -> bool:
     return len({v.archive for v in versions}) == 1 and bool(versions[0].archive)
 
@@ -640,8 +650,9 @@ class _Lister:
 class _Intake:
     """One pass over a class folder; see collect_all."""
 
-    def __init__(self, root: Path, assignments: dict[str, set[str]], due: dict[str, datetime] | None = None):
-        self.root, self.assignments = root, assignments
+    def __init__(self, root: Path, assignments: dict[str, set[str]], due: dict[str, datetime] | None = None,
+                 known: Callable[[str, str], dict[str, datetime]] | None = None):
+        self.root, self.assignments, self.known = root, assignments, known
         self.due = {a: _utc(when) for a, when in (due or {}).items()}
         self.ignored: list[tuple[str, str]] = []
         self.sources: list[_Source] = []
@@ -1067,6 +1078,10 @@ class _Intake:
                              f"{a}'s own notebook from {sid} is graded instead")
         for (sid, a), versions in self.versions.items():
             sub = self.students[sid]
+            versions = [self.as_seen_before(sid, a, v) for v in versions]
+            sub.hand_ins[a] = {}
+            for v in versions:
+                sub.hand_ins[a].setdefault(_digest(v.data), v.when.isoformat())
             best = _newest(versions)
             sub.notebooks[a] = best.data
             sub.timestamps[a] = best.when
@@ -1097,6 +1112,18 @@ class _Intake:
                     self.ignore(path, f"a copy of {a} in another format: {sub.origins[a]} is graded")
                 else:
                     self.problem(sub, PurePosixPath(path).name, path, why)
+
+    def as_seen_before(self, sid: str, a: str, v: _Version) -> _Version:
+        """`v`, timed as an earlier grading run saw the same notebook when that was earlier than its file time
+        here (a copy of the class folder, or a new download, dates every file today: an older version, never
+        graded, became the newest and was graded with a late penalty; a re-downloaded notebook pushed a late
+        fix aside as 'older'). A time the platform wrote (timestamp.txt) stands as it is."""
+        if self.known is None or v.source == TIMESTAMP_FILE:
+            return v
+        seen = self.known(sid, a).get(_digest(v.data))
+        if seen is None or v.when - seen <= SAME_TIME:
+            return v
+        return dataclasses.replace(v, when=seen, source=f"{v.source} in an earlier grading run")
 
     def mark_late(self, sub: StudentSubmission, a: str, best: _Version) -> None:
         note = f"{best.late}; its time is {_when(best.when)} ({best.source})"
@@ -1146,19 +1173,21 @@ def _utc(when: datetime) -> datetime:
 
 
 def collect_all(submissions: Path, assignments: dict[str, set[str]],
-                due: dict[str, datetime] | None = None) -> Intake:
+                due: dict[str, datetime] | None = None,
+                known: Callable[[str, str], dict[str, datetime]] | None = None) -> Intake:
     """Every student of a class folder, whatever the layouts in it (see the module's docstring),
     with their notebooks keyed by assignment, and every file that was not graded, with why.
     `assignments` maps name -> grade ids; `due` (optional) maps name -> due date (a time without a
     zone is UTC, as nbgrader reads it): an upload its platform marked late is then never recorded
-    as on time.
+    as on time. `known(student, assignment)` (optional): the times earlier grading runs saw that student's
+    notebooks at, by sha256 of their bytes; a notebook timed by its file is timed by the earlier of the two.
 
     Files past the limits above are reported and skipped, never raised; a student whose folder,
     zip or files hold no notebook is still a student (graded as missing)."""
     submissions = Path(submissions)
     if not submissions.is_dir():
         raise FileNotFoundError(f"{submissions} is not a folder of submissions (one sub-folder or zip per student)")
-    return _Intake(submissions, assignments, due).run()
+    return _Intake(submissions, assignments, due, known).run()
 
 
 def collect(submissions: Path, assignments: dict[str, set[str]],

@@ -368,9 +368,10 @@ def test_a_copy_of_an_older_folder_never_replaces_the_newer_grade(course, tmp_pa
     after = _rows(out)[("ann", A01)]
     assert {k: after[k] for k in ("score", "submitted", "late_penalty", "source_file")} == \
         {k: before[k] for k in ("score", "submitted", "late_penalty", "source_file")}, (before, after)
-    assert "ann 01_similarity_attention: week1-copy/ann/01_similarity_attention.ipynb (file time) is a notebook of " \
-           "theirs graded before the submission graded now" in said, said
-    assert "week1-copy/ann/" in after["notes"] and "on purpose" in after["notes"], after  # on the row, not only said
+    # the copy's notebook is timed as the first run saw it (the grade's record keeps the time of every notebook
+    # found): an older file than the one graded, as when week1/ itself is graded again
+    assert "ann 01_similarity_attention: ann/01_similarity_attention.ipynb (file time in an earlier grading run), " \
+           "handed in 2025-11-30 12:00:00 UTC, is older than the submission graded earlier" in said, said
     assert "--force --student ann --assignment 01_similarity_attention" in said
     forced = _graded(copy, out, force=True, students=["ann"], assignments=[A01])  # the instructor's choice stands
     assert _rows(out)[("ann", A01)]["score"] != before["score"], forced
@@ -417,3 +418,42 @@ def test_an_exercise_refused_for_academic_honesty_is_named_in_the_tables(course,
         assert "not accepted" not in rows[("ben", A01)]["notes"]  # a wrong answer is no refusal
         report = (out / "report.html").read_text()
         assert "01_similarity_attention: not accepted: softmax" in report
+
+
+# --------------------------------------------------------------------------- 5. a copy dates every file today
+def test_a_copy_of_the_class_folder_is_timed_by_what_the_first_run_saw(course, tmp_path):
+    """An instructor's walkthrough: `cp -r mini mini-copy` dated both of s10's files today. Tied in time, the
+    older notebook (never graded: the newer one was) won on name order and was graded, "4 days late", 8.5 for
+    15; grading the original folder again could not undo it. The first run's record keeps the time of every
+    notebook it found, so the copy's files are timed as they were seen: the newer one is still the newest."""
+    subs, copy, out = tmp_path / "mini", tmp_path / "mini-copy", tmp_path / "out"
+    _put(subs / "s10" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG), ON_TIME)  # the draft
+    _put(subs / "s10" / f"{A01} (1).ipynb", solved_notebook(course, A01),
+         datetime(2025, 12, 1, 20, 0, tzinfo=timezone.utc).timestamp())  # the final one, on time
+    _graded(subs, out, due=DUE, late_penalty="per-day:10")
+    first = _rows(out)["s10", A01]
+    assert (first["score"], first["late_penalty"], first["submitted"]) == ("17", "0", "2025-12-01T20:00:00Z"), first
+    for path in (subs / "s10").iterdir():  # as `cp -r` copies: contents, and today's date
+        (copy / "s10").mkdir(parents=True, exist_ok=True)
+        (copy / "s10" / path.name).write_bytes(path.read_bytes())
+    said = _graded(copy, out)
+    row = _rows(out)["s10", A01]
+    assert (row["score"], row["late_penalty"], row["submitted"]) == ("17", "0", "2025-12-01T20:00:00Z"), (row, said)
+    assert "(0 graded now" in said, said
+
+
+def test_a_late_fix_beside_a_new_download_of_the_graded_notebook_is_graded(course, tmp_path):
+    """An instructor's walkthrough: week1-late/ held a new download of tanakayuki's graded notebook (dated the day
+    of the download) beside their real late fix (Canvas's _LATE_, two days before): the fix was set aside as
+    "an older version" and its late grade never given. The downloaded notebook is timed as the first run saw it."""
+    week1, late, out = tmp_path / "week1", tmp_path / "week1-late", tmp_path / "out"
+    graded = inject(solved_notebook(course, A01), WRONG)  # 16 / 17
+    _put(week1 / f"tanakayuki_201007_206007_{A01}.ipynb", graded, ON_TIME)
+    _graded(week1, out, due=DUE, late_penalty="per-day:10")
+    assert _rows(out)["tanakayuki", A01]["score"] == "16"
+    _put(late / f"tanakayuki_201007_206007_{A01}.ipynb", graded, AGAIN)  # downloaded again: a new file time
+    _put(late / f"tanakayuki_LATE_201007_206099_{A01}-1.ipynb", solved_notebook(course, A01), LATE)
+    said = _graded(late, out)
+    row = _rows(out)["tanakayuki", A01]
+    assert row["score"] == "17" and row["submitted"] == "2025-12-03T12:00:00Z", (row, said)
+    assert float(row["late_penalty"]) == pytest.approx(3.4), row  # 2 days late (per-day:10, whole days up)

@@ -154,6 +154,22 @@ def test_a_submission_note_does_not_change_the_status():
     assert r.source_file == f"zoe/{A01}.ipynb (file time)"
     note_submission(r, sub, A01, "week1-late")  # week1/ and week1-late/ graded into one table: which folder it was
     assert r.source_file == f"zoe/{A01}.ipynb (file time; in week1-late)"
+
+
+
+def test_a_note_about_one_notebook_stays_on_that_notebooks_row():
+    """An instructor's walkthrough: notebook 01's Canvas late mark and its duplicate files were in the notes of
+    the student's 02 row too. A note about another notebook (by its key: the notebook, '<notebook> (late)', or a
+    file named for it) is left to that notebook's row; one about the student's files in general is on every row."""
+    A02 = "02_queries_keys_values"
+    sub = StudentSubmission("zoe", problems={
+        A01: f"graded zoe/{A01} (1).ipynb, ignored zoe/{A01}.ipynb (older)",
+        f"{A01} (late)": "graded ...: Canvas marked this upload late", f"{A01}.html": "an HTML export of 01",
+        f"Copy of {A02}.ipynb": "a copy of 02", "zoe": "the folder's name was not a plain id: read as 'zoe'"})
+    for notebook, kept in ((A01, {A01, f"{A01} (late)", f"{A01}.html", "zoe"}), (A02, {f"Copy of {A02}.ipynb", "zoe"})):
+        r = NotebookResult("zoe", notebook, 0.0, 3.0)
+        note_submission(r, sub, notebook, assignments=(A01, A02, "03_multi_head_attention"))
+        assert {n.split(": ", 1)[0] for n in r.notes} == kept, (notebook, r.notes)
     missing = NotebookResult("zoe", "02_queries_keys_values", 0.0, 3.0, Status.MISSING, detail="no notebook")
     note_submission(missing, sub, "02_queries_keys_values")
     assert missing.status is Status.MISSING and missing.status_text == "missing: no notebook"

@@ -395,8 +395,27 @@ def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
         done.notes.append(f"{len(missing)} notebook{'s' if len(missing) != 1 else ''} not submitted, no results.json "
                           f"for them: {shown}")
+    if make is prairielearn_result:
+        done.notes += _prairielearn_differences(results)
     done.problems += _held_back(results)
     return done
+
+
+def _prairielearn_differences(results: list[NotebookResult]) -> list[str]:
+    """Where PrairieLearn's results say something the other exports do not (a walkthrough found both unsaid): a
+    score is a fraction from 0 to 1, so extra credit above a notebook's points is capped; an unreadable or wrong
+    notebook is 'not gradable', with no score, where the others write a 0."""
+    said = []
+    capped = [f"{r.student_id} {r.notebook} ({r.final_score():g} / {r.max_score:g})" for r in results
+              if r.status not in NOT_GRADABLE and r.max_score > 0 and r.final_score() > r.max_score]
+    if capped:
+        said.append(f"extra credit capped at the notebook's points (PrairieLearn's score goes from 0 to 1; the other "
+                    f"exports keep it): {', '.join(capped)}")
+    invalid = [f"{r.student_id} {r.notebook}" for r in results if r.status in NOT_GRADABLE]
+    if invalid:
+        said.append(f"not gradable in PrairieLearn, with no score (the file is no notebook of this course; the other "
+                    f"exports write 0): {', '.join(invalid)}")
+    return said
 
 
 # --------------------------------------------------------------------------- Moodle

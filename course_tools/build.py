@@ -65,10 +65,26 @@ def extract_library(solutions: Path | None = None, library: Path | None = None,
         if found:
             module, source = found
             target = library / f"{module.replace('.', '/')}.py"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(source)
+            write_if_changed(target, source)
             written.append(target)
     return written
+
+
+CHANGED: list[Path] = []  # the files the last writes of this process changed (the rest were up to date)
+
+
+def write_if_changed(target: Path, text: str) -> bool:
+    """Write `text` to `target` unless it holds it already (a checkout the instructor may read but not write
+    builds without error when nothing changed, and no file's time moves for nothing); True when written."""
+    try:
+        if target.read_text(encoding="utf-8") == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    CHANGED.append(target)
+    return True
 
 
 def without_timings(nb):
@@ -174,8 +190,8 @@ def write_notebooks(releases: dict[Path, nbformat.NotebookNode], overwrite_stude
     if not overwrite_student_work:
         check_student_work(releases)
     for target, nb in releases.items():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, target)
+        text = nbformat.writes(nb)
+        write_if_changed(target, text if text.endswith("\n") else text + "\n")  # what nbformat.write writes
     return list(releases)
 
 

@@ -43,18 +43,26 @@ def version() -> str:
 def _build(args) -> int:
     from attention_course.paths import find_course_root
 
-    from .build import StudentWorkError, build
+    from .build import CHANGED, StudentWorkError, build
 
     root = find_course_root()
-
+    _working(f"building {root}: the library from solutions/, then the student notebooks")
     try:
         written = build(only=args.only or None, execute=args.execute,
                         overwrite_student_work=args.overwrite_student_work)
     except StudentWorkError as err:
         print(f"attn-course build: {err}", file=sys.stderr)
         return 1
+    except PermissionError as err:  # a checkout the instructor may read, not write: the files need changing
+        raise UsageError(f"cannot write {err.filename}: this account may not change the course checkout. Build "
+                         f"in a checkout of your own (or as its owner); grading needs no build, the built notebooks "
+                         f"and library are part of the checkout") from None
+    changed = set(CHANGED)
     for path in written:
-        print("wrote", path.relative_to(root) if path.is_relative_to(root) else path)
+        if path in changed:
+            print("wrote", path.relative_to(root) if path.is_relative_to(root) else path)
+    if len(changed & set(written)) < len(written):
+        print(f"{len(set(written) - changed)} file(s) already up to date")
     return 0
 
 
@@ -378,8 +386,8 @@ def _grade(args) -> int:
     out = Path(args.out)
     results = grading.grade(Path(args.submissions), out, **options)
     _readable(out / name for name in ("grades.csv", "grades_wide.csv", "report.html", "results.json"))
-    print(grading.format_table(results))
-    status, summary = outcome(results)
+    print(grading.format_table(results), flush=True)  # all of it before the summary on stderr: one log file of
+    status, summary = outcome(results)                   # both had the summary glued inside the table
     print(summary, file=sys.stderr if status else sys.stdout)
     return status
 
@@ -396,6 +404,8 @@ def _export(args) -> int:
     """`export OUT --to FORMAT`: what was written, notes on stdout, what is not placed on stderr (exit 1)."""
     from autograder import lms
 
+    _working(f"exporting {args.out} to {args.to}: reading its gradebook, then rewriting its tables, report and "
+             "feedback first, so a score typed in formgrader is in the export")
     try:
         done = lms.export(Path(args.out), args.to, Path(args.dest) if args.dest else None,
                           Path(args.canvas_roster) if args.canvas_roster else None)
@@ -405,6 +415,7 @@ def _export(args) -> int:
     _readable(done.written)
     for note in done.notes:
         print(f"  {note}")
+    sys.stdout.flush()
     if done.problems:
         print(f"{len(done.problems)} to look at before importing:", *(f"  {p}" for p in done.problems),
               sep="\n", file=sys.stderr)
@@ -438,10 +449,18 @@ def _remove_student(args) -> int:
     return 0
 
 
+def _working(what: str) -> None:
+    """Said at once on stderr, before work that takes seconds with nothing else to show (loading nbgrader and
+    matplotlib, reading the gradebook): a command silent for 10 s looks stuck."""
+    print(f"{what} ...", file=sys.stderr, flush=True)
+
+
 def _extend(args) -> int:
     """`extend OUT ID NOTEBOOK --days N [--hours H]`: the student's own due date, and the outputs rewritten."""
     from autograder.extensions import ExtensionError, describe, grant
 
+    _working(f"extending {args.student}'s {args.notebook}: the gradebook, then {args.out}'s tables, report and "
+             "feedback rewritten")
     try:
         done = grant(Path(args.out), args.student, args.notebook, days=args.days, hours=args.hours)
     except ExtensionError as err:
@@ -629,9 +648,10 @@ def _formgrader(args) -> int:
     token, extra = _token(extra[1:] if extra[:1] == ["--"] else extra)
     print(f"formgrader on {course.parent} (gradebook {course.parent / 'gradebook.db'}):\n"
           f"  {formgrader_url(args.ip, port, token)}\n"
-          "Grades, extra credit and comments are saved into the gradebook as you enter them; the next\n"
-          f"`attn-course grade SUBMISSIONS --out {course.parent}` (nothing already graded is graded again)\n"
-          "writes them into grades.csv, grades_wide.csv and report.html. Ctrl-C stops the server.", flush=True)
+          "Grades, extra credit and comments are saved into the gradebook as you enter them;\n"
+          f"`attn-course export {course.parent} --to FORMAT` (or the next `attn-course grade ... --out` there,\n"
+          "which grades nothing again) writes them into grades.csv, grades_wide.csv, report.html, the feedback\n"
+          "and the LMS file. Ctrl-C stops the server.", flush=True)
     os.environ["PATH"] = bin_dir() + os.pathsep + os.environ.get("PATH", "")
     if token:
         os.environ["JUPYTER_TOKEN"] = token  # not on the command line (see _token)
@@ -996,8 +1016,9 @@ def parser() -> argparse.ArgumentParser:
                        "grading run (other options go to `jupyter server`)",
                        usage="%(prog)s [OUT] [--port N] [--ip IP] [--no-browser] [JUPYTER SERVER OPTIONS ...]",
                        description="Start nbgrader's formgrader on a grading output and print its address. Manual "
-                                   "grades and comments go into the gradebook; the next `attn-course grade` run "
-                                   "into the same folder writes them into grades.csv, grades_wide.csv and the report.")
+                                   "grades and comments go into the gradebook; `attn-course export OUT` (or the next `attn-course "
+                                   "grade` run into the same folder) writes them into grades.csv, grades_wide.csv, "
+                                   "the report and the LMS file.")
     p.add_argument("out", nargs="?", default=None, metavar="OUT",
                    help="the folder `attn-course grade SUBMISSIONS --out OUT` wrote (default: build/grading in the "
                         "course folder)")

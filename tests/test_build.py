@@ -2,11 +2,14 @@
 solutions/ must equal what `attn-course build` produces right now."""
 from __future__ import annotations
 
+import os
+
 import nbformat
 import pytest
 
 from autograder.course import assignments, notebook_path, select
 from course_tools.build import (
+    CHANGED,
     StudentWorkError,
     build,
     execute_solution,
@@ -152,6 +155,13 @@ def test_build_refuses_to_overwrite_a_students_answers(tmp_path, monkeypatch):
     [first] = build(library, notebooks, solutions)[-1:]
     assert first == notebooks / "99_tiny" / "99_tiny.ipynb"
     pristine = first.read_bytes()
+    # built again with nothing changed: nothing is written (an instructor's walkthrough: in a checkout they may
+    # read but not write, `attn-course build` rewrote every file and ended in a PermissionError)
+    CHANGED.clear()
+    for path in (first, library / "tiny.py"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    assert build(library, notebooks, solutions)[-1:] == [first] and CHANGED == []
+    assert first.stat().st_mtime == (library / "tiny.py").stat().st_mtime == 1_000_000_000
     assert "raise NotImplementedError()" in _answer(nbformat.read(first, as_version=4)).source
     assert generate_notebooks(notebooks, solutions) == [first] and first.read_bytes() == pristine  # deterministic
 

@@ -246,6 +246,20 @@ def test_prairielearn_results_score_from_0_to_1(results, tmp_path):
     assert unreadable["format_errors"] == ["unreadable notebook: not a notebook (bad JSON)"]
 
 
+def test_prairielearn_says_where_it_differs_from_the_other_exports(results, tmp_path):
+    """An instructor's walkthrough: 18 / 17 (extra credit typed in formgrader) became 1.0 in PrairieLearn and 18 in
+    Canvas, and an unreadable notebook a 0 in Canvas and 'not gradable' in PrairieLearn, with nothing said."""
+    results[0].score = 18.0  # 17 points and 1 of extra credit
+    done = lms.json_results(results, tmp_path / "pl", lms.prairielearn_result)
+    assert any(n.startswith("extra credit capped at the notebook's points") and f"smithjane {A01} (18 / 17)" in n
+               for n in done.notes), done.notes
+    assert any(n.startswith("not gradable in PrairieLearn") and f"zed {A02}" in n for n in done.notes), done.notes
+    plain = lms.json_results(results[2:4], tmp_path / "pl2", lms.prairielearn_result)  # neither: nothing said
+    assert not [n for n in plain.notes if "capped" in n or "not gradable" in n], plain.notes
+    gradescope = lms.json_results(results, tmp_path / "gs", lms.gradescope_result)
+    assert not [n for n in gradescope.notes if "PrairieLearn" in n]
+
+
 def test_a_notebook_held_back_now_loses_an_earlier_exports_file(results, tmp_path):
     lms.json_results(results, tmp_path / "gs", lms.gradescope_result)
     smith = tmp_path / "gs" / "smithjane" / A01 / "results.json"

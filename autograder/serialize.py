@@ -40,42 +40,49 @@ class TensorValue:
             return np.array(self.tensor.numpy(), copy=True)
 
 
+_NUMPY_SCALARS = frozenset(np.sctypeDict.values())  # numpy's own scalar types: no student code in them
+
+
 def _is_numpy_scalar(v) -> bool:
-    return isinstance(v, np.generic) and type(v).__module__ == "numpy"  # numpy's own: no student code in it
+    return type(v) in _NUMPY_SCALARS  # a frozenset of types: hashed and compared by identity
+
+
+def type_name(kind: type) -> str:
+    """A class's name, read from the type itself (a metaclass's own `__name__` is never asked)."""
+    return type.__dict__["__name__"].__get__(kind)
 
 
 def plain(value: Any, depth: int = 0) -> Any:
     """`value` as the grader's own exact types: None, bool, int, float, str, numpy's scalars, tuple, list, dict
-    (str keys), ndarray (a copy), TensorValue, Unsupported. Called on a student's result while the case is still
-    watched (checks/core.py: `_watched_run`): whatever of the student's code reading it runs (a property, a
-    tensor subclass's __torch_function__, a lazy object) runs there, under the guard. What comes back runs no
-    student code when it is read: `encode` accepts only these types (a result read after the guard had ended
-    ran the library's softmax on the grader's time)."""
+    (str keys), ndarray (a copy), TensorValue, Unsupported. It runs none of the student's code: types are
+    compared by identity, subclasses read through their base class's own accessors, and tensors with PyTorch's
+    Python hooks off, so nothing of the student's runs after the case's own scopes have ended (a result that
+    computed itself when read ran PyTorch's label smoothing, fused attention or softmax unwatched, and a
+    `requires_grad` property filled a tensor after the memory was measured). `encode` accepts only these types."""
     if depth > MAX_DEPTH:
         return Unsupported("nested too deeply")
-    if value is None or value is True or value is False or type(value) in (int, float, str, TensorValue, Unsupported) \
-            or _is_numpy_scalar(value):
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float or kind is str or kind is TensorValue \
+            or kind is Unsupported or _is_numpy_scalar(value):
         return value
-    if isinstance(value, bool):
-        return Unsupported(type(value).__name__)
-    if isinstance(value, int):  # a subclass: its number, as an exact int (int.__int__ runs no override)
+    if issubclass(kind, int) and not issubclass(kind, bool):  # a subclass: its number (int.__int__ runs no override)
         return int.__int__(value)
-    if isinstance(value, float):
+    if issubclass(kind, float):
         return float.__float__(value)
-    if isinstance(value, str):
+    if issubclass(kind, str):
         return str.__str__(value)
-    if isinstance(value, tuple):
+    if issubclass(kind, tuple):
         return tuple(plain(x, depth + 1) for x in tuple.__iter__(value))
-    if isinstance(value, list):
+    if issubclass(kind, list):
         return [plain(x, depth + 1) for x in list.__iter__(value)]
-    if isinstance(value, dict):
+    if issubclass(kind, dict):
         return {_plain_key(k): plain(x, depth + 1) for k, x in dict.items(value)}
-    if isinstance(value, np.ndarray):  # a subclass is read as the array it is, never through its own properties
+    if issubclass(kind, np.ndarray):  # a subclass is read as the array it is, never through its own properties
         return np.array(np.ndarray.view(value, np.ndarray), copy=True)
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
+    if torch is not None and issubclass(kind, torch.Tensor):
         return _tensor_value(torch, value)
-    return Unsupported(type(value).__name__)
+    return Unsupported(type_name(kind))
 
 
 def _plain_key(key) -> str:
@@ -84,14 +91,19 @@ def _plain_key(key) -> str:
 
 
 def _tensor_value(torch, value) -> TensorValue:
-    t = torch.Tensor.detach(value)
-    if type(t) is not torch.Tensor:
-        t = torch.Tensor.as_subclass(t, torch.Tensor)
-    dtype, requires_grad = str(t.dtype), bool(value.requires_grad)
-    t = t.cpu()
-    if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
-        t = t.float()
-    return TensorValue(torch.Tensor.clone(t), dtype, requires_grad)
+    """A tensor (a subclass too) read by PyTorch's own accessors with its Python hooks off: no __torch_function__,
+    no __torch_dispatch__, no property of the student's runs."""
+    base = torch._C.TensorBase
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+        requires_grad = bool(base.requires_grad.__get__(value))
+        t = base.clone(base.detach(value))
+        if type(t) is not torch.Tensor:
+            t = base.as_subclass(t, torch.Tensor)
+        dtype = str(base.dtype.__get__(t))
+        t = base.cpu(t)
+        if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
+            t = base.float(t)
+    return TensorValue(t, dtype, requires_grad)
 
 
 def rebuilt(value: Any) -> Any:
@@ -151,7 +163,7 @@ def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
                 return {"__unsupported__": f"array of dtype {arr.dtype} and size {arr.size}"}
             arrays[key] = np.array(arr, order="C", copy=True)  # keeps 0-d arrays 0-d (ascontiguousarray does not)
             return tag
-        return {"__unsupported__": kind.__name__}
+        return {"__unsupported__": type_name(kind)}
 
     return json.dumps(walk(value)), arrays
 

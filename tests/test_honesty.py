@@ -81,7 +81,8 @@ def test_rules_name_the_builtins_and_the_reference():
     # beam_search's reference lives in the grader; its course module is still translate
     assert nb06["beam_search"].reference_module == "attention_course.translate"
     banned = set(nb01_rule("softmax").banned)  # the library softmaxes, under every name they go by (F7)
-    distributions = {"Categorical", "logits_to_probs"}  # a categorical distribution normalises its logits
+    # a categorical distribution normalises its logits; transform_to(simplex) is a softmax transform
+    distributions = {"Categorical", "logits_to_probs", "SoftmaxTransform"}
     assert {"softmax", "log_softmax"} | distributions <= banned, banned
     assert all("softmax" in name for name in banned - distributions), banned
 

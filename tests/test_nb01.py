@@ -418,6 +418,62 @@ def test_nbgrader_a_library_softmax_under_another_name_costs_softmax_only(course
         assert "not accepted" in messages[cell] and "a library's softmax" in messages[cell], messages[cell]
 
 
+# A second red team's: PyTorch's softmax in its distributions' transform and its compiler's decompositions, the
+# library's logsumexp under logcumsumexp, a softmax computed inside a tensor subclass's own __torch_dispatch__ (where
+# the kernel check had stepped aside), and a Dirichlet's mean for normalize_rows: each took its exercise's points.
+MORE_LIBRARY_WORK = {
+    "simplex": ("softmax", """import torch
+from torch.distributions import constraints, transform_to
+def softmax(x, axis=-1):
+    t = torch.from_numpy(np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1).copy())
+    return np.moveaxis(transform_to(constraints.simplex)(t).numpy(), -1, axis)
+""", "SoftmaxTransform"),
+    "decomposition": ("softmax", """import torch
+from torch._decomp.decompositions import _softmax as _norm_exp
+def softmax(x, axis=-1):
+    return _norm_exp(torch.from_numpy(np.asarray(x, dtype=np.float64).copy()), axis, False).numpy()
+""", "written out for its compiler"),
+    "logcumsumexp": ("softmax", """import torch
+def softmax(x, axis=-1):
+    t = torch.from_numpy(np.asarray(x, dtype=np.float64).copy())
+    total = torch.logcumsumexp(t, dim=axis).narrow(axis, t.shape[axis] - 1, 1)
+    return torch.exp(t - total).numpy()
+""", "a library's softmax"),
+    "dispatching subclass": ("softmax", """import torch
+import torch.nn.functional as F
+_PLAIN = {}
+class _Carrier(torch.Tensor):
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        x = _PLAIN[id(args[0])]
+        n, V = x.shape
+        return torch.stack([-F.cross_entropy(x, torch.full((n,), c), reduction="none") for c in range(V)], 1).exp()
+def softmax(x, axis=-1):
+    a = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
+    flat = torch.from_numpy(a.reshape(-1, a.shape[-1]).copy())
+    carrier = torch.Tensor._make_subclass(_Carrier, flat.clone())
+    _PLAIN[id(carrier)] = flat
+    return np.moveaxis(torch.neg(carrier).numpy().reshape(a.shape), -1, axis)
+""", "its own __torch_dispatch__"),
+    "dirichlet": ("normalize_rows", """import torch
+from torch.distributions import Dirichlet
+def normalize_rows(S):
+    return Dirichlet(torch.as_tensor(np.asarray(S, dtype=np.float64)), validate_args=False).mean.numpy()
+""", "Dirichlet"),
+}
+
+
+@pytest.mark.parametrize("name", MORE_LIBRARY_WORK)
+def test_more_library_work_is_refused_in_the_check(name):
+    graded, code, said = MORE_LIBRARY_WORK[name]
+    namespace = {"np": np}
+    exec(compile(code, f"<ipython-input-{name}>", "exec"), namespace)
+    for exercise in (e for e in nb01.EXERCISES if e.graded == graded):
+        with pytest.raises(CheckFailed, match="not accepted") as refused:
+            check_exercise(exercise, namespace[graded])
+        assert said in str(refused.value), str(refused.value)
+
+
 COSINE_AND_NORMALIZE_ELSEWHERE = {
     # F.normalize with p=1: each row divided by its 1-norm, the row sum of a non-negative S
     "normalize_rows": '''import torch

@@ -19,6 +19,7 @@ from autograder.serialize import TensorValue, Unsupported
 from .conftest import autograde, failed_cells, inject, solved_notebook
 
 A01, A02, A06 = "01_similarity_attention", "02_queries_keys_values", "06_transformer_translator"
+A08 = "08_long_context"
 
 # A loss worked out the first time the grader looks at it: PyTorch's own label smoothing.
 LAZY_LABEL_SMOOTHING = '''
@@ -123,6 +124,61 @@ def softmax(x, axis=-1):
 '''
 
 
+# A tensor subclass whose `requires_grad` property writes the answer in when the grader first reads it: after the
+# case, outside its own scopes (notebook 06's label-smoothing watch, notebook 08's memory reading).
+DEFERRED_LABEL_SMOOTHING = """
+_PENDING = {}
+
+
+class _Deferred(torch.Tensor):
+    @property
+    def requires_grad(self):
+        job = _PENDING.pop(id(self), None)
+        if job is not None:
+            with torch.no_grad():
+                self.copy_(job())
+        return False
+
+
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    out = torch.zeros((), dtype=logits.dtype).as_subclass(_Deferred)
+    _PENDING[id(out)] = lambda: F.cross_entropy(logits.reshape(-1, V), target.reshape(-1),
+                                                ignore_index=ignore_index, label_smoothing=epsilon)
+    return out
+"""
+
+DEFERRED_WHOLE_MATRIX = """
+_PENDING = {}
+_Base = type(torch.empty(0))
+
+
+class _Deferred(_Base):
+    @property
+    def requires_grad(self):
+        job = _PENDING.pop(id(self), None)
+        if job is not None:
+            with torch.no_grad():
+                self.copy_(job())
+        return False
+
+
+def _whole_matrix(q, k, v, mask):
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    m = s.amax(-1, keepdim=True).clamp_min(-1e30)
+    e = torch.exp(s - m)
+    return (e / e.sum(-1, keepdim=True).clamp_min(1e-30)) @ v
+
+
+def online_softmax_attention(q, k, v, block_size, mask=None):
+    out = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype).as_subclass(_Deferred)
+    _PENDING[id(out)] = lambda: _whole_matrix(q, k, v, mask)
+    return out
+"""
+
+
 @pytest.mark.parametrize("assignment, graded, code, tests", [
     (A06, "label_smoothed_cross_entropy", LAZY_LABEL_SMOOTHING,
      {"test_label_smoothed_cross_entropy", "test_label_smoothed_cross_entropy_stability"}),
@@ -130,7 +186,10 @@ def softmax(x, axis=-1):
      {"test_scaled_dot_product_attention", "test_scaled_dot_product_attention_mask",
       "test_scaled_dot_product_attention_matches_torch"}),
     (A01, "softmax", LAZY_SOFTMAX, {"test_softmax", "test_softmax_stability"}),
-], ids=["label smoothing", "fused attention", "softmax"])
+    (A06, "label_smoothed_cross_entropy", DEFERRED_LABEL_SMOOTHING,
+     {"test_label_smoothed_cross_entropy", "test_label_smoothed_cross_entropy_stability"}),
+    (A08, "online_softmax_attention", DEFERRED_WHOLE_MATRIX, {"test_online_softmax_attention_memory"}),
+], ids=["label smoothing", "fused attention", "softmax", "label smoothing, requires_grad", "memory, requires_grad"])
 def test_a_result_that_computes_itself_when_read_earns_nothing(course, assignment, graded, code, tests):
     result = autograde(course, assignment, inject(solved_notebook(course, assignment), {graded: code}))
     assert tests <= failed_cells(result), (result.cells, result.status)

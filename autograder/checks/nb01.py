@@ -39,8 +39,23 @@ def _distributions_softmax() -> tuple:
     why = ("it uses {}, a softmax someone else wrote (a distribution normalises its logits with one): this "
            "exercise asks you to write softmax yourself with numpy")
     named = [("torch.distributions.categorical", "Categorical.__init__", "Categorical"),
-             ("torch.distributions.utils", "logits_to_probs", "")]
+             ("torch.distributions.utils", "logits_to_probs", ""),
+             # transform_to(constraints.simplex) is this transform: exp(x - max) over its sum (a red team's 5 points)
+             ("torch.distributions.transforms", "SoftmaxTransform._call", "SoftmaxTransform")]
     return _forbidden(why, named)
+
+
+def _decomposed_softmax() -> tuple:
+    """PyTorch's softmax written in Python, for its compiler (torch._decomp, torch._refs): amax, exp and sum, no
+    softmax kernel for the kernel check to see (a red team's 5 points). Their own code, under their wrappers."""
+    why = ("it calls {}, PyTorch's own softmax written out for its compiler (a softmax someone else wrote): this "
+           "exercise asks you to write softmax yourself with numpy")
+    named = [("torch._decomp.decompositions", "_softmax.__wrapped__", "_softmax"),
+             ("torch._decomp.decompositions", "_log_softmax.__wrapped__", "_log_softmax"),
+             ("torch._decomp.decompositions", "safe_softmax", "safe_softmax"),
+             ("torch._refs", "softmax.__wrapped__", "softmax"), ("torch._refs", "log_softmax.__wrapped__", "log_softmax"),
+             ("torch._refs.special", "softmax", "softmax"), ("torch._refs.special", "log_softmax", "log_softmax")]
+    return tuple((ByName(module, path, banned), why.format(f"{module}.{banned}")) for module, path, banned in named)
 
 
 def _cosine_elsewhere() -> tuple:
@@ -65,7 +80,9 @@ def _normalize_elsewhere() -> tuple:
     why = ("it uses {}, a row normalization someone else wrote: this exercise asks you to divide each row by its "
            "sum yourself")
     named = [("torch.nn.functional", "normalize", ""),
-             ("torch.distributions.categorical", "Categorical.__init__", "Categorical")]
+             ("torch.distributions.categorical", "Categorical.__init__", "Categorical"),
+             # a Dirichlet's mean is its concentrations over their sum (a red team's 3 points)
+             ("torch.distributions.dirichlet", "Dirichlet.mean.fget", "Dirichlet")]
     return _forbidden(why, named)
 
 
@@ -89,7 +106,7 @@ def _attention_elsewhere() -> tuple:
 # F.cross_entropy per target then exp(-nll) (a log_softmax inside), F.scaled_dot_product_attention(x, I, I, scale=1)
 # (its softmax, or its fused kernel) and exp(x - torch.logsumexp(x)) (log_softmax by definition, with the
 # max-subtraction this exercise teaches done for you) each took softmax's 5 points. A logsumexp of one's own is fine.
-SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere() + _distributions_softmax()
+SOFTMAX_HONESTY = HONESTY + _softmax_elsewhere() + _distributions_softmax() + _decomposed_softmax()
 COSINE_HONESTY = HONESTY + _cosine_elsewhere()
 NORMALIZE_HONESTY = HONESTY + _normalize_elsewhere()
 ATTENTION_HONESTY = HONESTY + _attention_elsewhere()

@@ -358,6 +358,11 @@ def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
             lines.append("        not attempted yet: replace `raise NotImplementedError()` with your code")
             continue
         if verdict == "missing":
+            skipped = next((c.message.split("Where to look: ", 1)[1] for c in cells
+                            if "Where to look: " in (c.message or "")), "")
+            if skipped:  # their code is there, in a cell the grader does not run (merged into a grader-skip cell)
+                lines.append(f"        no answer cell for {exercise} in your notebook, and {skipped}")
+                continue
             lines.append(f"        no answer cell for {exercise} in your notebook (deleted, or another notebook): in "
                          "Jupyter, copy that cell from a fresh copy of the course notebook (the whole cell, not just "
                          "its text) and put your code in it")

@@ -229,8 +229,9 @@ class WrongNotebook:
         found = (f"it has the answer cells of another notebook ({_names(self.found)})" if self.found
                  else "it has no answer cell at all")
         return (f"none of the {len(self.expected)} answer cells of {self.assignment} is in this notebook "
-                f"({_names(self.expected)}); {found}: another notebook, or its answer cells were deleted; "
-                "each test scored what the notebook's own code defines")
+                f"({_names(self.expected)}); {found}: another notebook, its answer cells deleted, or its cells' "
+                "metadata removed by a tool (jupytext's or nbstripout's metadata filters, a paste into a new "
+                "notebook); each test scored what the notebook's own code defines")
 
     @property
     def message(self) -> str:
@@ -460,14 +461,17 @@ def _judge_run(job: Job, tests: list[TestCell], run: JobResult) -> dict[str, Ver
     return verdicts
 
 
-_NOT_DEFINED = re.compile(r"name '(\w+)' is not defined")
+# a NameError in a check, or the grader's own "nothing named `X` is defined" (a student's answer merged into the
+# grader-skip cell above it, in Lab: the merged cell keeps the first cell's tag, and their answer never ran)
+_NOT_DEFINED = re.compile(r"name '(\w+)' is not defined|nothing named `(\w+)` is defined")
 
 
 def _explain_names_set_where_skipped(job: Job, verdicts: dict[str, Verdict]) -> None:
     """A NameError for a name that only cells the grader skips (grader-skip) set: the message says which
     cells, and that they do not run. Each cell is parsed at most once per notebook, and only when its text
     holds one of the names (a huge skipped cell must not hold the grader's parse turn once per test cell)."""
-    names = {m.group(1) for v in verdicts.values() if not v.passed for m in [_NOT_DEFINED.search(v.message or "")] if m}
+    names = {m.group(1) or m.group(2) for v in verdicts.values() if not v.passed
+             for m in [_NOT_DEFINED.search(v.message or "")] if m}
     if not names or not job.skipped:
         return
     from .honesty import top_level_names
@@ -490,11 +494,14 @@ def _explain_names_set_where_skipped(job: Job, verdicts: dict[str, Verdict]) -> 
                 "cells " + ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
             hints[name] = (f"\n  Where to look: `{name}` is set only in {cells} of the notebook, which the grader does "
                            f"not run (tagged {SKIP_TAG}: long, ungraded work such as training). Set it in a cell the "
-                           f"grader runs, such as your answer cell or one before it.")
+                           f"grader runs, such as your answer cell or one before it (an answer merged into that cell "
+                           f"keeps its tag: split it back into a cell of its own, such as the answer cell from a fresh "
+                           f"copy of the notebook).")
     for v in verdicts.values():
         found = None if v.passed else _NOT_DEFINED.search(v.message or "")
-        if found and found.group(1) in hints:
-            v.message += hints[found.group(1)]
+        name = found and (found.group(1) or found.group(2))
+        if name in hints:
+            v.message += hints[name]
 
 
 def _cell_errors(job: Job, outcomes) -> dict[int, dict]:
@@ -627,6 +634,11 @@ def _missing_message(job: Job, run: JobResult, graded: str, variable: str) -> st
         at = f" at line {line}" + (f": `{text}`" if text else "") if isinstance(line, int) else ""
         return (f"{base}, because {where} stopped with {error['type']}: {error['message']}{at}. "
                 f"Everything after that line in the cell never ran: fix it and run the cell again.")
+    test = min((k for k, c in enumerate(job.cells) if c.get("kind") != "code"
+                and any(check.get("variable") == variable for check in c.get("checks", ()))), default=None)
+    if test is not None and i > test:  # moved below its test: Restart & Run All fails the same way
+        return (f"{base} when its test runs: {where} comes after its test cell ({describe_cell(job, test)}), so the "
+                f"test ran before your code did. Move your answer cell back above its test cell.")
     return f"{base}, though {where} ran without an error. Keep the name `{variable}` (was it renamed?)."
 
 

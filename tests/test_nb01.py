@@ -12,6 +12,7 @@ from autograder.checks import nb01
 from autograder.checks.core import CheckFailed, check_exercise, run_case
 from autograder.course import notebook_path
 from autograder.sandbox import JobResult
+from autograder.selfcheck import format_report, verdicts_of
 
 from .conftest import (
     assert_mistake_fails_and_is_named,
@@ -255,6 +256,36 @@ def test_a_name_set_only_in_a_cell_the_grader_skips_is_said_where(course):
     assert "NameError" in messages["test_softmax"], messages["test_softmax"]
     assert (f"`TEMPERATURE` is set only in cell {at + 1} of the notebook, which the grader does not run"
             in messages["test_softmax"]), messages["test_softmax"]
+
+
+@pytest.mark.slow
+def test_an_answer_merged_into_a_skipped_cell_and_one_below_its_test_are_told_so(course, tmp_path):
+    """A fairness audit of students' tools: Lab's "merge cells" of a grader-skip cell and the answer below keeps the
+    first cell's tag, so the answer never ran, and the student read "no answer cell (deleted, or another notebook)";
+    an answer cell moved below its own test cell read "was it renamed?". Each now says what happened."""
+    from autograder.selfcheck import self_check
+
+    nb = solved_notebook(course, ASSIGNMENT)
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax")
+    answer = nb.cells[at]
+    merged = nbformat.v4.new_code_cell("SEED = 0  # my slow experiment\n\n" + answer.source)
+    merged.metadata["tags"] = ["grader-skip"]  # the first cell's metadata, as Lab's merge keeps it
+    nb.cells[at] = merged
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(nb, path)
+    result, _ = self_check(path)
+    report = format_report(result, verdicts_of(result, path.read_bytes(), {}))
+    assert f"`softmax` is set only in cell {at + 1} of the notebook, which the grader " \
+        "does not run" in report and "split it back into a cell of its own" in report, report
+
+    nb = solved_notebook(course, ASSIGNMENT)
+    test = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "test_normalize_rows")
+    answer = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "normalize_rows")
+    nb.cells.insert(test + 1, nb.cells.pop(answer))  # the answer cell dragged below its test cell
+    result = autograde(course, ASSIGNMENT, nb)
+    message = next(c.message for c in result.cells if c.grade_id == "test_normalize_rows")
+    assert "comes after its test cell" in message and "Move your answer cell back above its test cell" in message, \
+        message
 
 
 @pytest.mark.slow

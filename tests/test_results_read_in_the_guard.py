@@ -21,8 +21,8 @@ from .conftest import autograde, failed_cells, inject, solved_notebook
 A01, A02, A06 = "01_similarity_attention", "02_queries_keys_values", "06_transformer_translator"
 A08 = "08_long_context"
 
-# A loss worked out the first time the grader looks at it: PyTorch's own label smoothing.
-LAZY_LABEL_SMOOTHING = '''
+# An object that claims a torch module and works its value out when first read.
+LATER = '''
 class Later:
     __module__ = "torch.later"
     requires_grad = False
@@ -41,7 +41,10 @@ class Later:
 
     def detach(self):
         return self.get().detach()
+'''
 
+# A loss worked out the first time the grader looks at it: PyTorch's own label smoothing.
+LAZY_LABEL_SMOOTHING = LATER + '''
     def item(self):
         return self.get().item()
 
@@ -61,29 +64,10 @@ from traitlets import import_item
 
 ATTEND = import_item("torch.nn.functional." + "scaled_dot_product_" + "attention")
 
-
-class Later:
-    __module__ = "torch.later"
-    requires_grad = False
-
-    def __init__(self, make):
-        self.make, self.value = make, None
-
-    def get(self):
-        if self.value is None:
-            self.value = self.make()
-        return self.value
-
-    @property
-    def dtype(self):
-        return self.get().dtype
-
+''' + LATER + '''
     @property
     def shape(self):
         return self.get().shape
-
-    def detach(self):
-        return self.get().detach()
 
     def sum(self, *args, **kwargs):
         return self.get().sum(*args, **kwargs)
@@ -126,31 +110,9 @@ def softmax(x, axis=-1):
 
 # A tensor subclass whose `requires_grad` property writes the answer in when the grader first reads it: after the
 # case, outside its own scopes (notebook 06's label-smoothing watch, notebook 08's memory reading).
-DEFERRED_LABEL_SMOOTHING = """
+DEFERRED = """
 _PENDING = {}
-
-
-class _Deferred(torch.Tensor):
-    @property
-    def requires_grad(self):
-        job = _PENDING.pop(id(self), None)
-        if job is not None:
-            with torch.no_grad():
-                self.copy_(job())
-        return False
-
-
-def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
-    V = logits.size(-1)
-    out = torch.zeros((), dtype=logits.dtype).as_subclass(_Deferred)
-    _PENDING[id(out)] = lambda: F.cross_entropy(logits.reshape(-1, V), target.reshape(-1),
-                                                ignore_index=ignore_index, label_smoothing=epsilon)
-    return out
-"""
-
-DEFERRED_WHOLE_MATRIX = """
-_PENDING = {}
-_Base = type(torch.empty(0))
+_Base = type(torch.empty(0))  # torch.Tensor, by another spelling
 
 
 class _Deferred(_Base):
@@ -161,6 +123,20 @@ class _Deferred(_Base):
             with torch.no_grad():
                 self.copy_(job())
         return False
+"""
+
+DEFERRED_LABEL_SMOOTHING = DEFERRED + """
+
+
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    out = torch.zeros((), dtype=logits.dtype).as_subclass(_Deferred)
+    _PENDING[id(out)] = lambda: F.cross_entropy(logits.reshape(-1, V), target.reshape(-1),
+                                                ignore_index=ignore_index, label_smoothing=epsilon)
+    return out
+"""
+
+DEFERRED_WHOLE_MATRIX = DEFERRED + """
 
 
 def _whole_matrix(q, k, v, mask):

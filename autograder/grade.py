@@ -781,7 +781,7 @@ def _earliest(*maps) -> dict[str, str]:
 def _utc_iso(when: str) -> datetime:
     try:
         moment = datetime.fromisoformat(when)
-    except ValueError:
+    except (TypeError, ValueError):  # a damaged record: no time, never a stopped run
         return datetime.max.replace(tzinfo=timezone.utc)
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
@@ -803,7 +803,7 @@ def known_times(out: Path) -> Callable[[str, str], dict[str, datetime]]:
     at (by digest), from the grade's record."""
     def known(student: str, assignment: str) -> dict[str, datetime]:
         times = _payload(_record_path(out, student, assignment)).get("times")
-        return {d: _utc_iso(w) for d, w in times.items()} if isinstance(times, dict) else {}
+        return {d: _utc_iso(w) for d, w in _earliest(times).items()}  # _earliest keeps only strings
     return known
 
 

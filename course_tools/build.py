@@ -70,7 +70,7 @@ def extract_library(solutions: Path | None = None, library: Path | None = None,
     return written
 
 
-CHANGED: list[Path] = []  # the files the last writes of this process changed (the rest were up to date)
+CHANGED: list[Path] = []  # the files the last `build` wrote (what it left as it was is not in it)
 
 
 def write_if_changed(target: Path, text: str) -> bool:
@@ -225,6 +225,7 @@ def build(library: Path | None = None, notebooks: Path | None = None, solutions:
     a refused build (StudentWorkError) changes nothing (but the solutions it executed, with `execute`)."""
     from .colab import sync_install_cells
 
+    CHANGED.clear()
     solutions = solutions_dir(solutions)
     names = select(solutions, only)
     synced = sync_install_cells(solutions, names, root=solutions.resolve().parent)  # Colab's install cell
@@ -233,4 +234,5 @@ def build(library: Path | None = None, notebooks: Path | None = None, solutions:
     if not overwrite_student_work:
         check_student_work(releases)
     written = executed + extract_library(solutions, library, only) + write_notebooks(releases, overwrite_student_work=True)
+    CHANGED.extend(p for p in [*synced, *executed] if p not in CHANGED)  # written by nbformat itself, always
     return [p for p in synced if p not in executed] + written

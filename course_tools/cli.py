@@ -54,7 +54,8 @@ def _build(args) -> int:
         print(f"attn-course build: {err}", file=sys.stderr)
         return 1
     except PermissionError as err:  # a checkout the instructor may read, not write: the files need changing
-        raise UsageError(f"cannot write {err.filename}: this account may not change the course checkout. Build "
+        raise UsageError(f"cannot write {err.filename or 'a file of the course'}: this account may not change the "
+                         f"course checkout. Build "
                          f"in a checkout of your own (or as its owner); grading needs no build, the built notebooks "
                          f"and library are part of the checkout") from None
     changed = set(CHANGED)

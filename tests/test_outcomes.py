@@ -285,3 +285,18 @@ def test_a_damaged_saved_run_is_refused(tmp_path, change):
     payload["result"].update(change)
     path.write_text(json.dumps(payload))
     assert _load_result(path) is None and _load_result(path, "fp") is None
+
+
+def test_a_damaged_record_times_nothing_and_stops_nothing(tmp_path):
+    """The times a grade's record keeps (of every notebook found for it) come from a file on disk: a damaged
+    entry (not a string, not a time) is left out, never an exception that stops the class's intake."""
+    from autograder import grade as grading
+
+    path = grading._record_path(tmp_path, "bob", A01)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"times": {"a": 5, "b": null, "c": "not a time", "d": "2025-12-01T20:00:00+00:00"}}')
+    known = grading.known_times(tmp_path)("bob", A01)
+    assert set(known) == {"c", "d"} and known["d"].isoformat() == "2025-12-01T20:00:00+00:00"
+    assert known["c"].year == 9999  # unreadable: later than any file time, so it never decides
+    path.write_text('{"times": [1, 2]}')
+    assert grading.known_times(tmp_path)("bob", A01) == {}

@@ -217,3 +217,27 @@ def test_plain_reads_arrays_and_tensors_through_the_base_classes():
     assert got[2] == [np.float32(1.5), 2] and got[3] == {"3": "x"}
     back = serialize.rebuilt(got)
     assert type(back[1]) is torch.Tensor and torch.equal(back[1], torch.ones(2))
+
+
+def test_a_students_exception_is_read_under_the_guard():
+    """A review found the message of a student's exception written (its own __str__ run) after the guard had ended:
+    code there ran with nobody watching. It is read where it was raised, so a library softmax in a __str__ is seen."""
+    from autograder.checks import nb01
+    from autograder.checks.core import cases_of, run_case
+
+    namespace: dict = {}
+    exec(compile('''import torch
+class Sneaky(Exception):
+    def __str__(self):
+        return str(torch.softmax(torch.ones(2), 0))
+def softmax(x, axis=-1):
+    raise Sneaky()
+''', "<ipython-input-sneaky>", "exec"), namespace)
+    exercise = next(e for e in nb01.EXERCISES if e.graded == "softmax")
+    outcome = run_case(exercise, cases_of(exercise)[0], namespace["softmax"])
+    assert outcome[0] == "forbidden", outcome
+    honest: dict = {}
+    exec(compile("def softmax(x, axis=-1):\n    raise ValueError('axis 3 is out of bounds')\n",
+                 "<ipython-input-honest>", "exec"), honest)
+    outcome = run_case(exercise, cases_of(exercise)[0], honest["softmax"])
+    assert outcome[:3] == ("error", "ValueError", "axis 3 is out of bounds") and "line 2 of its cell" in outcome[3]

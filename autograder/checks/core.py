@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..serialize import plain, rebuilt
+from ..serialize import plain, rebuilt, type_name
 
 
 class CheckFailed(AssertionError):
@@ -1024,10 +1024,10 @@ def _watched_run(case: Case, impl):
     grader's own types (serialize.plain) before the watch and the guard end."""
     state = _WATCH[0] if _WATCH else None
     if state is None:
-        return plain(case.run(impl))
+        return _read_run(case, impl)
     state["hit"], state["checking"] = "", True
     try:
-        out = plain(case.run(impl))  # read here, watched and guarded: never by the serializer after the guard
+        out = _read_run(case, impl)  # read here, watched and guarded: never by the serializer after the guard
     finally:
         switched_off = not state["checking"]
         state["checking"] = False
@@ -1036,6 +1036,35 @@ def _watched_run(case: Case, impl):
     if switched_off:
         raise ForbiddenCall(SWITCHED_OFF)
     return out
+
+
+class _StudentRaised(Exception):
+    """A student's exception, read where it was raised (its type's name, its message, where it came from): its
+    own __str__ or __traceback__ runs under the case's guard, never after it (a message's __str__ could run a
+    library unwatched)."""
+
+    def __init__(self, notimpl: bool, name: str, message: str, site: str, raised_in: str):
+        super().__init__(name)
+        self.notimpl, self.name, self.message, self.site, self.raised_in = notimpl, name, message, site, raised_in
+
+
+def _read_run(case: Case, impl):
+    """`case.run(impl)`, its result read into the grader's types, its exception into a _StudentRaised."""
+    try:
+        return plain(case.run(impl))
+    except (ForbiddenCall, _StudentRaised):
+        raise
+    except Exception as err:  # noqa: BLE001 - the student's: read here, reported by run_case
+        raise _read_error(err) from None
+
+
+def _read_error(err: Exception) -> _StudentRaised:
+    try:
+        message = str(err)[:2000]
+    except Exception:  # noqa: BLE001 - a message that cannot be written is not the student's crash
+        message = "(its message could not be written)"
+    return _StudentRaised(isinstance(err, NotImplementedError), type_name(type(err)), message, crash_site(err),
+                          _raised_in(err) if isinstance(err, NotImplementedError) else "")
 
 
 def _run_student(exercise: Exercise, case: Case, impl):
@@ -1139,10 +1168,12 @@ def run_case(exercise: Exercise, case: Case, impl) -> tuple:
         with warnings.catch_warnings(), np.errstate(all="ignore"), plain_torch_settings():
             warnings.simplefilter("ignore")
             return ("value", _run_student(exercise, case, impl))
-    except NotImplementedError as err:
-        return ("notimpl", _raised_in(err))
+    except _StudentRaised as err:  # read inside the case (_read_run)
+        return ("notimpl", err.raised_in) if err.notimpl else ("error", err.name, err.message, err.site)
     except ForbiddenCall as err:
         return ("forbidden", str(err))
+    except NotImplementedError as err:
+        return ("notimpl", _raised_in(err))
     except Exception as err:  # noqa: BLE001 - any crash is reported to the student
         return ("error", type(err).__name__, str(err)[:2000], crash_site(err))
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .lateness import LatePolicy, how_late
 from .outcomes import GRADERS_OWN, REFUSED, Status
@@ -171,7 +172,10 @@ def unreadable_feedback(r, path: Path) -> Path:
 
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     env.filters["points"] = lambda x: f"{x:g}"
-    file = Path(r.source_file.rsplit(" (", 1)[0]).name if r.source_file else ""  # the student's own file name
+    # the student's own file name: source_file is '<path> (<where its time came from>[; in <class folder>])', and
+    # the path or the folder may hold ' (' themselves ('01 (1).ipynb', 'week1 (copy)')
+    graded = re.split(r" \((?=file time|timestamp\.txt|the zip's file time)", r.source_file)[0] if r.source_file else ""
+    file = PurePosixPath(graded).name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(env.get_template("unreadable_feedback.html.j2").render(r=r, file=file), encoding="utf-8")
     return path

@@ -300,3 +300,15 @@ def test_a_damaged_record_times_nothing_and_stops_nothing(tmp_path):
     assert known["c"].year == 9999  # unreadable: later than any file time, so it never decides
     path.write_text('{"times": [1, 2]}')
     assert grading.known_times(tmp_path)("bob", A01) == {}
+
+
+def test_the_unreadable_notebooks_page_names_the_students_own_file(tmp_path):
+    """The file name on the page of a notebook the grader could not read, from source_file, whose path and class
+    folder may hold ' (' themselves (a review found 'week1 (copy)' misread)."""
+    from autograder.report import unreadable_feedback
+
+    for source, shown in ((f"carol/{A01} (1).ipynb (file time; in week1 (copy))", f"<code>{A01} (1).ipynb</code>"),
+                          ("carol.zip/work/01.ipynb (the zip's file time)", "<code>01.ipynb</code>")):
+        r = NotebookResult("carol", A01, 0.0, 17.0, Status.UNREADABLE, detail="not valid JSON", source_file=source)
+        page = unreadable_feedback(r, tmp_path / "page.html").read_text()
+        assert f"The file you handed in, {shown}," in page and "0 / 17" in page, page

@@ -786,10 +786,9 @@ def _utc_iso(when: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def _remember_hand_ins(path: Path, hand_ins: dict[str, str]) -> None:
+def _remember_hand_ins(path: Path, payload: dict[str, Any], hand_ins: dict[str, str]) -> None:
     """The times of the notebooks found for a grade that is kept as it is (reused, or kept over an older file)
-    into its record, so a later copy of the folder is timed by them too."""
-    payload = _payload(path)
+    into its record (`payload`, read from `path`), so a later copy of the folder is timed by them too."""
     if not payload or not hand_ins:
         return
     merged = _earliest(payload.get("times"), hand_ins)
@@ -1141,10 +1140,8 @@ def _late_mark_with_extension(r: NotebookResult, class_due: datetime | None) -> 
     own due date (an extension) is later than the class's: that note says so, not only that it was late."""
     if r.seconds_late > 0 or not r.due or class_due is None:
         return r.notes
-    own = datetime.fromisoformat(r.due.replace("Z", "+00:00"))
-    if own.tzinfo is None:
-        own = own.replace(tzinfo=timezone.utc)
-    if own <= class_due:
+    own = _utc_iso(r.due)
+    if own <= class_due or own.year == datetime.max.year:  # not later, or no readable date
         return r.notes
     said = f"; on time all the same: their own due date (an extension) is {own:%Y-%m-%d %H:%M} UTC"
     return [n + said if n.startswith(f"{r.notebook} (late): ") and not n.endswith(said) else n for n in r.notes]
@@ -1380,8 +1377,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         left = []
         for assignment in chosen:
             fingerprint = _fingerprint(sub, assignment, solutions, salt)
-            _remember_hand_ins(_record_path(out, sub.student_id, assignment), sub.hand_ins.get(assignment, {}))
             record = _payload(_record_path(out, sub.student_id, assignment))  # read once, here
+            _remember_hand_ins(_record_path(out, sub.student_id, assignment), record, sub.hand_ins.get(assignment, {}))
             judged_so_now = record.get("judge") == judge_digest().hex()  # else saved by other grading code
             saved = None if force or not judged_so_now else _saved_result(record, fingerprint)
             if saved is not None:
@@ -1614,7 +1611,8 @@ def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str, 
 def _about_another(key: str, assignment: str, others: dict[str, set]) -> bool:
     """Whether a student's note (its key: an assignment, '<assignment> (late)', or a file's name) is about
     another of the course's notebooks than `assignment`."""
-    subject = key.split(" (", 1)[0] if key.split(" (", 1)[0] in others or key.split(" (", 1)[0] == assignment else key
+    head = key.split(" (", 1)[0]  # '<assignment> (late)' is about that assignment
+    subject = head if head in others or head == assignment else key
     if subject == assignment:
         return False
     if subject in others:

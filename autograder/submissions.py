@@ -274,13 +274,17 @@ _EXPORTS = {".html": "an HTML export", ".htm": "an HTML export", ".pdf": "a PDF 
             ".rst": "a reStructuredText export", ".docx": "a Word copy"}
 
 
+def _export_suffix(name: str) -> str | None:
+    lower = name.lower()
+    return next((s for s in _EXPORTS if lower.endswith(s)), None)
+
+
 def export_of(name: str, assignments: dict[str, set[str]]) -> tuple[str, str] | None:
     """(assignment, why) when `name` is a copy of an assignment's notebook in another format (what
     Jupyter's File > Save and Export as writes: ``01_similarity_attention.html``, ``.py``, ``.pdf``;
     ``... .ipynb.txt`` from a browser): nothing in it can be graded, and the student who handed in only
     that has handed in no notebook, which their row says."""
-    lower = name.lower()
-    suffix = next((s for s in _EXPORTS if lower.endswith(s)), None)
+    suffix = _export_suffix(name)
     if suffix is None:
         return None
     stem = name[:-len(suffix)]
@@ -741,7 +745,7 @@ class _Intake:
 
     def flat_export(self, name: str) -> FlatName | None:
         """The owner of a file at the top that is an assignment's notebook in another format, from its name."""
-        suffix = next((s for s in _EXPORTS if name.lower().endswith(s)), None)
+        suffix = _export_suffix(name)
         flat = flat_name(name, self.assignments, suffix=suffix) if suffix else None
         if flat is None or export_of(flat.file or name, self.assignments) is None:
             return None

@@ -814,8 +814,8 @@ def _dispatches_itself(kind) -> bool:
     for cls in mro:
         if cls is torch.Tensor or cls is torch._C.TensorBase:
             return False
-        if "__torch_dispatch__" in type.__dict__["__dict__"].__get__(cls):
-            own = type.__dict__["__dict__"].__get__(cls)["__torch_dispatch__"]
+        own = type.__dict__["__dict__"].__get__(cls).get("__torch_dispatch__")
+        if own is not None:
             return getattr(own, "__func__", own) is not torch._C._disabled_torch_dispatch_impl
     return False
 

@@ -55,7 +55,7 @@ def _decomposed_softmax() -> tuple:
              ("torch._decomp.decompositions", "safe_softmax", "safe_softmax"),
              ("torch._refs", "softmax.__wrapped__", "softmax"), ("torch._refs", "log_softmax.__wrapped__", "log_softmax"),
              ("torch._refs.special", "softmax", "softmax"), ("torch._refs.special", "log_softmax", "log_softmax")]
-    return tuple((ByName(module, path, banned), why.format(f"{module}.{banned}")) for module, path, banned in named)
+    return _forbidden(why, named)
 
 
 def _cosine_elsewhere() -> tuple:

@@ -93,20 +93,54 @@ def _plain_key(key) -> str:
     return key if type(key) is str else str(plain(key, MAX_DEPTH - 2))
 
 
-def _tensor_value(torch, value) -> TensorValue:
+def _tensor_value(torch, value) -> TensorValue | Unsupported:
     """A tensor (a subclass too) read by PyTorch's own accessors with its Python hooks off: no __torch_function__,
-    no __torch_dispatch__, no property of the student's runs."""
+    no __torch_dispatch__, no property of the student's runs. A sparse or quantized tensor is read as its values,
+    complex32 as complex64; one with no values to read (meta, nested) is sent as unsupported, named, so the
+    exercise fails with what came back instead of the whole run ending in the runner."""
     base = torch._C.TensorBase
     with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-        requires_grad = bool(base.requires_grad.__get__(value))
-        t = base.clone(base.detach(value))
-        if type(t) is not torch.Tensor:
-            t = base.as_subclass(t, torch.Tensor)
-        dtype = str(base.dtype.__get__(t))
-        t = base.cpu(t)
-        if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
-            t = base.float(t)
+        try:
+            requires_grad = bool(base.requires_grad.__get__(value))
+            t = base.detach(value)
+            dtype = str(base.dtype.__get__(t))
+            unreadable = _no_values(torch, t)
+            if unreadable:
+                return Unsupported(unreadable)
+            t = base.clone(t)
+            if type(t) is not torch.Tensor:
+                t = base.as_subclass(t, torch.Tensor)
+            t = _strided_values(torch, base.cpu(t))
+        except Exception as err:  # noqa: BLE001 - a tensor PyTorch itself cannot copy: named, never a crash
+            return Unsupported(f"a tensor that could not be read ({type_name(type(err))}: {str(err)[:200]})")
     return TensorValue(t, dtype, requires_grad)
+
+
+def _no_values(torch, t) -> str:
+    """Why tensor `t` has no values to send ('' when it has)."""
+    if t.is_meta:
+        return f"a tensor on the meta device ({dtype_text(t)}, shape {tuple(t.shape)}): it holds no values"
+    if t.is_nested:
+        return "a nested tensor (rows of different lengths): return a padded tensor instead"
+    return ""
+
+
+def dtype_text(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _strided_values(torch, t):
+    """`t` as an ordinary dense tensor numpy can hold: sparse made dense, quantized dequantized, complex32 widened,
+    other floating types as float32."""
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.is_quantized:
+        t = t.dequantize()
+    if t.dtype == torch.complex32:
+        t = t.to(torch.complex64)
+    if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        t = t.float()
+    return t
 
 
 def rebuilt(value: Any) -> Any:
@@ -128,7 +162,12 @@ def _tensor(array: np.ndarray, dtype: str):
 
     t = torch.from_numpy(array.copy())
     kind = getattr(torch, dtype.replace("torch.", ""), None)
-    return t.to(kind) if isinstance(kind, torch.dtype) else t
+    if not isinstance(kind, torch.dtype):
+        return t
+    try:
+        return t.to(kind)
+    except (RuntimeError, TypeError):  # a quantized result stays its dequantized values
+        return t
 
 
 def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
@@ -158,7 +197,11 @@ def encode(value: Any) -> tuple[str, dict[str, np.ndarray]]:
                 return {"__unsupported__": "too many arrays"}
             key = f"a{len(arrays)}"
             if kind is TensorValue:
-                arr, tag = v.array(), {"__tensor__": key, "dtype": v.dtype, "requires_grad": v.requires_grad}
+                try:
+                    arr = v.array()
+                except Exception as err:  # noqa: BLE001 - named for the student, never the end of the run
+                    return {"__unsupported__": f"a {v.dtype} tensor numpy cannot hold ({type_name(type(err))})"}
+                tag = {"__tensor__": key, "dtype": v.dtype, "requires_grad": v.requires_grad}
             else:
                 arr, tag = v, {"__array__": key}
             # object and structured dtypes would need a pickle (or .npy format 3): loads refuses both

@@ -241,3 +241,35 @@ def softmax(x, axis=-1):
                  "<ipython-input-honest>", "exec"), honest)
     outcome = run_case(exercise, cases_of(exercise)[0], honest["softmax"])
     assert outcome[:3] == ("error", "ValueError", "axis 3 is out of bounds") and "line 2 of its cell" in outcome[3]
+
+
+def _additive_returning(wrap: str) -> str:
+    """Notebook 02's AdditiveAttention, right, but returning its context as `wrap` makes it."""
+    import nbformat
+
+    from .layout import SOLUTIONS
+
+    nb = nbformat.read(SOLUTIONS / A02 / f"{A02}.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "AdditiveAttention")
+    return source.replace("return weights @ value, weights", f"return {wrap}, weights")
+
+
+ADDITIVE_TESTS = {"test_AdditiveAttention", "test_AdditiveAttention_mask"}
+
+
+@pytest.mark.parametrize("wrap, passes", [
+    ("(weights @ value).to_sparse()", True),
+    ("torch.quantize_per_tensor(weights @ value, 1e-6, 0, torch.qint32)", False),
+    ("torch.empty((weights @ value).shape, device='meta')", False),
+    ("torch.nested.nested_tensor(list(weights @ value))", False),
+], ids=["sparse", "quantized", "meta", "nested"])
+def test_a_result_numpy_cannot_hold_is_judged_and_the_run_goes_on(course, wrap, passes):
+    """A sparse, quantized, meta or nested tensor used to raise in the runner's dumps: the sandbox's run ended there
+    and every later exercise lost its points. Values PyTorch can make dense are judged as values; a tensor with no
+    values fails its own exercise, named, and the rest of the notebook is graded as usual."""
+    result = autograde(course, A02, inject(solved_notebook(course, A02), {"AdditiveAttention": _additive_returning(wrap)}))
+    failed = failed_cells(result)
+    assert failed == (set() if passes else ADDITIVE_TESTS), (failed, result.status)
+    if not passes:
+        messages = " ".join(c.message for c in result.cells if c.grade_id in ADDITIVE_TESTS)
+        assert any(what in messages.lower() for what in ("meta device", "nested tensor", "qint32")), messages

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..serialize import plain, rebuilt, type_name
+from ..serialize import Unsupported, plain, rebuilt, type_name
 
 
 class CheckFailed(AssertionError):
@@ -299,11 +299,16 @@ def compare(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str = 
     return found.message if found else None
 
 
+def _kind_of(got) -> str:
+    """What came back, in words: its type's name, or what the sandbox could not send (a meta tensor, a nested one)."""
+    return got.what if isinstance(got, Unsupported) else type(got).__name__
+
+
 def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str = "output") -> Difference | None:
     """None when `got` matches `expected`, else how it differs (`compare`'s sentence, with both sides)."""
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)):
-            return _differs(where, f"a tuple of {len(expected)} values", type(got).__name__)
+            return _differs(where, f"a tuple of {len(expected)} values", _kind_of(got))
         if len(got) != len(expected):
             return Difference(f"{where}: expected {len(expected)} values, got {len(got)}",
                               f"{len(expected)} values", f"{len(got)} values")
@@ -313,22 +318,22 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
                 return problem
         return None
     if expected is None:
-        return None if got is None else _differs(where, "None", type(got).__name__)
+        return None if got is None else _differs(where, "None", _kind_of(got))
     is_tensor = type(expected).__module__.startswith("torch")
     if is_tensor and not type(got).__module__.startswith("torch"):
-        return _differs(where, "a torch.Tensor", type(got).__name__)
+        return _differs(where, "a torch.Tensor", _kind_of(got))
     e, g = _to_numpy(expected), _to_numpy(got)
     if isinstance(e, (bool, np.bool_)) or (isinstance(e, np.ndarray) and e.dtype == bool):
         try:
             g_arr = np.asarray(g)
         except Exception:  # noqa: BLE001
-            return _differs(where, "booleans", type(got).__name__)
+            return _differs(where, "booleans", _kind_of(got))
         if g_arr.dtype != bool:
             return _differs(where, "a boolean mask", f"dtype {g_arr.dtype}")
     try:
         g = np.asarray(g, dtype=np.float64) if not (isinstance(g, np.ndarray) and g.dtype == bool) else g
     except (TypeError, ValueError, OverflowError):  # not numbers, or integers past float64 (10**400)
-        return _differs(where, f"numbers of shape {np.shape(e)}", type(got).__name__)
+        return _differs(where, f"numbers of shape {np.shape(e)}", _kind_of(got))
     e = np.asarray(e)
     if e.shape != g.shape:
         return _differs(where, f"shape {tuple(e.shape)}", f"shape {tuple(g.shape)}")

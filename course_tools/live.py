@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 COLAB_TIMEOUT_S = 60  # to get the notebook from Colab's front end
+GRADER_PYTHON = "ATTN_GRADER_PYTHON"  # the Python that has the grader, where it is not the kernel's (Colab's install cell)
 
 
 class NoLiveNotebook(RuntimeError):
@@ -53,7 +54,8 @@ def check(exercise: str | None = None, path: str | Path | None = None) -> int:
         data, name, where = Path(path).read_bytes(), Path(path).name, str(path)
     else:
         data, name, where = live_notebook()
-    command = [sys.executable, "-m", "course_tools.cli", "check", "-", "--progress", "none"]
+    python = os.environ.get(GRADER_PYTHON) or sys.executable  # on Colab, the grader's own environment
+    command = [python, "-m", "course_tools.cli", "check", "-", "--progress", "none"]
     if name:
         command += ["--name", name]
     print(f"checking {where} ...", flush=True)

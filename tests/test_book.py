@@ -233,7 +233,10 @@ def test_without_a_repository_the_landing_page_says_how_to_upload_to_colab(tmp_p
     listed = book.stage(source, SOLUTIONS, None)
     assert [c.name for c in listed] == ASSIGNMENTS
     index = (source / "index.md").read_text()
-    assert "File → Upload notebook" in index and "BOOK_REPOSITORY" in index
+    assert "File → Upload notebook" in index and "/content/attention-course/pyproject.toml" in index, \
+        "a notebook uploaded alone stops in its first cell: the page says to bring the course along"
+    assert "no install cell" in index, "the download button's notebook is for reading"
+    assert not re.search(r"^\d+\. .*:$", index, re.M), "a curriculum blurb ends on a colon (its list cut off)"
     assert "colab.research.google.com/github" not in index
     first = nbformat.read(source / ASSIGNMENTS[0] / f"{ASSIGNMENTS[0]}.ipynb", as_version=4)
     assert "Open this chapter in Colab" not in _dump(first)
@@ -241,6 +244,18 @@ def test_without_a_repository_the_landing_page_says_how_to_upload_to_colab(tmp_p
     svg = (source / "figures" / "architecture.svg").read_text()
     assert "<text" not in svg and "@font-face" not in svg, "the figure's words are drawn as paths: no font to load"
     assert not re.search(r'(?:href|src)="(?:https?:)?//|url\((?:https?:)?//', svg), "the figure loads nothing"
+
+
+def test_the_book_warns_when_its_buttons_open_notebooks_that_install_another_repository(tmp_path):
+    """A reader found `make book BOOK_REPOSITORY=...` gave Colab buttons whose notebooks stop in their first cell:
+    those install the repository pyproject.toml names (none here)."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nversion = '1.0'\n[tool.attention-course]\nrepository = 'us/course'\n")
+    assert book.launch_mismatch(None, tmp_path) == ""
+    assert book.launch_mismatch(book.Repository("us/course", "main"), tmp_path) == ""
+    said = book.launch_mismatch(book.Repository("someone/fork", "dev"), tmp_path)
+    assert "someone/fork@dev" in said and "'us/course'" in said and "make build" in said
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'attention-course'\n")
+    assert "name no repository" in book.launch_mismatch(book.Repository("someone/fork", "dev"), tmp_path)
 
 
 # --------------------------------------------------------------------------- the built book

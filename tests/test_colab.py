@@ -77,21 +77,62 @@ def test_without_a_repository_the_cell_stops_on_colab_with_what_to_do(tmp_path):
 def test_without_a_repository_the_cell_installs_a_copy_the_learner_uploaded(tmp_path):
     """A self-learner with a zip of the course and no published repository: they upload it, and the cell
     installs that copy instead of stopping."""
+    ran, root, _grader = _install_commands(tmp_path, colab.install_source("", ""), uploaded=True)
+    assert root == str(tmp_path / "content" / "attention-course")
+    assert "clone" not in str(ran) and f"{root}[grader]" in str(ran)  # installed, not cloned
+
+
+def _install_commands(tmp_path: Path, cell: str, uploaded: bool) -> tuple[list[list[str]], str, str]:
+    """The commands the install cell runs on a simulated Colab (none of them run), where the course is, and the
+    Python that check() will grade with."""
     fake = _fake_colab(tmp_path / "fake", {})
-    uploaded = tmp_path / "content" / "attention-course"
-    uploaded.mkdir(parents=True)
-    (uploaded / "pyproject.toml").write_text("[project]\nname = 'attention-course'\n")
-    cell = colab.install_source("", "").replace(colab.COURSE_ON_COLAB, str(uploaded))
+    course, grader = tmp_path / "content" / "attention-course", tmp_path / "content" / "attention-grader"
+    if uploaded:
+        course.mkdir(parents=True)
+        (course / "pyproject.toml").write_text("[project]\nname = 'attention-course'\n")
+    cell = cell.replace(colab.COURSE_ON_COLAB, str(course)).replace(colab.GRADER_ON_COLAB, str(grader))
+    site = tmp_path / "grader-site"
+    site.mkdir()
     code = ("import json, os, subprocess\nran = []\n"
-            "subprocess.run = lambda cmd, **k: ran.append(cmd)\n"
+            "def run(cmd, **k):\n"
+            "    ran.append(cmd)\n"
+            f"    return subprocess.CompletedProcess(cmd, 0, stdout={str(site)!r} + '\\n')\n"
+            "subprocess.run = run\n"
             f"import google.colab\nexec({cell!r})\n"
-            "print(json.dumps([ran, os.environ['ATTN_COURSE_ROOT']]))")
-    env = {**{k: v for k, v in os.environ.items() if k != "ATTN_COURSE_ROOT"}, "PYTHONPATH": str(fake)}
+            "print(json.dumps([ran, os.environ['ATTN_COURSE_ROOT'], os.environ['ATTN_GRADER_PYTHON']]))")
+    env = {**{k: v for k, v in os.environ.items() if k not in ("ATTN_COURSE_ROOT", "ATTN_GRADER_PYTHON")},
+           "PYTHONPATH": str(fake)}
     done = _run(code, tmp_path, env)
     assert done.returncode == 0, done.stderr
-    ran, root = json.loads(done.stdout.strip().splitlines()[-1])
-    assert root == str(uploaded)
-    assert [cmd[-1] for cmd in ran] == [f"{uploaded}[grader]"] and "clone" not in str(ran)  # installed, not cloned
+    ran, root, python = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (site / "colab-packages.pth").is_file(), "the grader's environment sees the kernel's packages (torch)"
+    return ran, root, python
+
+
+def test_on_colab_the_kernel_gets_the_library_alone_and_the_grader_an_environment_of_its_own(tmp_path):
+    """The grader extra's Jupyter (ipykernel 7, IPython 8, tornado 6.5) installed into Colab's running kernel replaced
+    the versions Colab pins, which can crash the runtime (a reader's finding). The kernel's pip installs the library
+    alone; the grader goes into a venv of its own, made without ensurepip, which check() then runs."""
+    ran, root, python = _install_commands(tmp_path, colab.install_source("someone/attention-course", "v0.1.0"),
+                                          uploaded=False)
+    grader = str(tmp_path / "content" / "attention-grader")
+    pips = [cmd for cmd in ran if cmd[1:3] == ["-m", "pip"]]
+    assert pips[0][-2:] == ["-e", root], "the kernel's own pip installs the library, no extra"
+    assert pips[1][3:5] == ["--python", f"{grader}/bin/python"] and pips[1][-1] == f"{root}[grader]"
+    assert ["-m", "venv", "--without-pip", grader] == next(cmd for cmd in ran if "venv" in cmd)[1:]
+    assert python == f"{grader}/bin/python"
+
+
+def test_check_runs_the_grader_with_the_python_the_install_cell_named(tmp_path, monkeypatch):
+    from course_tools import live
+
+    seen = []
+    monkeypatch.setenv(live.GRADER_PYTHON, "/content/attention-grader/bin/python")
+    monkeypatch.setattr(live.subprocess, "run", lambda cmd, **k: seen.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, stdout=b"notebook: 17/17\n", stderr=b""))
+    nb = tmp_path / "n.ipynb"
+    nb.write_text("{}")
+    assert live.check(path=nb) == 0 and seen[0][0] == "/content/attention-grader/bin/python"
 
 
 def test_the_book_leaves_the_install_cell_out():
@@ -157,8 +198,9 @@ def test_on_a_simulated_colab_one_cell_installs_the_course_and_the_notebook_chec
     content.mkdir()
     course = content / "attention-course"
     cell = colab.install_source("someone/attention-course", "v0.1.0")
+    grader = content / "attention-grader"
     for real, here in (("https://github.com/someone/attention-course", f"file://{origin}"),
-                       (colab.COURSE_ON_COLAB, str(course))):
+                       (colab.COURSE_ON_COLAB, str(course)), (colab.GRADER_ON_COLAB, str(grader))):
         assert cell.count(repr(real)) == 1, real
         cell = cell.replace(repr(real), repr(here))
 
@@ -173,7 +215,7 @@ def test_on_a_simulated_colab_one_cell_installs_the_course_and_the_notebook_chec
 
     solved = json.loads((SOLUTIONS / A01 / f"{A01}.ipynb").read_text())
     fake = _fake_colab(tmp_path / "fake", solved)
-    env = {k: v for k, v in os.environ.items() if k not in ("ATTN_COURSE_ROOT", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTN_COURSE_ROOT", "ATTN_GRADER_PYTHON", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(fake), PIP_NO_INDEX="1",
                PIP_NO_BUILD_ISOLATION="0")  # pip reads this one inverted: "0" turns build isolation off
     kernel = (f"import google.colab, sys\nexec({cell!r})\n"
@@ -186,3 +228,6 @@ def test_on_a_simulated_colab_one_cell_installs_the_course_and_the_notebook_chec
     assert f"library {course}/attention_course/__init__.py" in done.stdout, done.stdout
     assert "this Colab notebook" in done.stdout and "PASS" in done.stdout and "softmax" in done.stdout, done.stdout
     assert (course / "solutions" / A01).is_dir() and (course / "models" / "gpu.en-de").is_dir()
+    kernel_site = sorted(p.name for p in site.iterdir() if not p.name.startswith(("__pycache__", "dependencies")))
+    assert all("attention_course" in name for name in kernel_site), kernel_site  # the library alone, nothing else
+    assert (grader / "bin" / "python").is_file()

@@ -81,9 +81,18 @@ def _describe(name: str, nb: nbformat.NotebookNode) -> Chapter:
         if not tagline and p.startswith("*Attention, step by step*"):
             tagline = p.split("·", 2)[-1].strip() if p.count("·") >= 2 else ""
             continue
-        summary = " ".join(line.strip() for line in p.splitlines())
+        summary = _whole_sentences(" ".join(line.strip() for line in p.splitlines()))
         break
     return Chapter(name, title, tagline, summary)
+
+
+def _whole_sentences(paragraph: str) -> str:
+    """The paragraph up to its last full stop when it ends by introducing what follows it (a colon before a
+    list or table the landing page does not show)."""
+    if not paragraph.endswith(":"):
+        return paragraph
+    cut = max(paragraph.rfind(". "), paragraph.rfind(".) "))
+    return paragraph[:paragraph.index(".", cut) + 1 + (paragraph[cut + 1] == ")")] if cut > 0 else paragraph
 
 
 def _assignments(solutions: Path) -> list[str]:
@@ -131,13 +140,17 @@ def _index(chapter_list: list[Chapter], repo: Repository | None) -> str:
                  f"Colab or on Binder (a CPU-only environment, set up by the repository's `binder/` folder).")
     else:
         colab = ("This copy of the book was built without a repository setting, so its chapters have no "
-                 "launch buttons. To work a chapter in Colab, upload it: open "
-                 "<https://colab.research.google.com>, choose **File → Upload notebook**, and pick "
-                 "`notebooks/NN_name/NN_name.ipynb` from your copy of the course for the exercises, or "
-                 "`solutions/NN_name/NN_name.ipynb` for the solved chapter (the download button at the top of "
-                 "each chapter also gives the solved notebook as this book shows it). Whoever builds the book "
-                 "for a published copy of the course adds the buttons with "
-                 "`make book BOOK_REPOSITORY=owner/name@ref`.")
+                 "launch buttons. To work a chapter in Colab, bring the whole course along, since a notebook's "
+                 "first cell installs the course's library and checks from it: zip your copy of the course "
+                 "(the folder with `pyproject.toml`), open <https://colab.research.google.com>, upload the zip in "
+                 "the **Files** pane, and run `!mkdir -p /content/attention-course && unzip -q course.zip -d "
+                 "/content/attention-course` in a cell, so that `/content/attention-course/pyproject.toml` exists "
+                 "(move the files up a level if the zip held a folder). Then choose **File → Upload notebook** "
+                 "and pick `notebooks/NN_name/NN_name.ipynb` for the exercises, or "
+                 "`solutions/NN_name/NN_name.ipynb` for the solved chapter, and run its first cell. The download "
+                 "button at the top of each chapter gives the notebook as this book shows it, to read: it has no "
+                 "install cell. Whoever builds the book for a published copy of the course adds the buttons with "
+                 "the repository setting (see the README's \"The course as a book\").")
     toc = "\n".join(ch.docname for ch in chapter_list)
     nl = "\n"
     return f"""# Attention, step by step
@@ -152,7 +165,7 @@ with: nothing is run to build this book, and it reads offline.
 :class: attn-architecture
 :width: 720px
 
-The model the course builds, piece by piece: each block names the chapter where you write it.
+The model the course builds, piece by piece, in chapters 02–06 (the curriculum below says which part each writes).
 :::
 
 ## Curriculum
@@ -215,6 +228,21 @@ def stage(source: Path, solutions: Path, repo: Repository | None) -> list[Chapte
     return listed
 
 
+def launch_mismatch(repo: Repository | None, root: Path) -> str:
+    """Why the book's Colab buttons would open notebooks that cannot install themselves ("" when they can): the
+    buttons open the committed notebooks of `repo`, whose first cell installs the repository pyproject.toml names
+    (course_tools.colab), so the two must agree."""
+    if repo is None:
+        return ""
+    name, _tag = published(root)
+    if name == repo.name:
+        return ""
+    cells = f"install {name!r}" if name else "name no repository and stop on Colab"
+    return (f"the Colab buttons open {repo.name}@{repo.ref}, but the notebooks' install cells {cells} "
+            f"(pyproject.toml: [tool.attention-course] repository). Set repository = \"{repo.name}\" there, run "
+            "`make build` and publish that commit, so that a notebook opened from the book installs its course.")
+
+
 def build_book(out: str | Path = "build/book", repository: str | Repository | None = None,
                solutions: str | Path | None = None, verbose: bool = False) -> Path:
     """Build the book into <out>/html (fresh each time); return the path of its index.html.
@@ -232,6 +260,9 @@ def build_book(out: str | Path = "build/book", repository: str | Repository | No
         repository = f"{name}@{tag}" if name else None
     repo = repository if isinstance(repository, Repository) else \
         parse_repository(repository if repository is not None else os.environ.get(REPOSITORY_ENV))
+    mismatch = launch_mismatch(repo, Path(solutions).resolve().parent)
+    if mismatch:
+        print(f"warning: {mismatch}", file=sys.stderr)
     source, html, doctrees = out / "source", out / "html", out / "doctrees"
     stage(source, Path(solutions).resolve(), repo)
     for old in (html, doctrees):

@@ -158,6 +158,13 @@ def _layer_norm_cases(rng):
         state, x = _ln_state(rng, d), offset + tensor(rng, *shape, scale=scale)
         cases.append(Case(f"{_ln_text(d, eps)} with a random weight and bias loaded, on x of shape {list(shape)}{what}",
                           lambda cls, d=d, eps=eps, s=state, x=x: _layer_norm(cls, d, eps, s, x)))
+    d, shape = 64, (8, 16, 64)
+    state, x = _ln_state(rng, d), LARGE_MEAN + tensor(rng, *shape)
+    cases.append(Case(f"LayerNorm({d}) with a random weight and bias loaded, on x of shape {list(shape)} shifted by "
+                      f"+{LARGE_MEAN:g} (a residual stream drifts so): the largest difference of your output from "
+                      f"LayerNorm computed in float64, shown as {FLOAT64_FLOOR:g} when it is smaller (float32 rounding; "
+                      "the reference's own is below 1e-4)",
+                      lambda cls, d=d, s=state, x=x: _error_from_float64(cls, d, s, x)))
     # PyTorch's own layer, its state dict loaded into yours as it is (the names are interchangeable)
     d, shape = 20, (3, 7, 20)
     torch_norm = nn.LayerNorm(d)
@@ -171,6 +178,21 @@ def _layer_norm_cases(rng):
                       "your output minus PyTorch's (should be 0)",
                       lambda cls, s=saved, x=x, t=theirs: _layer_norm(cls, d, None, s, x) - t))
     return cases
+
+
+LARGE_MEAN = 100.0
+FLOAT64_FLOOR = 1e-3  # float32's own rounding at this mean stays under 1e-4; E[x^2] - E[x]^2 is off by 3e-3 or more
+
+
+def _error_from_float64(cls, d, state, x) -> float:
+    """max |layer(x) - LayerNorm(x) in float64|, floored at FLOAT64_FLOOR: every careful float32 answer gives the
+    floor, one that loses digits more."""
+    out = _layer_norm(cls, d, None, state, x)
+    x64 = x.double()
+    mean = x64.mean(-1, keepdim=True)
+    exact = (x64 - mean) / torch.sqrt(((x64 - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
+    exact = exact * torch.as_tensor(state["weight"]).double() + torch.as_tensor(state["bias"]).double()
+    return max(float((out.double() - exact).abs().max()), FLOAT64_FLOOR)
 
 
 def _layer_norm_gradients(cls, d, eps, state, x, upstream):
@@ -216,6 +238,11 @@ LN_MISTAKES = (
             "LayerNorm divides by D, the number of features: ((x - mean) ** 2).mean(-1), or "
             "x.var(-1, unbiased=False)",
             variant(LN_SOURCE, (_LN_VAR, "var = x.var(dim=-1, keepdim=True)"))),
+    Mistake("the variance as E[x²] − E[x]² (it loses its digits in float32 when the mean is large)",
+            "take the variance of the centred values, ((x - mean) ** 2).mean(-1) or x.var(-1, unbiased=False): "
+            "E[x²] − mean² subtracts two large, nearly equal numbers, and with a mean of 100 float32 keeps only a few "
+            "digits of their difference",
+            variant(LN_SOURCE, (_LN_VAR, "var = (x * x).mean(dim=-1, keepdim=True) - mean * mean"))),
     Mistake("eps added outside the square root: (x - mean) / (std + eps)",
             "eps goes inside: (x - mean) / sqrt(var + eps) — it matters when the variance is small, "
             "or eps large",

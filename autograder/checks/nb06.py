@@ -430,24 +430,103 @@ class ToyModel(nn.Module):
 
     def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
         self.calls += 1
-        B, T = tgt.shape
-        S = memory.size(1)
-        if memory_mask is None:
-            keep = torch.ones(memory.size(0), S)
-        else:
-            m = memory_mask
-            keep = m.reshape(m.shape[0], -1, m.shape[-1])[:, -1].to(memory.dtype).expand(memory.size(0), S)
-        context = (memory * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)   # [B, d]
+        T = tgt.size(1)
+        context = self._context(memory, memory_mask)                                           # [B, d]
         e = self.tgt_embed[tgt]                                                                 # [B, T, d]
         history = e.cumsum(1) / torch.arange(1, T + 1, dtype=e.dtype)[None, :, None]
         h = torch.tanh(e + history @ self.mix + context[:, None] + self.pos[:T])
+        return self._logits(h)
+
+    def _context(self, memory, memory_mask):
+        """The mean of the memory over the keys memory_mask allows (None: all keys). [B, d]"""
+        keep = _allowed_keys(memory_mask, memory.size(0), memory.size(1), memory.dtype)
+        return (memory * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
+
+    def _logits(self, h):
         logits = h @ self.out + self.bias
         ramp = torch.zeros_like(logits)
-        ramp[..., self.eos_id] = self.eos_ramp * torch.arange(T, dtype=logits.dtype)
+        ramp[..., self.eos_id] = self.eos_ramp * torch.arange(h.size(1), dtype=logits.dtype)
         return logits + ramp
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+
+
+class MaskedToyModel(ToyModel):
+    """ToyModel with masks that matter, as a Transformer's do: the encoder mixes into every source position the
+    mean of the positions src_mask allows (the padding too, without one), and the decoder has two layers that
+    average the target positions tgt_mask allows (every position without one: then the last position's
+    logits see what the earlier positions read of the future). Causal only with a causal tgt_mask."""
+
+    def __init__(self, vocab: int = 10, d: int = 8, seed: int = 0, reads_src_mask: bool = True,
+                 reads_tgt_mask: bool = True, **kwargs):
+        super().__init__(vocab, d, seed, **kwargs)
+        self.reads_src_mask, self.reads_tgt_mask = reads_src_mask, reads_tgt_mask  # off: as if every key were allowed,
+        g = torch.Generator().manual_seed(seed + 1)                                 # or the mask were the causal one
+        self.src_mix = nn.Parameter(torch.randn(d, d, generator=g) * 2 / math.sqrt(d))
+        self.mix2 = nn.Parameter(torch.randn(d, d, generator=g) * 2 / math.sqrt(d))
+
+    def encode(self, src, src_mask=None):
+        B, S = src.shape
+        x = torch.tanh(self.src_embed[src] + self.pos[:S])                                     # [B, S, d]
+        keep = _allowed_keys(src_mask if self.reads_src_mask else None, B, S, x.dtype)         # [B, S]
+        summary = (x * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)        # [B, d]
+        return torch.tanh(x + (summary @ self.src_mix)[:, None])
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        self.calls += 1
+        B, T = tgt.shape
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        allowed = _allowed_pairs(tgt_mask if self.reads_tgt_mask else causal, B, T, memory.dtype)  # [B, T, T]
+        count = allowed.sum(-1, keepdim=True).clamp(min=1)
+        e = self.tgt_embed[tgt] + self.pos[:T]                                                 # [B, T, d]
+        h = torch.tanh(e + (allowed @ e / count) @ self.mix + self._context(memory, memory_mask)[:, None])
+        h = torch.tanh(h + (allowed @ h / count) @ self.mix2)
+        return self._logits(h)
+
+
+class TableModel(nn.Module):
+    """A hand-made 'model' over the vocabulary <pad> <bos> <eos> a b: the next token's probabilities depend only on
+    the tokens after <bos>, read from `table` (prefix -> (p(eos), p(a), p(b))); any other prefix ends at once
+    (p(eos) = 0.9). The source is not read: every sentence is translated alike."""
+
+    def __init__(self, table: dict):
+        super().__init__()
+        self.table = {tuple(k): v for k, v in table.items()}
+
+    def encode(self, src, src_mask=None):
+        return torch.zeros(src.size(0), src.size(1), 1)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        B, T = tgt.shape
+        logits = torch.full((B, T, 5), -30.0)
+        for b, row in enumerate(tgt.tolist()):
+            for t in range(T):
+                p_eos, p_a, p_b = self.table.get(tuple(row[1:t + 1]), (0.9, 0.05, 0.05))
+                logits[b, t, 2:] = torch.tensor([p_eos, p_a, p_b]).log()
+        return logits
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+
+
+def _allowed_keys(mask, B: int, S: int, dtype) -> torch.Tensor:
+    """A source mask of any of the usual shapes ([B, S], [B, 1, S], [B, 1, 1, S]; None: every key) as [B, S]."""
+    if mask is None:
+        return torch.ones(B, S, dtype=dtype)
+    return mask.reshape(mask.shape[0], -1, mask.shape[-1])[:, -1].to(dtype).expand(B, S)
+
+
+def _allowed_pairs(mask, B: int, T: int, dtype) -> torch.Tensor:
+    """A target mask of any of the usual shapes ([T, T], [1, T, T], [B, 1, T, T], a key-padding [B, 1, 1, T];
+    None: every position) as [B, T, T]."""
+    if mask is None:
+        return torch.ones(B, T, T, dtype=dtype)
+    m = mask.to(torch.bool)
+    m = m.reshape(-1, m.shape[-2], m.shape[-1]) if m.dim() >= 2 else m.reshape(1, 1, -1)
+    if m.shape[0] not in (1, B):  # one mask per head: the first head's
+        m = m.reshape(B, -1, m.shape[-2], m.shape[-1])[:, 0]
+    return m.expand(B, T, T).to(dtype)
 
 
 def _sources(rng, B, S, vocab, pad_id=0):
@@ -467,7 +546,30 @@ def _greedy_cases(rng):
         src = _sources(rng, B, S, vocab)
         cases.append(Case(f"a tiny model (vocab {vocab}), src [{B}, {S}] with padding, max_len={max_len}: {desc}",
                           lambda f, m=model, s=src, n=max_len: f(m, s.clone(), n, 1, 2, 0)))
+    model, src = _masked_model_case(rng, "decodes without the causal target mask (tgt_mask=None)", reads_src_mask=False)
+    cases.append(Case("a tiny model whose decoder reads tgt_mask, as a Transformer's does (two layers: without the causal "
+                      f"mask the earlier positions read later tokens), src [{src.size(0)}, {src.size(1)}] with padding, "
+                      f"max_len={MASKED_MAX_LEN}", lambda f, m=model, s=src: f(m, s.clone(), MASKED_MAX_LEN, 1, 2, 0)))
     return cases
+
+
+MASKED_MAX_LEN = 8
+
+
+def _masked_model_case(rng, *mistakes: str, B: int = 4, S: int = 7, vocab: int = 12, **reads):
+    """A MaskedToyModel (reading the masks `reads` says) and a padded source [B, S] on which greedy decoding with
+    each named catalogued mistake answers otherwise than the reference (almost every random model does; the first
+    that does is taken)."""
+    wrong = [m.build("greedy_decode") for m in GREEDY_MISTAKES if m.name in mistakes]
+    assert len(wrong) == len(mistakes), mistakes
+    for _ in range(100):
+        model = MaskedToyModel(vocab, seed=int(rng.integers(1 << 30)), scale=4.0, eos_ramp=0.5, **reads).eval()
+        src = _sources(rng, B, S, vocab)
+        want = ref.greedy_decode(model, src.clone(), MASKED_MAX_LEN, 1, 2, 0)
+        if all(not torch.equal(out, want) if out.shape == want.shape else True
+               for out in (f(model, src.clone(), MASKED_MAX_LEN, 1, 2, 0) for f in wrong)):
+            return model, src
+    raise RuntimeError("no tiny model found on which the masks change the translation")  # pragma: no cover
 
 
 def _greedy_padding_cases(rng):
@@ -480,6 +582,11 @@ def _greedy_padding_cases(rng):
         src = ids(rng, B, S, 3, vocab, 0, [S] + [2] * (B - 1))
         cases.append(Case(f"src [{B}, {S}] whose rows are mostly padding (the source padding mask matters)",
                           lambda f, m=model, s=src: f(m, s.clone(), 8, 1, 2, 0)))
+    model, src = _masked_model_case(rng, "the encoder gets no source mask (model.encode(src, None))",
+                                    reads_tgt_mask=False)
+    cases.append(Case("a tiny model whose encoder reads src_mask, as a Transformer's does (without it every source "
+                      f"position mixes in the padding), src [{src.size(0)}, {src.size(1)}] with padding, "
+                      f"max_len={MASKED_MAX_LEN}", lambda f, m=model, s=src: f(m, s.clone(), MASKED_MAX_LEN, 1, 2, 0)))
     return cases
 
 
@@ -537,6 +644,29 @@ GREEDY_MISTAKES = (
     Mistake("generates max_len - 1 tokens (counts <bos> in max_len)",
             "max_len counts generated tokens, after <bos>: a row can be max_len + 1 long",
             _greedy_code("        for _ in range(max_len - 1):\n" + _GREEDY_STEP +
+                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
+                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+                         "            finished |= nxt == eos_id\n"
+                         "            if finished.all():\n"
+                         "                break\n"
+                         "        return ys\n")),
+    Mistake("decodes without the causal target mask (tgt_mask=None)",
+            "at inference too, pass the causal target mask to model.decode (make_masks gives it): every call "
+            "recomputes every position, and without the mask the earlier positions read the later tokens, so the "
+            "last position's logits are not the ones the model was trained to give",
+            _greedy_code("        for _ in range(max_len):\n"
+                         "            logits = model.decode(ys, memory, None, src_mask)\n"
+                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
+                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+                         "            finished |= nxt == eos_id\n"
+                         "            if finished.all():\n"
+                         "                break\n"
+                         "        return ys\n")),
+    Mistake("the encoder gets no source mask (model.encode(src, None))",
+            "pass src_mask to model.encode as well as to model.decode: without it the encoder's self-attention "
+            "reads the padding, and every source position's memory changes",
+            _greedy_code("        memory = model.encode(src, None)\n"
+                         "        for _ in range(max_len):\n" + _GREEDY_STEP +
                          "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
                          "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
                          "            finished |= nxt == eos_id\n"
@@ -870,7 +1000,22 @@ def _same_rng_same_cases(make):
 def _beam_cases(rng):
     return _exhaustive_cases(rng, [(1.0, [dict(length_penalty=1.0, count_eos=False)]),
                                    (1.0, [dict(length_penalty=0.0)]),
-                                   (0.6, [])], catch=tuple(m.name for m in BEAM_MISTAKES))
+                                   (0.6, [])], catch=tuple(m.name for m in BEAM_MISTAKES)) + [_late_winner_case()]
+
+
+# p(eos), p(a), p(b) after each prefix (a = 3, b = 4). After <bos> b, eos scores -0.80 and the live [b, a] -0.86:
+# a search that stops there keeps [b, eos], but [b, a, b, eos] goes on to -0.53 (every prefix of it the likeliest
+# of its length, so any beam finds it; the runner-up is 0.165 behind).
+LATE_WINNER = {(): (0.26, 0.29, 0.45), (3,): (0.28, 0.27, 0.45), (4,): (0.45, 0.40, 0.15), (3, 3): (0.97, 0.01, 0.02),
+               (3, 4): (0.09, 0.39, 0.52), (4, 3): (0.08, 0.19, 0.73), (4, 4): (0.62, 0.03, 0.35)}
+
+
+def _late_winner_case() -> Case:
+    model, src = TableModel(LATE_WINNER), torch.tensor([[3, 4, 3, 0], [4, 4, 0, 0]])
+    return Case("a hand-made model (vocab <pad> <bos> <eos> a b) whose best translation, [b, a, b, eos] "
+                "(sum(log p) / 4 = -0.53), scores worse than the finished [b, eos] (-0.80) while it is the live "
+                "[b, a] (-0.86 after 2 tokens): beam_size=5, max_len=4, length_penalty=1",
+                lambda f, m=model, s=src: f(m, s.clone(), 5, 4, 1, 2, 0, 1.0))
 
 
 @_same_rng_same_cases
@@ -887,6 +1032,12 @@ def _beam_greedy_cases(rng):
                           f"the search ends; nothing refills the beam): tiny model (vocab {vocab}), src [{B}, {S}], "
                           f"max_len={max_len}, length_penalty={lp:g}",
                           lambda f, m=model, s=src, n=max_len, lp=lp: f(m, s.clone(), 1, n, 1, 2, 0, lp)))
+    model, src = _masked_model_case(rng, "decodes without the causal target mask (tgt_mask=None)",
+                                    "the encoder gets no source mask (model.encode(src, None))")
+    cases.append(Case("beam_size=1 must equal greedy decoding, on a tiny model whose encoder reads src_mask and whose "
+                      "decoder reads tgt_mask, as a Transformer's do (without the causal mask the earlier positions "
+                      f"read later tokens): src [{src.size(0)}, {src.size(1)}] with padding, max_len={MASKED_MAX_LEN}",
+                      lambda f, m=model, s=src: f(m, s.clone(), 1, MASKED_MAX_LEN, 1, 2, 0, 1.0)))
     return cases
 
 
@@ -905,7 +1056,7 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_p
             for t in range(1, max_len + 1):
                 s = src[b:b + 1].expand(ys.size(0), -1)
                 src_mask = {src_mask}
-                logits = model.decode(ys, model.encode(s, src_mask), None, src_mask)[:, -1]
+                logits = model.decode(ys, model.encode(s, {enc_mask}), {tgt_mask}, src_mask)[:, -1]
                 logp = {logp}
                 V = logp.size(-1)
                 top, idx = (scores[:, None] + logp).reshape(-1).topk(min(beam_size, logp.numel()))
@@ -925,7 +1076,8 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_p
 _BEAM_RIGHT = dict(src_mask="(s != pad_id)[:, None, None, :]", logp="torch.log_softmax(logits.double(), -1)",
                    normalize="score / t ** length_penalty",
                    choose="best = max(finished, key=lambda h: h[0])[1]",
-                   start="1", stop="ys.size(0) == 0")
+                   start="1", stop="ys.size(0) == 0", enc_mask="src_mask",
+                   tgt_mask="torch.ones(t, t, dtype=torch.bool).tril()")
 
 
 def _beam_code(**changes) -> str:
@@ -966,6 +1118,31 @@ BEAM_MISTAKES = (
     Mistake("no source padding mask (the decoder attends to source padding)",
             "pass memory_mask = (src != pad_id)[:, None, None, :] to encode and decode",
             _beam_code(src_mask="None")),
+)
+
+
+# Told by beam_search's last case (a hand-made model), not searched for in the exhaustive ones.
+EARLY_STOP_MISTAKE = Mistake(
+    "stops once the best finished hypothesis beats every live one's score so far",
+    "a live hypothesis can still overtake a finished one: each likely token it adds raises its average "
+    "sum(log p) / length ** length_penalty. Go on until no hypothesis is live or max_len is reached",
+    _beam_code(stop="ys.size(0) == 0 or (finished and max(h[0] for h in finished) >= float(scores.max()) / "
+                    "t ** length_penalty)"))
+# diagnosed before the copies of <bos>, which on that model end the same way
+_BEAM_DIAGNOSED = BEAM_MISTAKES[:1] + (EARLY_STOP_MISTAKE,) + BEAM_MISTAKES[1:]
+
+
+# Masks the tiny models of the exhaustive cases ignore (they are causal and read memory_mask only): the
+# masked model of beam_search_greedy's last case catches these.
+BEAM_MASK_MISTAKES = (
+    Mistake("decodes without the causal target mask (tgt_mask=None)",
+            "at inference too, pass the causal target mask to model.decode (make_masks gives it): every call "
+            "recomputes every position, and without the mask the earlier positions read the later tokens",
+            _beam_code(tgt_mask="None")),
+    Mistake("the encoder gets no source mask (model.encode(src, None))",
+            "pass src_mask to model.encode as well as to model.decode: without it the encoder's self-attention "
+            "reads the padding, and every source position's memory changes",
+            _beam_code(enc_mask="None")),
 )
 
 
@@ -1427,10 +1604,11 @@ EXERCISES = [
     Exercise("greedy_decode", ref.greedy_decode, _greedy_cases, GREEDY_MISTAKES, forbidden=HONESTY),
     Exercise("greedy_decode_source_padding", ref.greedy_decode, _greedy_padding_cases, GREEDY_MISTAKES,
              forbidden=HONESTY, graded="greedy_decode"),
-    Exercise("beam_search", exhaustive_search, _beam_cases, BEAM_MISTAKES, forbidden=HONESTY),
+    Exercise("beam_search", exhaustive_search, _beam_cases, _BEAM_DIAGNOSED, forbidden=HONESTY),
     Exercise("beam_search_length_penalty", exhaustive_search, _beam_length_penalty_cases, BEAM_MISTAKES,
              forbidden=HONESTY, graded="beam_search"),
-    Exercise("beam_search_greedy", _greedy_as_beam, _beam_greedy_cases, BEAM_MISTAKES, forbidden=HONESTY,
+    Exercise("beam_search_greedy", _greedy_as_beam, _beam_greedy_cases, BEAM_MISTAKES + BEAM_MASK_MISTAKES,
+             forbidden=HONESTY,
              graded="beam_search"),
     Exercise("sample_next_token", ref.sample_next_token, _sampling_cases, SAMPLE_MISTAKES, rtol=0, atol=0.02,
              forbidden=HONESTY),

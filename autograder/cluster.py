@@ -12,6 +12,12 @@ work, is the grader's incident (Status.INCIDENT: not saved, the next run grades 
 a student's grade. A worker that dies mid-notebook is Dask's to handle: the scheduler gives the
 notebook to another worker, and the head records whichever result comes back, once; a notebook
 whose workers died `ClusterSettings.tries` times is that student's incident (Status.CRASH).
+
+The head hands out one notebook per thread of the workers that may grade (Dask blames a dead worker's
+every task: only what it was running is on it), asks each worker when it first sees it (workers join
+late, and come back at new addresses when restarted), and leaves notebooks unpinned while no worker
+refuses. A cluster with no workers is waited for, saying so; a scheduler that does not answer is one
+line (ClusterUnreachable).
 """
 from __future__ import annotations
 
@@ -114,6 +120,8 @@ class Judged:
     result: NotebookResult
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     worker: str = ""
+    refused: str = ""  # why the worker would not grade (another course, a weaker sandbox): the head hands it on
+    worker_address: str = ""  # the refusing worker's Dask address
 
 
 def judge_task(task: Task) -> Judged:
@@ -123,7 +131,10 @@ def judge_task(task: Task) -> Judged:
     here = socket.gethostname()
     why = refusal(task.expected, task.weak_sandbox)
     if why:
-        return Judged(_incident(task.student, task.assignment, f"the worker on {here} refused to grade: {why}"), {}, here)
+        from distributed import get_worker
+
+        return Judged(_incident(task.student, task.assignment, f"the worker on {here} refused to grade: {why}"), {}, here,
+                      refused=why, worker_address=get_worker().address)
     from .sandbox import SandboxUnavailable
     from .selfcheck import judge_notebook, prepare
     from .trusted import warm_up
@@ -166,7 +177,14 @@ def connected(settings: ClusterSettings):
                              ("tls_client_key", settings.tls_key)) if v}
     security = Security(**tls, require_encryption=True) if tls else None
     where = {"scheduler_file": settings.scheduler_file} if settings.scheduler_file else {"address": settings.scheduler}
-    client = Client(**where, security=security, timeout=settings.connect_seconds, set_as_default=False)
+    try:
+        client = Client(**where, security=security, timeout=settings.connect_seconds, set_as_default=False)
+    except (OSError, TimeoutError) as err:
+        named = settings.scheduler_file or settings.scheduler
+        raise ClusterUnreachable(
+            f"no Dask scheduler answered at {named} within {settings.connect_seconds:.0f} s: start one (`dask scheduler`, "
+            f"then workers with `dask worker ADDRESS`) or check --scheduler / --scheduler-file "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''})") from None
     try:
         yield client
     finally:
@@ -205,9 +223,73 @@ def _allow_failures(n: int, dask_scheduler=None) -> None:
     dask_scheduler.allowed_failures = n
 
 
-def usable_workers(client, expected: CourseIdentity, weak_sandbox: bool) -> tuple[list[str], dict[str, str]]:
-    """(the workers that may grade, {worker: why it refuses}): each worker asked once, up front."""
-    answers = client.run(refusal, expected, weak_sandbox, on_error="return")
+class ClusterUnreachable(ValueError):
+    """No scheduler answered at the address given: said in one line, what to start or check (exit 2)."""
+
+
+WAIT_FOR_WORKERS_S = 60.0  # a cluster with no worker that may grade: how long the head waits for one, saying so
+STALLED_S = 15.0  # no notebook finished this long: the head looks again at who is in the cluster
+
+
+class _Membership:
+    """Which of the cluster's workers may grade: each asked once, when first seen (workers join late, and come
+    back at new addresses when they restart); the ones that refuse are named on the console once."""
+
+    def __init__(self, client, expected: CourseIdentity, weak_sandbox: bool):
+        self.client, self.expected, self.weak_sandbox = client, expected, weak_sandbox
+        self.good: list[str] = []
+        self.refused: dict[str, str] = {}
+
+    def refresh(self) -> None:
+        present = set(self.client.scheduler_info().get("workers", {}))
+        self.good = [w for w in self.good if w in present]
+        new = sorted(present - set(self.good) - set(self.refused))
+        if not new:
+            return
+        good, refused = usable_workers(self.client, self.expected, self.weak_sandbox, new)
+        self.good += good
+        for worker, why in refused.items():
+            self.refuse(worker, why)
+
+    def refuse(self, worker: str, why: str) -> None:
+        if worker in self.good:
+            self.good.remove(worker)
+        if worker not in self.refused:
+            self.refused[worker] = why
+            print(f"cluster: worker {worker} refuses to grade: {why}", file=sys.stderr)
+
+    def slots(self) -> int:
+        """How many notebooks may be on the workers at once: one per thread of the workers that may grade, so that
+        a worker that dies had only the notebooks it was running (Dask blames every task it held)."""
+        threads = self.client.nthreads()
+        return max(1, sum(threads.get(w, 1) for w in self.good))
+
+    def pin(self) -> list[str] | None:
+        """Where a notebook may go: anywhere while no worker has refused (a restarted or new worker takes work at
+        its new address), else the workers that may grade."""
+        return list(self.good) if self.refused else None
+
+    def wait_for_one(self, address: str, progress: bool, wait_s: float = WAIT_FOR_WORKERS_S) -> bool:
+        """At least one worker that may grade, waited for (and said so) up to `wait_s` while the cluster has none at
+        all (workers that refuse are not waited out: they stay what they are until restarted)."""
+        import time
+
+        self.refresh()
+        deadline, said = time.monotonic() + wait_s, False
+        while not self.good and not self.refused and time.monotonic() < deadline:
+            if not said:
+                print(f"cluster: no worker that may grade yet; waiting up to {wait_s:.0f} s for one "
+                      f"(start workers with `dask worker {address}`)", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(1.0)
+            self.refresh()
+        return bool(self.good)
+
+
+def usable_workers(client, expected: CourseIdentity, weak_sandbox: bool,
+                   workers: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(the workers that may grade, {worker: why it refuses}), of `workers` (None: every worker), each asked once."""
+    answers = client.run(refusal, expected, weak_sandbox, workers=workers, on_error="return")
     good, refused = [], {}
     for worker, why in answers.items():
         if isinstance(why, BaseException):
@@ -225,7 +307,9 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
     """Grade each (submission, assignment) of `work` on the cluster; `record(sub, judged)` turns a
     worker's Judged into the gradebook's NotebookResult (on the head, one at a time) and `finish`
     keeps it. Returns how many workers graded."""
-    from distributed import as_completed
+    import queue
+    from collections import deque
+
     from tqdm import tqdm
 
     with connected(settings) as client:
@@ -233,39 +317,90 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
             client.run_on_scheduler(_allow_failures, settings.tries - 1)
         except Exception as err:  # noqa: BLE001 - a scheduler that runs no code of ours: its own setting holds
             print(f"cluster: the scheduler's own allowed-failures applies ({type(err).__name__})", file=sys.stderr)
-        good, refused = usable_workers(client, expected, settings.weak_sandbox)
-        for worker, why in refused.items():
-            print(f"cluster: worker {worker} refuses to grade: {why}", file=sys.stderr)
+        members = _Membership(client, expected, settings.weak_sandbox)
+        address = client.scheduler.address
+        if work and not members.wait_for_one(address, progress):
+            reasons = "; ".join(sorted(set(members.refused.values())))
+            why = (f"no worker may grade: {reasons}" if reasons else
+                   f"the cluster at {address} has no workers: start some (`dask worker {address}`), then grade again")
+            for sub, assignment in work:
+                finish(sub, assignment, _incident(sub.student_id, assignment, why))
+            return 0
         if progress:
-            print(f"cluster: {len(good)} of {len(good) + len(refused)} workers grade ({client.scheduler.address})")
-        futures = {}
-        for sub, assignment in work:
-            if not good:
-                reasons = "; ".join(sorted(set(refused.values()))) or "the cluster has no workers"
-                finish(sub, assignment, _incident(sub.student_id, assignment, f"no worker may grade: {reasons}"))
-                continue
+            print(f"cluster: {len(members.good)} of {len(members.good) + len(members.refused)} workers grade "
+                  f"({address})", flush=True)
+        waiting, running, graded_by, finished = deque(work), {}, set(), queue.Queue()
+
+        def submit(sub, assignment):
             task = Task(sub.student_id, assignment, sub.notebooks[assignment], salt, limits, expected,
                         settings.weak_sandbox, tuple(hidden))
             key = f"grade-{sub.student_id}-{assignment}-{uuid.uuid4().hex[:8]}"
-            futures[client.submit(judge_task, task, key=key, pure=False, workers=good)] = (sub, assignment)
-        for future in tqdm(as_completed(futures, loop=client.loop), total=len(futures), desc="grading", unit="notebook",
-                           disable=not progress):
-            sub, assignment = futures.pop(future)
-            finish(sub, assignment, record(sub, _judged(future, sub.student_id, assignment, settings.tries)))
-        return len(good)
+            future = client.submit(judge_task, task, key=key, pure=False, workers=members.pin())
+            running[future] = (sub, assignment)
+            future.add_done_callback(finished.put)
+
+        with tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress) as bar:
+            while waiting or running:
+                while waiting and len(running) < members.slots():
+                    submit(*waiting.popleft())
+                try:
+                    future = finished.get(timeout=STALLED_S)
+                except queue.Empty:
+                    _look_again(members, running, submit)
+                    continue
+                if future not in running:  # handed out again (_look_again) and cancelled here
+                    continue
+                sub, assignment = running.pop(future)
+                judged = _judged(future, sub.student_id, assignment, settings.tries)
+                if judged.refused:  # a worker that joined with another course: the notebook goes elsewhere
+                    members.refuse(judged.worker_address, judged.refused)
+                    if members.good or members.wait_for_one(address, progress):
+                        waiting.appendleft((sub, assignment))
+                        continue
+                graded_by.add(judged.worker)
+                finish(sub, assignment, record(sub, judged))
+                bar.update()
+        return len(members.good) or len(graded_by)
+
+
+def _look_again(members: _Membership, running: dict, submit) -> None:
+    """Nothing finished for a while: new workers join the ones that may grade, and a notebook held for workers that
+    are gone (restarted at new addresses) is handed out again."""
+    before = set(members.good)
+    members.refresh()
+    if not members.refused or set(members.good) >= before:
+        return
+    present = set(members.good)
+    for future in [f for f in running if not _placed_on(f, present)]:
+        sub, assignment = running.pop(future)
+        future.cancel()
+        submit(sub, assignment)
+
+
+def _placed_on(future, workers: set[str]) -> bool:
+    """Whether `future`'s task may still run on one of `workers` (its restriction names one, or it has none)."""
+    state = future.client.run_on_scheduler(_restriction, future.key)
+    return not state or bool(set(state) & workers)
+
+
+def _restriction(key, dask_scheduler=None) -> list[str]:
+    task = dask_scheduler.tasks.get(key)
+    return sorted(task.worker_restrictions or ()) if task is not None else []
 
 
 def _judged(future, student: str, assignment: str, tries: int) -> Judged:
-    """A finished future's Judged; a notebook whose workers kept dying is the student's CRASH, any
-    other failure of the cluster the grader's incident."""
+    """A finished future's Judged; a notebook whose workers died `tries` times while grading it is the student's
+    CRASH, any other failure of the cluster the grader's incident. (The head hands out one notebook per worker
+    thread, so a worker that dies was grading only what it held.)"""
     from distributed.scheduler import KilledWorker
 
     try:
         return future.result()
     except KilledWorker:
         return Judged(NotebookResult(student, assignment, 0.0, 0.0, Status.CRASH, detail=(
-            f"the worker grading this notebook died {tries} times (most likely the notebook used too much memory); "
-            "not graded")))
+            f"the Dask worker grading this notebook died {tries} times while it ran (a notebook that uses too much "
+            "memory is the usual cause; if the workers were stopped from outside, grade it again with --force "
+            "--student and --assignment)")))
     except Exception as err:  # noqa: BLE001 - the cluster's failure, not the student's
         return Judged(_incident(student, assignment, f"the cluster failed ({type(err).__name__}: {err})"))
 

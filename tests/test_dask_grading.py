@@ -154,6 +154,62 @@ def test_cli_checks_the_scheduler_arguments(tmp_path):
         _cluster_arguments(Args, ClusterSettings())
 
 
+def test_an_unreachable_scheduler_is_one_line_naming_it_and_what_to_start(tmp_path):
+    """An instructor's wrong --scheduler waited 30 s in silence, then printed 60 lines of traceback (exit 1)."""
+    settings = ClusterSettings(scheduler=f"tcp://127.0.0.1:{free_port()}", connect_seconds=2)
+    with pytest.raises(grading_cluster.ClusterUnreachable) as err, grading_cluster.connected(settings):
+        pass
+    said = str(err.value)
+    assert settings.scheduler in said and "dask scheduler" in said and "dask worker" in said and "\n" not in said
+    assert isinstance(err.value, ValueError)  # the command line's one-line error, exit 2
+
+
+class _FakeClient:
+    """The parts of a Dask client the membership reads: who is there, their threads, and each one's answer."""
+
+    def __init__(self, workers: dict[str, tuple[int, str]]):
+        self.workers, self.asked = workers, []
+
+    def scheduler_info(self):
+        return {"workers": {w: {} for w in self.workers}}
+
+    def nthreads(self):
+        return {w: n for w, (n, _) in self.workers.items()}
+
+    def run(self, function, *args, workers=None, on_error="raise"):
+        self.asked += list(workers)
+        return {w: self.workers[w][1] for w in workers}
+
+
+def test_workers_that_join_late_or_come_back_at_new_addresses_grade(capsys):
+    """The head asked the workers once, up front, and pinned every notebook to their addresses: a worker that joined
+    later never graded, and when the workers restarted (new addresses) the run waited forever."""
+    client = _FakeClient({"tcp://a:1": (1, ""), "tcp://b:1": (2, "")})
+    members = grading_cluster._Membership(client, None, False)
+    members.refresh()
+    assert sorted(members.good) == ["tcp://a:1", "tcp://b:1"] and members.slots() == 3
+    assert members.pin() is None, "while no worker refuses, a notebook may go to any worker (a restarted one too)"
+    client.workers = {"tcp://b:1": (2, ""), "tcp://c:1": (1, ""), "tcp://d:1": (4, "it has another course")}
+    members.refresh()
+    assert sorted(members.good) == ["tcp://b:1", "tcp://c:1"] and members.slots() == 3
+    assert client.asked == ["tcp://a:1", "tcp://b:1", "tcp://c:1", "tcp://d:1"], "each worker asked once"
+    assert members.pin() == members.good and "tcp://d:1 refuses to grade: it has another course" in capsys.readouterr().err
+    client.workers = {}
+    members.refresh()
+    assert members.good == [] and members.slots() == 1
+
+
+def test_a_cluster_with_no_worker_waits_for_one_then_says_what_to_start(capsys):
+    members = grading_cluster._Membership(_FakeClient({}), None, False)
+    assert not members.wait_for_one("tcp://10.0.0.1:8786", progress=True, wait_s=0)
+    client = _FakeClient({})
+    members = grading_cluster._Membership(client, None, False)
+    joined = threading.Timer(1.5, lambda: client.workers.update({"tcp://a:1": (1, "")}))
+    joined.start()
+    assert members.wait_for_one("tcp://10.0.0.1:8786", progress=True, wait_s=120)
+    assert "`dask worker tcp://10.0.0.1:8786`" in capsys.readouterr().err
+
+
 def test_cli_checks_the_gateway_arguments():
     from course_tools.cli import UsageError, _cluster_arguments
 
@@ -227,6 +283,45 @@ def test_notebook_whose_worker_keeps_dying_is_the_students_crash(course, local_c
     assert "died 1 times" in sam.detail
     saved = json.loads((tmp_path / "out" / "students" / "sam" / f"{A01}.json").read_text())
     assert saved["fingerprint"]  # the student's outcome: kept, not regraded by the next run
+
+
+@pytest.mark.slow
+def test_a_dead_worker_blames_only_the_notebook_it_was_grading(course, local_cluster, tmp_path):
+    """With one try, one worker's death gave 8 of 10 students a saved crash: every notebook queued on it was blamed.
+    The head now hands out one notebook per worker thread, so the others are graded as usual."""
+    cluster, client = local_cluster
+    root = tmp_path / "class"
+    _class(root, {"sam": _slow(course), **{name: solved_notebook(course, A01) for name in ("ann", "ben", "cat", "dan")}})
+    thread, box = _grade_in_thread(root, _out(tmp_path / "out"), progress=False,
+                                   remote=grading_cluster.on_cluster(_on(cluster, tries=1)))
+    _kill_worker_grading(client, "sam", after=1.0)
+    by = {r.student_id: r for r in _finished(thread, box)}
+    assert by["sam"].status is Status.CRASH and "died 1 times while it ran" in by["sam"].detail
+    assert all(by[name].status is Status.OK and by[name].score == 17 for name in ("ann", "ben", "cat", "dan")), by
+
+
+@pytest.mark.slow
+def test_the_run_goes_on_when_every_worker_restarts(course, tmp_path):
+    """Both workers killed at once come back at new addresses; the notebooks they held are graded there. (A cluster
+    of its own: its nannies are left to restart what they can.)"""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        _grade_while_every_worker_restarts(course, cluster, client, tmp_path)
+
+
+def _grade_while_every_worker_restarts(course, cluster, client, tmp_path):
+    root = tmp_path / "class"
+    _class(root, {"sam": _slow(course), "ann": solved_notebook(course, A01), "ben": _mistake(course)})
+    thread, box = _grade_in_thread(root, _out(tmp_path / "out"), progress=False,
+                                   remote=grading_cluster.on_cluster(_on(cluster, tries=3)))
+    _kill_worker_grading(client, "sam", after=1.0)
+    for pid in client.run(os.getpid, on_error="return").values():
+        if isinstance(pid, int):
+            os.kill(pid, signal.SIGKILL)
+    by = {r.student_id: r for r in _finished(thread, box)}
+    assert by["sam"].score == by["ann"].score == 17 and by["ben"].score == 16, by
 
 
 @pytest.mark.slow

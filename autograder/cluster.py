@@ -86,7 +86,9 @@ def refusal(expected: CourseIdentity, weak_sandbox: bool) -> str:
     except Exception as err:  # noqa: BLE001 - no course here at all: said, never raised on the worker
         return f"it has no course checkout ({type(err).__name__}: {err})"
     if differs:
-        return "it has another course: " + ", ".join(differs) + " differ from the grading machine's"
+        return ("it has another course: " + ", ".join(differs) + " differ from the grading machine's (bring its "
+                "checkout to the same commit, and restart a worker started before the code changed: a worker keeps "
+                "the code it started with)")
     mode = isolation_mode()
     if mode != "bubblewrap" and not weak_sandbox:
         return (f"its sandbox is {mode!r}, not bubblewrap (install bubblewrap there, or set ATTN_SANDBOX=namespaces "

@@ -838,6 +838,50 @@ def _print_listed(title: str, lines: list[str]) -> None:
             print(f"  {line}")
 
 
+def _results_before(out: Path) -> dict[tuple[str, str], NotebookResult]:
+    """The grades OUT's tables hold before this run (results.json), by (student, notebook); none when unreadable."""
+    try:
+        rows = json.loads((out / "results.json").read_text())
+        earlier = [NotebookResult.from_dict(row) for row in rows]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+    return {(r.student_id, r.notebook): r for r in earlier}
+
+
+def _lower_than_before(before: dict, results: list[NotebookResult], now: set, out: Path) -> list[str]:
+    """For each notebook graded now from another file than its earlier grade's, whose final score (late penalty
+    taken) is lower: the line that says so, both scores and where each file came from."""
+    lines = []
+    for r in results:
+        old = before.get((r.student_id, r.notebook))
+        if (r.student_id, r.notebook) not in now or old is None or old.status is Status.MISSING:
+            continue
+        if old.source_file == r.source_file and old.timestamp == r.timestamp:
+            continue  # the same hand-in, graded again
+        if r.final_score() < old.final_score() - 1e-9:
+            late = f", {r.late_penalty:g} taken for lateness" if r.late_penalty else ""
+            lines.append(f"{r.student_id} {r.notebook}: {old.final_score():g} -> {r.final_score():g}{late}; now "
+                         f"{r.source_file or 'a newer file'}, before {old.source_file or 'an earlier file'}")
+    return lines
+
+
+def _commented_by_hand(course: Course, now: set[tuple[str, str]]) -> list[str]:
+    """'student notebook: cell' for each comment typed in formgrader on a notebook graded in this run."""
+    if not now:
+        return []
+    from nbgrader.api import Gradebook, MissingEntry
+
+    found = []
+    with Gradebook(course.db_url) as gb:
+        for student, notebook in sorted(now):
+            try:
+                submitted = gb.find_submission_notebook(notebook, notebook, student)
+            except MissingEntry:
+                continue
+            found += [f"{student} {notebook}: {c.name}" for c in submitted.comments if (c.manual_comment or "").strip()]
+    return found
+
+
 def _keep_earlier_time(sub: StudentSubmission, assignment: str, when: datetime | None | str) -> None:
     """The gradebook's submission time (`when`) for the very notebook graded before, when it is earlier than
     this folder's: `--force` on a new download of the class (every file dated the day of the download)
@@ -1367,6 +1411,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     overriding = bool(force and students and assignments)  # this run's grades replace others by hand: remembered
     started = time.time()
     salt = class_salt(out)
+    before = _results_before(out)  # the grades this run may replace: said when a newer file's grade is lower
 
     def todo(sub: StudentSubmission) -> list[str]:
         """The student enrolled; their notebooks to grade (saved results of the same files reused). A
@@ -1490,6 +1535,12 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                       resent)
         _print_listed(f"a score set by hand kept over a notebook graded now ({len(hand_kept)}; look at it again in "
                       "formgrader, where it can be emptied):", hand_kept)
+        commented = _commented_by_hand(course, now)
+        _print_listed(f"a comment written by hand kept over a notebook graded now ({len(commented)}; it was written "
+                      "about the notebook graded before: look at it again in formgrader):", commented)
+        lowered = _lower_than_before(before, results, now, out)
+        _print_listed(f"a newer submission's grade replaced a higher one ({len(lowered)}; to keep the earlier grade, "
+                      "grade the folder that holds its file again with --force --student ID --assignment NAME):", lowered)
         if other_code:
             print(f"graded again: {len(other_code)} notebook{'s' if len(other_code) > 1 else ''} whose saved grade was "
                   "made by other grading code (the grader's checks or the course library changed since)")
@@ -1516,6 +1567,9 @@ def write_outputs(course: Course, out: Path, playing: list[str], said: list[str]
     of the gradebook who is not on the last roster given and never handed anything in (dropped from the
     class) has no rows: nothing of theirs is lost, and they are not "missing" on every run; `said` gets
     a line naming them."""
+    from .extensions import give_pending
+
+    give_pending(course.db_url, out)  # extensions given before the student handed anything in
     _refresh_manual_feedback(course)
     results = class_results(course, out, playing)
     roster_ids = read_roster_ids(course)

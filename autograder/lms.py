@@ -238,9 +238,9 @@ def _names_of(person: dict[str, str]) -> list[str]:
 def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[str, str]],
                  people: dict[str, dict[str, str]] | None = None) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """({student: their roster row}, {student: why none}). A student is found by the Canvas user id
-    of their files, else by their id as ID, SIS User ID or SIS Login ID, else by name (their id, or the
-    names the gradebook has for them from the class roster, `people`); a row that fits two students, or
-    two rows that fit one, tie nobody."""
+    of their files, else by their id, or the email the class roster gave them (`people`), as ID, SIS User ID or
+    SIS Login ID, else by name (their id, or the names the gradebook has for them from the class roster); a row
+    that fits two students, or two rows that fit one, tie nobody."""
     people = people or {}
     by_uid = {row["ID"]: row for row in roster}
     by_id: dict[str, dict[str, dict[str, str]]] = {}
@@ -260,14 +260,15 @@ def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[st
                 why[sid] = f"Canvas user {uid}, from the name of the file graded, is not in the roster"
                 continue
         else:
-            fits = by_id.get(sid.lower()) or by_name.get(_name_key(sid), {})
+            email = people.get(sid, {}).get("email", "").strip().lower()
+            fits = by_id.get(sid.lower()) or (by_id.get(email, {}) if email else {}) or by_name.get(_name_key(sid), {})
             for name in [] if fits else _names_of(people.get(sid, {})):
                 fits = by_name.get(_name_key(name), {})
                 if fits:
                     break
             if len(fits) != 1:
-                why[sid] = ("no roster row has this id as ID, SIS User ID or SIS Login ID, nor this id or their name as "
-                            "Student" if not fits else
+                why[sid] = ("no roster row has this id or their email as ID, SIS User ID or SIS Login ID, nor this id or "
+                            "their name as Student" if not fits else
                             f"several roster rows fit ({', '.join(sorted(fits))}): not guessed")
                 continue
         [row] = fits.values()
@@ -330,20 +331,43 @@ def _clip(text: str) -> str:
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " [...]"
 
 
-def _summary(r: NotebookResult) -> str:
+def _summary(r: NotebookResult, comments: Comments = ()) -> str:
     lines = [f"{r.notebook}: {r.final_score():g} / {r.max_score:g}"]
     if r.status is not Status.OK:
         lines.append(r.status_text)
     if r.late_penalty:
         lines.append(f"{how_late(r.seconds_late)} (due {r.due}): {r.late_penalty:g} points taken")
+    if comments:
+        lines.append("Comments from your instructor:")
+        lines += [f"  {cell}: {text}" for cell, text in comments]
     return _clip("\n".join(lines))
+
+
+Comments = tuple[tuple[str, str], ...]  # (answer cell, comment typed in formgrader) for one notebook
+
+
+def class_comments(out: Path) -> dict[tuple[str, str], Comments]:
+    """(student, notebook) -> the comments typed in formgrader on that notebook's answer cells (the HTML feedback
+    pages show them; Gradescope's and PrairieLearn's results carry them in their message)."""
+    from nbgrader.api import Gradebook
+
+    found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    with Gradebook(settled_course(grading_output(out)).db_url) as gb:
+        for assignment in gb.assignments:
+            for submission in assignment.submissions:
+                for notebook in submission.notebooks:
+                    for comment in notebook.comments:
+                        text = (comment.manual_comment or "").strip()
+                        if text:
+                            found.setdefault((submission.student.id, notebook.name), []).append((comment.name, text))
+    return {key: tuple(sorted(pairs)) for key, pairs in found.items()}
 
 
 def _late(r: NotebookResult) -> str:
     return f"{how_late(r.seconds_late) or 'late'} (due {r.due}): the late policy takes {r.late_penalty:g} points"
 
 
-def gradescope_result(r: NotebookResult) -> dict:
+def gradescope_result(r: NotebookResult, comments: Comments = ()) -> dict:
     """Gradescope's autograder results.json for one graded notebook: the top-level score (the final
     one) overrides the sum of the tests, which show each test cell and the late penalty."""
     tests = [{"name": c.grade_id, "score": c.score, "max_score": c.max_score,
@@ -351,29 +375,31 @@ def gradescope_result(r: NotebookResult) -> dict:
               "tags": [c.exercise]} for c in r.cells]
     if r.late_penalty:
         tests.append({"name": "late penalty", "score": -r.late_penalty, "max_score": 0.0, "output": _late(r)})
-    return {"score": round(r.final_score(), SCORE_DIGITS), "output": _summary(r), "output_format": "text", "test_output_format": "text",
+    return {"score": round(r.final_score(), SCORE_DIGITS), "output": _summary(r, comments), "output_format": "text", "test_output_format": "text",
             "test_name_format": "text", "tests": tests,
             "extra_data": {"student_id": r.student_id, "notebook": r.notebook, "max_score": r.max_score,
                            "late_penalty": r.late_penalty, "status": r.status.value}}
 
 
-def prairielearn_result(r: NotebookResult) -> dict:
+def prairielearn_result(r: NotebookResult, comments: Comments = ()) -> dict:
     """PrairieLearn's external grader results.json for one graded notebook: score from 0 to 1 (the
     final score over the notebook's points); an unreadable or wrong notebook is not gradable."""
     if r.status in NOT_GRADABLE:
-        return {"gradable": False, "format_errors": [_clip(r.status_text)], "message": _summary(r)}
+        return {"gradable": False, "format_errors": [_clip(r.status_text)], "message": _summary(r, comments)}
     tests = [{"name": c.grade_id, "description": f"exercise {c.exercise}", "points": c.score,
               "max_points": c.max_score, "message": _clip(c.message)} for c in r.cells]
     if r.late_penalty:
         tests.append({"name": "late penalty", "description": "the class's late policy", "points": -r.late_penalty,
                       "max_points": 0.0, "message": _late(r)})
     score = min(max(r.final_score() / r.max_score, 0.0), 1.0) if r.max_score > 0 else 0.0
-    return {"gradable": True, "score": round(score, SCORE_DIGITS), "message": _summary(r), "tests": tests}
+    return {"gradable": True, "score": round(score, SCORE_DIGITS), "message": _summary(r, comments), "tests": tests}
 
 
-def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
-    """make(result) as DEST/<student>/<notebook>/results.json for every graded notebook; a missing one
+def json_results(results: list[NotebookResult], dest: Path, make,
+                 comments: dict[tuple[str, str], Comments] | None = None) -> Exported:
+    """make(result, its comments) as DEST/<student>/<notebook>/results.json for every graded notebook; a missing one
     has none, a held-back one none (an earlier export's file is removed), each listed."""
+    comments = comments or {}
     done = Exported(dest)
     missing: list[str] = []
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
@@ -388,7 +414,8 @@ def json_results(results: list[NotebookResult], dest: Path, make) -> Exported:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(make(r), indent=1, ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(json.dumps(make(r, comments.get((r.student_id, r.notebook), ())), indent=1,
+                                  ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, target)
         done.written.append(target)
     if missing:
@@ -463,10 +490,15 @@ def export(out: Path, to: str, dest: Path | None = None, canvas_roster: Path | N
 
     with folder_lock.held(out):  # export writes the tables, the report and feedback pages too: never beside a `grade`
         results, people = class_grades(out)
+        comments = class_comments(out) if not csv_file else {}
     if not results:
         raise ExportError(f"{out}: the gradebook has no student and no notebook in play yet: grade the class first")
     if to == "canvas":
         return canvas_csv(results, dest, roster, people)
     if to == "moodle":
         return moodle_csv(results, dest, people)
-    return json_results(results, dest, gradescope_result if to == "gradescope" else prairielearn_result)
+    done = json_results(results, dest, gradescope_result if to == "gradescope" else prairielearn_result, comments)
+    if comments:
+        done.notes.append(f"the comments typed in formgrader are in each file's {'output' if to == 'gradescope' else 'message'} "
+                          f"({sum(map(len, comments.values()))} on {len(comments)} notebooks), as on the feedback pages")
+    return done

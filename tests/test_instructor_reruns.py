@@ -457,3 +457,29 @@ def test_a_late_fix_beside_a_new_download_of_the_graded_notebook_is_graded(cours
     row = _rows(out)["tanakayuki", A01]
     assert row["score"] == "17" and row["submitted"] == "2025-12-03T12:00:00Z", (row, said)
     assert float(row["late_penalty"]) == pytest.approx(3.4), row  # 2 days late (per-day:10, whole days up)
+
+
+def test_a_late_fix_that_lowers_the_grade_and_a_comment_kept_over_it_are_said(course, tmp_path):
+    """An instructor's walkthrough: erin's corrected notebook, 1.5 days late, replaced her on-time 16 with 15.3
+    (-1.7 for lateness) and the comment written about her old bug stood under the fixed code; the console said
+    neither. Both are listed now, with how to keep the earlier grade."""
+    from nbgrader.api import Gradebook
+
+    week1, late, out = tmp_path / "week1", tmp_path / "late", tmp_path / "out"
+    _put(week1 / "erin" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _graded(week1, out, due=DUE, late_penalty="per-day:10")
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        comment = gb.find_comment("dot_similarity", A01, A01, "erin")
+        comment.manual_comment = "E.T @ E compares features, not words: see the shapes"
+        gb.db.commit()
+    _put(late / "erin" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)  # the fix, 1.5 days after the due date
+    _put(late / "ann" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)  # the same notebook, downloaded again
+    said = _graded(late, out)
+    assert "a newer submission's grade replaced a higher one (1; to keep the earlier grade, grade the folder that " \
+        f"holds its file again with --force --student ID --assignment NAME):\n  erin {A01}: 16 -> " in said, said
+    assert "taken for lateness; now erin/" in said and "in late)" in said and "in week1)" in said, said
+    assert f"a comment written by hand kept over a notebook graded now (1; it was written about the notebook graded " \
+        f"before: look at it again in formgrader):\n  erin {A01}: dot_similarity\n" in said, said
+    assert "ann" not in said.split("a newer submission's grade")[1].split("\n\n")[0]
+    assert "replaced a higher one" not in _graded(late, out)  # said when it happens, not at every run

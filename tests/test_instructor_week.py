@@ -491,3 +491,30 @@ def test_an_extension_for_one_student_changes_their_lateness_everywhere_without_
     assert cli.main(["extend", str(undated), "ann", A01, "--days", "2"]) == 2
     assert f"{A01} has no due date in {undated}" in capsys.readouterr().err
     assert cli.main(["export", str(undated), "--to", "gradescope"]) == 0
+
+
+def test_an_extension_given_before_the_student_hands_in_is_given_when_they_do(course, tmp_path, capsys):
+    """An instructor's walkthrough: `extend` refused a student who had not handed in yet ("grade their notebook
+    first"), so frank, ill until after the due date, could not be given his extension in time. It now waits, and
+    his notebook, 1.5 days late, is on time for him when it is graded."""
+    subs, late, out, roster = tmp_path / "subs", tmp_path / "late", tmp_path / "out", tmp_path / "roster.csv"
+    roster.write_text("id\nann\nfrank\n")
+    (subs / "ann").mkdir(parents=True)
+    nbformat.write(solved_notebook(course, A01), subs / "ann" / f"{A01}.ipynb")
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1", "--roster", str(roster),
+                     "--due", f"{A01}=2025-12-01T23:59:00Z", "--late-penalty", "per-day:10"]) == 1  # frank: missing
+    capsys.readouterr()
+    assert cli.main(["extend", str(out), "frank", A01, "--days", "2"]) == 0
+    said = capsys.readouterr().out
+    assert f"frank {A01}: due 2025-12-03 23:59 UTC for them" in said and "nothing of theirs is graded yet" in said
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows["frank"]["status"].startswith("missing")
+    (late / "frank").mkdir(parents=True)
+    nbformat.write(solved_notebook(course, A01), late / "frank" / f"{A01}.ipynb")
+    when = datetime(2025, 12, 3, 12, 0, tzinfo=timezone.utc).timestamp()  # 1.5 days after the class's due date
+    os.utime(late / "frank" / f"{A01}.ipynb", (when, when))
+    assert cli.main(["grade", str(late), "--out", str(out), "--workers", "1"]) == 0
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert (rows["frank"]["score"], rows["frank"]["late_penalty"], rows["frank"]["due"][:16]) == \
+        ("17", "0", "2025-12-03T23:59"), rows["frank"]
+    assert not (out / "extensions-pending.json").exists() or "frank" not in (out / "extensions-pending.json").read_text()

@@ -166,6 +166,16 @@ def test_canvas_roster_matching_by_the_names_of_the_class_roster():
     assert lms.match_canvas(ours, roster)[0] == {}  # by the ids alone, nothing fits: the names did it
 
 
+def test_canvas_roster_matching_by_the_email_of_the_class_roster():
+    """An instructor's walkthrough: Canvas named gina "Green, Georgina" with her email as SIS Login ID, the class
+    roster gave her the same email, and she was exported tied to no row (and the row listed as having no grades)."""
+    roster = [{"Student": "Green, Georgina", "ID": "9", "SIS Login ID": "Gina@Uni.example"}]
+    ours = {"gina": [NotebookResult("gina", A01, 1, 2)]}
+    people = {"gina": {"first_name": "Gina", "last_name": "Green", "email": "gina@uni.example"}}
+    assert lms.match_canvas(ours, roster, people)[0]["gina"]["ID"] == "9"
+    assert "gina" in lms.match_canvas(ours, roster, {"gina": {"first_name": "Gina", "last_name": "Green"}})[1]
+
+
 @pytest.mark.parametrize("source, uid", [
     ("smithjane_101_9001_01_similarity_attention.ipynb (file time)", "101"),
     ("doejohn_LATE_102_9003_01 (1).ipynb (file time)", "102"),
@@ -329,6 +339,7 @@ def test_a_graded_canvas_class_exports_with_a_manual_grade_and_a_late_penalty(co
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
         manual = gb.find_grade("test_dot_similarity", A01, A01, "roeeli")
         manual.manual_score = manual.max_score
+        gb.find_comment("dot_similarity", A01, A01, "roeeli").manual_comment = "Right idea; E @ E.T compares words"
         gb.db.commit()
     assert {r["student_id"]: r["score"] for r in json.loads((out / "results.json").read_text())}["roeeli"] == 16
 
@@ -346,15 +357,21 @@ def test_a_graded_canvas_class_exports_with_a_manual_grade_and_a_late_penalty(co
     assert rows["Roe, Eli"][1:] == ["103", "S0103", "eroe", "Section 2", "17"]  # the manual grade
 
     assert cli.main(["export", str(out), "--to", "gradescope", "--dest", str(tmp_path / "gs")]) == 0
-    assert f"gradescope: 3 files -> {tmp_path / 'gs'}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"gradescope: 3 files -> {tmp_path / 'gs'}" in printed and "comments typed in formgrader" in printed
     gs = _loaded(tmp_path / "gs")
     assert gs["roeeli", A01]["score"] == 17 and gs["doejohn", A01]["score"] == pytest.approx(15.3)
     assert gs["doejohn", A01]["tests"][-1]["name"] == "late penalty"
     assert all(t["status"] == "passed" for t in gs["roeeli", A01]["tests"])  # the manual grade, cell by cell
+    # the instructor's comment, which only the HTML page carried (a walkthrough found it missing here)
+    assert "Comments from your instructor:\n  dot_similarity: Right idea; E @ E.T compares words" in \
+        gs["roeeli", A01]["output"]
+    assert "Comments from your instructor" not in gs["doejohn", A01]["output"]
 
     assert cli.main(["export", str(out), "--to", "prairielearn", "--dest", str(tmp_path / "pl")]) == 0
     pl = _loaded(tmp_path / "pl")
     assert pl["roeeli", A01]["score"] == 1.0 and pl["doejohn", A01]["score"] == pytest.approx(15.3 / 17)
+    assert "dot_similarity: Right idea" in pl["roeeli", A01]["message"]
 
     assert cli.main(["export", str(out / "course"), "--to", "moodle"]) == 1  # no emails in this gradebook
     captured = capsys.readouterr()

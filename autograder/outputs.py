@@ -12,6 +12,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 FEEDBACK_OUTPUTS = "attn_feedback_outputs"  # cell metadata: {"outputs": [...], "execution_count": n}
 CELL_OUTPUT_LIMIT = 200_000  # characters of outputs per cell shown in feedback
 NOTEBOOK_OUTPUT_LIMIT = 1_000_000  # ... and per notebook
+NOTEBOOK_MARKUP_LIMIT = 1_000_000  # characters of a notebook's markdown and raw cells, parsed as HTML for its pages
 TOO_LARGE = "[output too large for feedback]"
 _KEPT_DATA = ("text/plain", "text/html", "text/markdown", "image/png", "image/jpeg")  # never scripts, SVG, widgets
 _ACTIVE = {"text/html": lambda v: safe_html(v), "text/markdown": lambda v: safe_markdown(v)}  # kept made inert
@@ -59,6 +60,8 @@ def student_outputs(raw, budget: int) -> tuple[list, int]:
                 if value is not None and mime.startswith("image/"):
                     value = "".join(value.split())
                     value = value if _BASE64.fullmatch(value) else None
+                if value is not None and mime in _ACTIVE and len(value) > min(CELL_OUTPUT_LIMIT, budget) - size:
+                    return [new_output("stream", name="stdout", text=TOO_LARGE + "\n")], 0  # never parsed
                 if value is not None and mime in _ACTIVE:
                     value = _ACTIVE[mime](value)
                 if value is not None:
@@ -161,10 +164,45 @@ def _html_elements() -> frozenset:
                                    "dialog", "slot", "image", "noembed", "noframes", "xmp", "plaintext", "listing"}
 
 
+PARSE_LIMIT = 100_000  # characters of one markdown cell or HTML output the grader parses as HTML
+NESTING_LIMIT = 40  # elements open at once in it (html5lib's work grows with the nesting: each tag scans the open ones)
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)[^<>]*>")
+_CLOSED_BY_SIBLINGS = frozenset("p li dt dd tr td th option optgroup rb rt rtc rp thead tbody tfoot colgroup caption "
+                                "head body html".split())  # an unclosed one is closed by the next of its kind
+_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+
+
+def too_costly(text: str) -> str:
+    """Why the grader will not parse this markdown or HTML ("" when it will): longer than PARSE_LIMIT, or more than
+    NESTING_LIMIT elements open at once. A red team's 48,000 nested `<ul>` took 2 minutes a pass in html5lib, and a
+    2 MB cell hours, with every other student's grade waiting; no honest cell or output comes near either."""
+    if len(text) > PARSE_LIMIT:
+        return f"{len(text):,} characters, more than the {PARSE_LIMIT:,} the feedback page shows"
+    depth = deepest = 0
+    for closing, name in _TAG.findall(text):
+        name = name.lower()
+        if name in _VOID or name in _CLOSED_BY_SIBLINGS:  # `<div/>` opens a div all the same
+            continue
+        depth = max(depth - 1, 0) if closing else depth + 1
+        deepest = max(deepest, depth)
+        if deepest > NESTING_LIMIT:
+            return f"HTML elements nested more than {NESTING_LIMIT} deep"
+    return ""
+
+
+def not_shown(kind: str, why: str) -> str:
+    """What the feedback page shows in place of markdown or HTML the grader would not parse."""
+    return f"*[the grader does not show this {kind}: {why}]*"
+
+
 def is_safe_html(fragment: str) -> bool:
     """Whether a browser would find only SAFE_TAGS (or inert unknown ones like `<pad>`) with safe attributes
-    in this HTML, parsed by html5lib as a browser parses it (bleach's parser): no comment, SVG or MathML."""
+    in this HTML, parsed by html5lib as a browser parses it (bleach's parser): no comment, SVG or MathML.
+    HTML too costly to parse (`too_costly`) is not safe."""
     from bleach.html5lib_shim import BleachHTMLParser, getTreeWalker
+
+    if too_costly(fragment):
+        return False
 
     parser = BleachHTMLParser(tags=None, strip=False, consume_entities=False, namespaceHTMLElements=False)
     known = _html_elements()
@@ -209,7 +247,10 @@ def render_markdown(source: str, attachments: dict | None = None) -> str:
 
 
 def safe_html(fragment: str) -> str | None:
-    """HTML (a raw cell, a text/html output) kept when safe, else cleaned; None when still not safe."""
+    """HTML (a raw cell, a text/html output) kept when safe, else cleaned; None when still not safe, or too costly
+    to parse (`too_costly`)."""
+    if too_costly(fragment):
+        return None
     if is_safe_html(fragment):
         return fragment
     cleaned = clean_html(fragment)
@@ -218,7 +259,11 @@ def safe_html(fragment: str) -> str | None:
 
 def safe_markdown(source: str, attachments: dict | None = None) -> str:
     """Markdown kept when it renders to safe HTML, else cleaned by bleach; shown as its source in a
-    code block when even the cleaned text renders unsafe (a markdown link to javascript:, say)."""
+    code block when even the cleaned text renders unsafe (a markdown link to javascript:, say); replaced by a note
+    when too costly to parse (`too_costly`: then not even its source is shown, which every later reader would parse)."""
+    why = too_costly(source)
+    if why:
+        return not_shown("markdown cell", why)
     if _renders_safe(source, attachments):
         return source
     cleaned = clean_html(source)
@@ -239,6 +284,9 @@ def _renders_safe(source: str, attachments: dict | None) -> bool:
 
 def safe_raw(source: str) -> str:
     """A raw cell (nbconvert's HTML page puts one without a format in as HTML): kept when safe, else escaped."""
+    why = too_costly(source)
+    if why:
+        return html.escape(not_shown("raw cell", why))
     return safe_html(source) or html.escape(source)
 
 

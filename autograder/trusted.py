@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import copy
 import dataclasses
+import hashlib
 import importlib
 import re
 import sys
@@ -152,13 +153,26 @@ def _as_typed(source: str) -> str:
     return "\n".join(line.rstrip() for line in lines).strip("\n")
 
 
+def install_digest(source: str) -> str:
+    """SHA-256 of an install cell's source as typed (line ends and trailing spaces aside): how an earlier release's
+    cell, unedited, is known (course_tools.colab.earlier_digests)."""
+    return hashlib.sha256(_as_typed(source).encode()).hexdigest()
+
+
 def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
     """The student's notebook as nbgrader should see it: grade metadata restored from the source
     for the first cell of each known grade_id, dropped from duplicates and unknown ids (so an
     edited `points`, a renamed grade_id or a duplicated cell can neither earn nor crash), and the
     course's kernelspec. The outputs of each code cell are carried, bounded and filtered, in its
     metadata (outputs.student_outputs, plugins.TrustedVerdicts): feedback shows them, nothing runs them."""
-    from .outputs import FEEDBACK_OUTPUTS, NOTEBOOK_OUTPUT_LIMIT, _is_count, student_outputs
+    from .outputs import (
+        FEEDBACK_OUTPUTS,
+        NOTEBOOK_MARKUP_LIMIT,
+        NOTEBOOK_OUTPUT_LIMIT,
+        _is_count,
+        not_shown,
+        student_outputs,
+    )
 
     source_meta = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]
                    for c in source_nb.cells if "nbgrader" in c.metadata}
@@ -166,18 +180,26 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
                    for c in source_nb.cells if "nbgrader" in c.metadata}
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": source_nb.metadata.get("kernelspec", {}),
                                             "language_info": {"name": "python"}})
-    seen, output_budget = set(), NOTEBOOK_OUTPUT_LIMIT
+    seen, output_budget, markup_budget = set(), NOTEBOOK_OUTPUT_LIMIT, NOTEBOOK_MARKUP_LIMIT
     # the course's own install cell, unedited: neither run (it does nothing off Colab) nor read as the
     # student's code (it starts pip); edited, it is the student's code like any other cell
-    provided = {_as_typed(c.source) for c in source_nb.cells
-                if c.cell_type == "code" and INSTALL_TAG in c.metadata.get("tags", [])}
+    installs = [c for c in source_nb.cells if c.cell_type == "code" and INSTALL_TAG in c.metadata.get("tags", [])]
+    provided = {_as_typed(c.source) for c in installs}
+    earlier = {d for c in installs for d in c.metadata.get("attn_install_earlier", []) if isinstance(d, str)}
     for cell in student_nb.get("cells", []):
+        if not isinstance(cell, dict):  # a string or null among the cells: no cell (it once made the grader fail)
+            continue
         ctype = cell.get("cell_type")
         src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else str(src)
+        src = "".join(p for p in src if isinstance(p, str)) if isinstance(src, list) else \
+            src if isinstance(src, str) else ""
         if ctype == "code":
             new = nbformat.v4.new_code_cell(src)
         elif ctype in ("markdown", "raw"):
+            if len(src) > markup_budget:  # every later reader parses it as HTML: bounded per notebook, as outputs are
+                src = not_shown(f"{ctype} cell", f"the notebook's {ctype} and markdown cells are past the "
+                                f"{NOTEBOOK_MARKUP_LIMIT:,} characters the feedback page shows")
+            markup_budget -= len(src)
             new = (nbformat.v4.new_markdown_cell if ctype == "markdown" else nbformat.v4.new_raw_cell)(src)
         else:
             continue
@@ -190,7 +212,8 @@ def normalize_submission(student_nb, source_nb) -> nbformat.NotebookNode:
             seen.add(gid)
             new.metadata["nbgrader"] = dict(source_meta[gid])
             new.metadata["nbgrader"].pop("checksum", None)
-        if ctype == "code" and _as_typed(src) in provided and "nbgrader" not in new.metadata:
+        if ctype == "code" and "nbgrader" not in new.metadata and \
+                (_as_typed(src) in provided or (earlier and install_digest(src) in earlier)):
             new.metadata[PROVIDED] = True
         test_cell = new.metadata.get("nbgrader", {}).get("grade") and not new.metadata["nbgrader"].get("solution")
         if ctype == "code" and not test_cell:  # a test cell shows its verdict only

@@ -23,6 +23,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.trusted import INSTALL_TAG as TAG  # found and replaced by the build; the grader skips it unedited
+from autograder.trusted import install_digest
 
 from .publishing import published
 
@@ -60,25 +61,73 @@ if "google.colab" in sys.modules and not os.environ.get("ATTN_COURSE_ROOT"):
 '''
 
 
-def install_source(repository: str, tag: str) -> str:
+# The cell as earlier releases of the course wrote it (newest first): a student who fetched the notebooks before
+# an update still hands in that cell, unedited, and it is still the course's (trusted.normalize_submission).
+_EARLIER_TEMPLATES = (
+    '''\
+# On Colab: install the course ({where}) with its self-check. Anywhere else this cell does nothing.
+import os, subprocess, sys
+if "google.colab" in sys.modules and not os.environ.get("ATTN_COURSE_ROOT"):
+    COURSE, REPOSITORY, TAG = {course!r}, {url!r}, {tag!r}
+    if not REPOSITORY and not os.path.isfile(os.path.join(COURSE, "pyproject.toml")):
+        raise RuntimeError("this copy of the course names no repository to install from (pyproject.toml: "
+                           "[tool.attention-course] repository). Upload the course folder yourself (Files, or "
+                           "!unzip -q course.zip -d /content) so that " + COURSE + "/pyproject.toml exists, then "
+                           "run this cell again; or open the notebook from the course's published copy")
+    if not os.path.isdir(COURSE):
+        subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", TAG, REPOSITORY, COURSE], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", COURSE + "[{extra}]"], check=True)
+    sys.path.insert(0, COURSE)  # this kernel started before the install: it sees the course from now on
+    os.environ["ATTN_COURSE_ROOT"] = COURSE
+'''
+,
+    '''\
+# On Colab: install the course ({where}) with its self-check. Anywhere else this cell does nothing.
+import os, subprocess, sys
+if "google.colab" in sys.modules and not os.environ.get("ATTN_COURSE_ROOT"):
+    COURSE, REPOSITORY, TAG = {course!r}, {url!r}, {tag!r}
+    if not REPOSITORY:
+        raise RuntimeError("this copy of the course names no repository to install from (pyproject.toml: "
+                           "[tool.attention-course] repository): open the notebook from the course's published "
+                           "copy, or ask your instructor for its link")
+    if not os.path.isdir(COURSE):
+        subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", TAG, REPOSITORY, COURSE], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", COURSE + "[{extra}]"], check=True)
+    sys.path.insert(0, COURSE)  # this kernel started before the install: it sees the course from now on
+    os.environ["ATTN_COURSE_ROOT"] = COURSE
+'''
+,
+)
+EARLIER = "attn_install_earlier"  # the install cell's metadata: SHA-256 of each earlier release's cell, as typed
+
+
+def install_source(repository: str, tag: str, template: str = _TEMPLATE) -> str:
     """The install cell's code for the course published at github.com/`repository`, tag `tag`."""
     url = f"https://github.com/{repository}" if repository else ""
     where = f"{repository} at {tag}" if repository else "no repository set"
-    return _TEMPLATE.format(where=where, course=COURSE_ON_COLAB, url=url, tag=tag, extra=EXTRA, grader=GRADER_ON_COLAB)
+    return template.format(where=where, course=COURSE_ON_COLAB, url=url, tag=tag, extra=EXTRA, grader=GRADER_ON_COLAB)
+
+
+def earlier_digests(repository: str, tag: str) -> list[str]:
+    """The digests (trusted.install_digest) of the cell as earlier releases wrote it for this repository and tag."""
+    return [install_digest(install_source(repository, tag, template)) for template in _EARLIER_TEMPLATES]
 
 
 def is_install_cell(cell) -> bool:
     return TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def with_install_cell(nb: nbformat.NotebookNode, source: str) -> bool:
-    """Make the install cell, with `source`, `nb`'s first code cell: right under the title (a first
-    markdown cell), replacing an older one wherever it is. True when the notebook changed."""
+def with_install_cell(nb: nbformat.NotebookNode, source: str, earlier: list[str] | None = None) -> bool:
+    """Make the install cell, with `source` (and the digests of its `earlier` releases), `nb`'s first code cell:
+    right under the title (a first markdown cell), replacing an older one wherever it is. True when the notebook
+    changed."""
     rest = [c for c in nb.cells if not is_install_cell(c)]
     at = 1 if rest and rest[0].cell_type == "markdown" and rest[0].source.lstrip().startswith("# ") else 0
-    if len(rest) == len(nb.cells) - 1 and is_install_cell(nb.cells[at]) and nb.cells[at].source == source:
+    if len(rest) == len(nb.cells) - 1 and is_install_cell(nb.cells[at]) and nb.cells[at].source == source and \
+            nb.cells[at].metadata.get(EARLIER, []) == (earlier or []):
         return False
-    cell = nbformat.v4.new_code_cell(source, metadata={"tags": [TAG], "editable": False, "deletable": False})
+    metadata = {"tags": [TAG], "editable": False, "deletable": False, **({EARLIER: earlier} if earlier else {})}
+    cell = nbformat.v4.new_code_cell(source, metadata=metadata)
     cell["id"] = TAG  # a fixed id: rebuilding gives the same notebook
     nb.cells = rest[:at] + [cell] + rest[at:]
     return True
@@ -88,12 +137,12 @@ def sync_install_cells(solutions: Path, names: list[str], root: Path) -> list[Pa
     """Write the install cell into each named solution notebook where it is missing or stale."""
     from autograder.course import notebook_path
 
-    source = install_source(*published(root))
+    source, earlier = install_source(*published(root)), earlier_digests(*published(root))
     written = []
     for name in names:
         path = notebook_path(name, solutions)
         nb = nbformat.read(path, as_version=4)
-        if with_install_cell(nb, source):
+        if with_install_cell(nb, source, earlier):
             nbformat.write(nb, path)
             written.append(path)
     return written

@@ -231,3 +231,22 @@ def test_on_a_simulated_colab_one_cell_installs_the_course_and_the_notebook_chec
     kernel_site = sorted(p.name for p in site.iterdir() if not p.name.startswith(("__pycache__", "dependencies")))
     assert all("attention_course" in name for name in kernel_site), kernel_site  # the library alone, nothing else
     assert (grader / "bin" / "python").is_file()
+
+
+@pytest.mark.parametrize("release", range(len(colab._EARLIER_TEMPLATES)))
+def test_an_earlier_releases_install_cell_unedited_is_still_the_courses(release):
+    """A student who fetched the notebooks before the course changed its install cell hands in the earlier cell,
+    unedited: it was read as the student's code and sent to review (it starts pip). Earlier releases' cells are
+    known by their digests, kept in the install cell's metadata by the build."""
+    from autograder import trusted
+
+    source = nbformat.read(SOLUTIONS / A01 / f"{A01}.ipynb", as_version=4)
+    student = nbformat.read(REPO / "notebooks" / A01 / f"{A01}.ipynb", as_version=4)
+    [cell] = [c for c in student.cells if colab.is_install_cell(c)]
+    cell.source = colab.install_source(*colab.published(REPO), template=colab._EARLIER_TEMPLATES[release])
+    assert cell.source != colab.install_source(*colab.published(REPO))
+    job = trusted.build_job(trusted.normalize_submission(student, source), trusted.test_cells(source))
+    assert not any("google.colab" in s for s in job.sources)
+    cell.source += "\nprint('mine')\n"  # edited: the student's
+    edited = trusted.build_job(trusted.normalize_submission(student, source), trusted.test_cells(source))
+    assert sum("google.colab" in c.get("source", "") for c in edited.cells) == 1

@@ -339,6 +339,35 @@ def _numpy_by(convert):
     return online_softmax_attention
 
 
+def every_key_for_a_few_queries(q, k, v, block_size, mask=None, manual=False):
+    """A red team's 8/8: plain softmax attention over all keys, block_size queries at a time. Its largest tensor is
+    the online algorithm's size ([.., block, T_k] against [.., T_q, block]); no running max, no rescaling."""
+    outs = []
+    for start in range(0, q.shape[-2], block_size):
+        s = q[..., start:start + block_size, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~torch.broadcast_to(mask, (*q.shape[:-1], k.shape[-2]))[..., start:start + block_size, :],
+                              float("-inf"))
+        if manual:  # the softmax written out: a max and a sum over every key
+            e = (s - s.amax(-1, keepdim=True).clamp(min=-1e30)).exp()
+            w = e / e.sum(-1, keepdim=True).clamp(min=1e-30)
+        else:
+            w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        outs.append(w @ v)
+    return torch.cat(outs, dim=-2)
+
+
+@pytest.mark.parametrize("impl", [every_key_for_a_few_queries,
+                                  lambda q, k, v, b, mask=None: every_key_for_a_few_queries(q, k, v, b, mask, True)],
+                         ids=["torch.softmax", "written out"])
+def test_attention_over_every_key_a_few_queries_at_a_time_loses_the_memory_point(impl):
+    memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
+    with pytest.raises(CheckFailed, match="all 96 keys at once"):
+        check_exercise(memory, impl)
+    output = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention")
+    check_exercise(output, impl)  # its numbers are right: only the memory point is lost
+
+
 @pytest.mark.parametrize("impl, words", [(whole_matrix_into_an_out_tensor, "largest tensor created inside"),
                                          (whole_matrix_in_numpy, "Tensor.numpy"),
                                          # a red team's np.asarray(q): 8/8 (Tensor.__array__ calls .numpy() unseen)

@@ -93,11 +93,41 @@ def _online_mask_cases(rng):
     return cases
 
 
-class _Largest:
-    """The largest storage a call allocates (views and in-place changes of its inputs not counted),
-    via a PyTorch dispatch mode; used inside the case, its number is judged in the trusted process."""
+_REDUCTIONS = frozenset({"_softmax", "_log_softmax", "_safe_softmax", "amax", "amin", "max", "min", "logsumexp", "sum",
+                         "mean", "prod", "cumsum", "logcumsumexp", "linalg_vector_norm", "norm", "nansum", "var", "std"})
+_PRODUCTS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "addbmm": (1, 2)}
 
-    def __init__(self):
+
+def _over_all_keys(func, args, kwargs, keys: int) -> bool:
+    """Whether one PyTorch operation reduces numbers over a dimension of `keys` (every key at once): a softmax, a
+    max, a sum, or a matrix product whose inner dimension is the keys. An online softmax reads the keys a block at a
+    time and never does; attention over every key for a few queries at a time (a red team's 8/8: its memory is
+    that of the online algorithm) does. Booleans (a mask's `any`) are not numbers reduced."""
+    name = func.overloadpacket.__name__
+    if name in _PRODUCTS:
+        a = args[_PRODUCTS[name][0]] if len(args) > _PRODUCTS[name][0] else None
+        return isinstance(a, torch.Tensor) and a.dim() >= 2 and a.shape[-1] == keys
+    if name not in _REDUCTIONS or not args or not isinstance(args[0], torch.Tensor):
+        return False
+    x = args[0]
+    if not (x.dtype.is_floating_point or x.dtype.is_complex) or x.dim() == 0:
+        return False
+    dims = args[1] if len(args) > 1 else (kwargs or {}).get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        dims = range(x.dim())
+    elif isinstance(dims, int):
+        dims = [dims]
+    elif not isinstance(dims, (list, tuple)):
+        return False
+    return any(isinstance(d, int) and -x.dim() <= d < x.dim() and x.shape[d] == keys for d in dims)
+
+
+class _Largest:
+    """The largest storage a call allocates (views and in-place changes of its inputs not counted), and whether it
+    ever reduces over every key at once (`_over_all_keys`), via a PyTorch dispatch mode; used inside the case,
+    its numbers are judged in the trusted process."""
+
+    def __init__(self, keys: int = 0):
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_flatten
 
@@ -109,6 +139,8 @@ class _Largest:
                 return False
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if keys and not owner.all_keys and _over_all_keys(func, args, kwargs, keys):
+                    owner.all_keys = True
                 # the inputs' storages before the call: an `out=` tensor it resizes (an empty one given to
                 # torch.matmul to hold the whole score matrix) is new memory, and counted
                 inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
@@ -119,24 +151,27 @@ class _Largest:
                         owner.largest = max(owner.largest, int(t.untyped_storage().nbytes()))
                 return out
 
-        self.largest = 0
+        self.largest, self.all_keys = 0, False
         self.mode = Mode()
 
 
 def _measured(f, q, k, v, block, mask):
-    probe = _Largest()
+    probe = _Largest(keys=k.shape[-2] if k.shape[-2] > block else 0)
     with torch.no_grad(), probe.mode:
         out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
-    return out, np.array([probe.largest])
+    return out, np.array([probe.largest, float(probe.all_keys)])
 
 
 def _fits(limit: int):
-    """derive: (output, largest allocation) -> (output, [largest allocation < limit]), decided here."""
+    """derive: (output, [largest allocation, reduced over every key]) -> (output, [largest allocation < limit and
+    no reduction over every key at once]), decided here."""
     def verdict(result):
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             raise TypeError(f"unexpected result {type(result).__name__}")
-        out, largest = result
-        return out, np.array([float(np.asarray(largest).reshape(-1)[0]) < limit])
+        out, measured = result
+        measured = np.asarray(measured, dtype=np.float64).reshape(-1)
+        over_all_keys = len(measured) > 1 and bool(measured[1])
+        return out, np.array([float(measured[0]) < limit and not over_all_keys])
     return verdict
 
 
@@ -151,7 +186,8 @@ def _online_memory_cases(rng):
         cases.append(Case(f"q, k, v [{B}, {H}, {T}, {D}], block_size={block}"
                           + (", a causal mask" if masked else "")
                           + f": (output, whether the largest tensor created inside stays below half of the "
-                          f"[{B}, {H}, {T}, {T}] float32 score matrix, {full // 2} bytes)",
+                          f"[{B}, {H}, {T}, {T}] float32 score matrix, {full // 2} bytes, and no softmax, max, sum or "
+                          f"product runs over all {T} keys at once: they come a block at a time)",
                           lambda f, q=q, k=k, v=v, b=block, m=mask: _measured(f, q, k, v, b, m),
                           derive=_fits(full // 2)))
     return cases

@@ -880,3 +880,44 @@ def test_a_refilled_beam_is_told_that_one_beam_is_greedy():
     message = str(pytest.raises(CheckFailed, check_exercise, _exercise("beam_search_greedy"),
                                 _build(REFILLED_BEAM, "beam_search")).value)
     assert "when it ends with eos, the search ends; nothing refills the beam" in message, message
+
+
+# A red team's 6/6: every case's beam was as wide as the vocabulary, where a beam search finds what searching every
+# sequence finds. The case with a beam of 2 (judged against the course's beam search) tells them apart.
+EVERY_SEQUENCE = '''
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    rows = []
+    with torch.no_grad():
+        for b in range(src.size(0)):
+            s = src[b:b + 1]
+            mask = (s != pad_id)[:, None, None, :]
+            memory = model.encode(s, mask)
+            live, best = [([bos_id], 0.0)], None
+            for t in range(1, max_len + 1):
+                grown = []
+                for tokens, score in live:
+                    causal = torch.ones(len(tokens), len(tokens), dtype=torch.bool).tril()
+                    logp = torch.log_softmax(model.decode(torch.tensor([tokens]), memory, causal, mask)[0, -1].double(), -1)
+                    for v in range(logp.numel()):
+                        if v in (pad_id, bos_id):
+                            continue
+                        cand = (tokens + [v], score + float(logp[v]))
+                        if v == eos_id or t == max_len:
+                            normed = cand[1] / t ** length_penalty
+                            best = max(best, (normed, cand[0])) if best else (normed, cand[0])
+                        else:
+                            grown.append(cand)
+                live = grown if BEAM is None else sorted(grown, key=lambda c: -c[1])[:BEAM]
+            rows.append(best[1])
+    L = max(len(r) for r in rows)
+    return torch.tensor([r + [pad_id] * (L - len(r)) for r in rows])
+'''
+
+
+@pytest.mark.parametrize("width", ["None", "model.tgt_embed.size(0) if hasattr(model, 'tgt_embed') else 5"],
+                         ids=["every sequence", "a beam as wide as the vocabulary, whatever beam_size says"])
+def test_searching_more_than_the_beam_is_not_a_beam_search(width):
+    impl = _build(EVERY_SEQUENCE.replace("BEAM", width).replace(f"{width} is None", "False")
+                  if width != "None" else EVERY_SEQUENCE.replace("BEAM", "None"), "beam_search")
+    with pytest.raises(CheckFailed, match="a beam of 2"):
+        check_exercise(_exercise("beam_search"), impl)

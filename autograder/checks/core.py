@@ -150,6 +150,15 @@ class Case:
     # float32 itself cannot resolve (scores of -400 are rounded by about 3e-5 each, so a correct student
     # computing in float64 is that far from a float32 reference). None: the exercise's.
     atol: float | None = None
+    # The reference for this case, where it is not the exercise's: beam search's exercise is judged against the
+    # exhaustive search (what a beam as wide as the vocabulary finds), and a case with a narrower beam against the
+    # course's beam search. None: the exercise's.
+    reference: Callable[..., Any] | None = None
+
+
+def case_reference(exercise: "Exercise", case: Case):
+    """What `case` is judged against: its own reference, or its exercise's."""
+    return case.reference or exercise.reference
 
 
 def keeps_inputs(description: str, call: Callable[..., Any], *inputs) -> Case:
@@ -1394,7 +1403,7 @@ def _value_failure(exercise: Exercise, case: Case, outcome: tuple, expected) -> 
     it: trusted.expected caches exactly that); both sides go through the case's `derive` here."""
     name = exercise.graded
     if expected is None:
-        expected = trusted_run(case, exercise.reference)
+        expected = trusted_run(case, case_reference(exercise, case))
     want, got = derived(case, expected), derived(case, outcome[1])
     if isinstance(want, Unreadable):
         return Failure(f"{name}: the grader could not read the reference's result on: {case.description} "

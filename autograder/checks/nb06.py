@@ -1000,7 +1000,8 @@ def _same_rng_same_cases(make):
 def _beam_cases(rng):
     return _exhaustive_cases(rng, [(1.0, [dict(length_penalty=1.0, count_eos=False)]),
                                    (1.0, [dict(length_penalty=0.0)]),
-                                   (0.6, [])], catch=tuple(m.name for m in BEAM_MISTAKES)) + [_late_winner_case()]
+                                   (0.6, [])], catch=tuple(m.name for m in BEAM_MISTAKES)) + [_late_winner_case(),
+                                                                                              _narrow_beam_case()]
 
 
 # p(eos), p(a), p(b) after each prefix (a = 3, b = 4). After <bos> b, eos scores -0.80 and the live [b, a] -0.86:
@@ -1008,6 +1009,30 @@ def _beam_cases(rng):
 # of its length, so any beam finds it; the runner-up is 0.165 behind).
 LATE_WINNER = {(): (0.26, 0.29, 0.45), (3,): (0.28, 0.27, 0.45), (4,): (0.45, 0.40, 0.15), (3, 3): (0.97, 0.01, 0.02),
                (3, 4): (0.09, 0.39, 0.52), (4, 3): (0.08, 0.19, 0.73), (4, 4): (0.62, 0.03, 0.35)}
+
+
+# p(eos), p(a), p(b) after each prefix, to max_len 4. The best of all sequences is the unfinished [a, a, a, b]; a beam
+# of 2 drops [a] at the second step (its [a, a] ranks third) and ends [b, b, a, eos]. Every prefix ranks clearly (the
+# answer holds with each probability moved by 1%), and beams that refill or not agree on it.
+NARROW_BEAM = {(): (0.1, 0.37, 0.53), (3,): (0.36, 0.37, 0.27), (4,): (0.39, 0.29, 0.32), (3, 3): (0.17, 0.8, 0.03),
+               (3, 4): (0.04, 0.44, 0.52), (4, 3): (0.41, 0.45, 0.14), (4, 4): (0.53, 0.44, 0.03),
+               (3, 3, 3): (0.02, 0.17, 0.81), (3, 3, 4): (0.03, 0.08, 0.89), (3, 4, 3): (0.24, 0.51, 0.25),
+               (3, 4, 4): (0.26, 0.53, 0.21), (4, 3, 3): (0.06, 0.5, 0.44), (4, 3, 4): (0.24, 0.26, 0.5),
+               (4, 4, 3): (0.73, 0.06, 0.21), (4, 4, 4): (0.71, 0.22, 0.07)}
+
+
+def _narrow_beam_case() -> Case:
+    model, src = TableModel(NARROW_BEAM), torch.tensor([[3, 4, 3, 0], [4, 4, 0, 0]])
+    return Case("a hand-made model (vocab <pad> <bos> <eos> a b), beam_size=2, max_len=4, length_penalty=1: what a "
+                "beam of 2 keeps finds [b, b, a, eos]; the best of all sequences, [a, a, a, b], leaves a beam of 2 at "
+                "its second step (searching every sequence, or a beam wider than beam_size, finds it instead)",
+                lambda f, m=model, s=src: f(m, s.clone(), 2, 4, 1, 2, 0, 1.0), reference=_course_beam_search)
+
+
+def _course_beam_search(*args, **kwargs):
+    """The course's beam search, looked up when the grader judges (the sandbox, which builds the cases too, has no
+    course answers to look up)."""
+    return ref.beam_search(*args, **kwargs)
 
 
 def _late_winner_case() -> Case:

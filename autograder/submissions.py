@@ -697,11 +697,14 @@ class _Intake:
     # ---- finding the students
     def run(self) -> Intake:
         self.scan(self.root, _ENTRIES)
+        shared = self.shared_moodle_names()
         ids = _distinct_ids([(s.layout, s.label, s.raw_id) for s in self.sources])
         owners: dict[int, str] = {}  # id(source) -> its student id
         for source, (sid, problems) in zip(self.sources, ids, strict=True):
             sub = self.students.setdefault(sid, StudentSubmission(sid))
             sub.problems.update(problems)
+            if id(source) in shared:
+                sub.problems[source.label] = shared[id(source)]
             owners[id(source)] = sid
             self.read(sub, source)
         self.name_claims(owners)
@@ -767,6 +770,27 @@ class _Intake:
             if other is not None and (other.student != flat.student
                                       or (other.user and flat.user and other.user != flat.user)):
                 self.claims.append((user, path, flat, other))
+
+    def shared_moodle_names(self) -> dict[int, str]:
+        """Moodle users who share a full name (which each owner may edit: a red team took a classmate's, and with
+        it the classmate's id, roster row and email): each is graded under its name and Moodle user id, neither
+        under the bare name, so the roster ties neither by guess. {id(source): the note for its row}."""
+        by_name: dict[str, dict[str, _Source]] = {}
+        for (platform, student, user), source in self.users.items():
+            if platform == "moodle" and user:
+                by_name.setdefault(_safe_id(student), {})[user] = source
+        notes = {}
+        for name, sources in by_name.items():
+            if len(sources) < 2:
+                continue
+            users = ", ".join(sorted(sources, key=int))
+            for user, source in sources.items():
+                source.raw_id = f"{source.raw_id}-{user}"
+                notes[id(source)] = (f"Moodle users {users} share the full name behind {name!r}, which each of them "
+                                     f"can change: graded as {_safe_id(source.raw_id)!r} (the name and Moodle user id "
+                                     f"{user}), and tied to no roster row by name; find whose it is on Moodle, then "
+                                     "give it that student's id (rename its folder) and grade again")
+        return notes
 
     def name_claims(self, owners: dict[int, str]) -> None:
         """An upload whose student-chosen name carries another student's platform name: it stays

@@ -339,3 +339,19 @@ def test_a_moodle_full_name_carrying_a_classmates_block_takes_nothing_of_theirs(
           honest, at(2026, 11, 20, 9, 0))
     [bob] = collect_all(again, ASSIGNMENTS).students
     assert bob.student_id == "Bob_Jones" and bob.notebooks == {A01: honest}
+
+
+def test_a_moodle_user_who_takes_a_classmates_full_name_takes_nothing_of_theirs(tmp_path):
+    """A red team set a Moodle full name to a classmate's: with the smaller user id it got the classmate's id,
+    roster row and email ('Bob_Jones'), and the real Bob's 17 went to 'Bob_Jones-2' with no email. Users who share
+    a full name now each get the name and their Moodle user id, and neither the bare name."""
+    for user in ("1001", "2002"):
+        folder = tmp_path / f"Bob Jones_{user}_assignsubmission_file_"
+        folder.mkdir()
+        (folder / f"{A01}.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    (tmp_path / "Ann Lee_3003_assignsubmission_file_").mkdir()
+    (tmp_path / "Ann Lee_3003_assignsubmission_file_" / f"{A01}.ipynb").write_text("{}")
+    found = {s.student_id: s for s in collect_all(tmp_path, {A01: {f"{A01}.ipynb"}}).students}
+    assert set(found) == {"Bob_Jones-1001", "Bob_Jones-2002", "Ann_Lee"}
+    note = found["Bob_Jones-2002"].problems["Bob Jones_2002_assignsubmission_file_"]
+    assert "Moodle users 1001, 2002 share the full name" in note and "tied to no roster row" in note

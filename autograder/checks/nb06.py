@@ -605,6 +605,14 @@ _GREEDY_STEP = (
     "            tgt_mask = torch.ones(T, T, dtype=torch.bool).tril() & (ys != pad_id)[:, None, None, :]\n"
     "            logits = model.decode(ys, memory, tgt_mask, src_mask)\n")
 
+_GREEDY_NEXT = (  # the rest of a right greedy step: the likeliest token, padding once a row has ended
+    "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
+    "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
+    "            finished |= nxt == eos_id\n"
+    "            if finished.all():\n"
+    "                break\n"
+    "        return ys\n")
+
 GREEDY_MISTAKES = (
     Mistake("does not stop early: always generates max_len tokens",
             "stop as soon as every row has produced eos (if finished.all(): break)",
@@ -643,47 +651,24 @@ GREEDY_MISTAKES = (
                          "        return ys\n")),
     Mistake("generates max_len - 1 tokens (counts <bos> in max_len)",
             "max_len counts generated tokens, after <bos>: a row can be max_len + 1 long",
-            _greedy_code("        for _ in range(max_len - 1):\n" + _GREEDY_STEP +
-                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
-                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
-                         "            finished |= nxt == eos_id\n"
-                         "            if finished.all():\n"
-                         "                break\n"
-                         "        return ys\n")),
+            _greedy_code("        for _ in range(max_len - 1):\n" + _GREEDY_STEP + _GREEDY_NEXT)),
     Mistake("decodes without the causal target mask (tgt_mask=None)",
             "at inference too, pass the causal target mask to model.decode (make_masks gives it): every call "
             "recomputes every position, and without the mask the earlier positions read the later tokens, so the "
             "last position's logits are not the ones the model was trained to give",
             _greedy_code("        for _ in range(max_len):\n"
                          "            logits = model.decode(ys, memory, None, src_mask)\n"
-                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
-                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
-                         "            finished |= nxt == eos_id\n"
-                         "            if finished.all():\n"
-                         "                break\n"
-                         "        return ys\n")),
+                         + _GREEDY_NEXT)),
     Mistake("the encoder gets no source mask (model.encode(src, None))",
             "pass src_mask to model.encode as well as to model.decode: without it the encoder's self-attention "
             "reads the padding, and every source position's memory changes",
             _greedy_code("        memory = model.encode(src, None)\n"
-                         "        for _ in range(max_len):\n" + _GREEDY_STEP +
-                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
-                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
-                         "            finished |= nxt == eos_id\n"
-                         "            if finished.all():\n"
-                         "                break\n"
-                         "        return ys\n")),
+                         "        for _ in range(max_len):\n" + _GREEDY_STEP + _GREEDY_NEXT)),
     Mistake("no source padding mask (the decoder attends to source padding)",
             "pass memory_mask = src_mask (src != pad_id) to model.encode and model.decode",
             _greedy_code("        src_mask = None\n"
                          "        memory = model.encode(src, None)\n"
-                         "        for _ in range(max_len):\n" + _GREEDY_STEP +
-                         "            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)\n"
-                         "            ys = torch.cat([ys, nxt[:, None]], 1)\n"
-                         "            finished |= nxt == eos_id\n"
-                         "            if finished.all():\n"
-                         "                break\n"
-                         "        return ys\n")),
+                         "        for _ in range(max_len):\n" + _GREEDY_STEP + _GREEDY_NEXT)),
 )
 
 

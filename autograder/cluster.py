@@ -230,7 +230,8 @@ class ClusterUnreachable(ValueError):
 
 
 WAIT_FOR_WORKERS_S = 60.0  # a cluster with no worker that may grade: how long the head waits for one, saying so
-STALLED_S = 15.0  # no notebook finished this long: the head looks again at who is in the cluster
+STALLED_S = 15.0  # no notebook finished this long (or this long since it looked): the head looks again at the cluster
+MAX_HANDED_ON = 3  # a notebook refused by this many workers is the grader's incident, not handed on again
 
 
 class _Membership:
@@ -310,6 +311,7 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
     worker's Judged into the gradebook's NotebookResult (on the head, one at a time) and `finish`
     keeps it. Returns how many workers graded."""
     import queue
+    import time
     from collections import deque
 
     from tqdm import tqdm
@@ -332,6 +334,8 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
             print(f"cluster: {len(members.good)} of {len(members.good) + len(members.refused)} workers grade "
                   f"({address})", flush=True)
         waiting, running, graded_by, finished = deque(work), {}, set(), queue.Queue()
+        refusals: dict[tuple[str, str], int] = {}  # a notebook handed on by refusing workers: at most a few times
+        looked = time.monotonic()
 
         def submit(sub, assignment):
             task = Task(sub.student_id, assignment, sub.notebooks[assignment], salt, limits, expected,
@@ -343,6 +347,9 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
 
         with tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress) as bar:
             while waiting or running:
+                if time.monotonic() - looked > STALLED_S:  # workers that joined meanwhile add their threads
+                    members.refresh()
+                    looked = time.monotonic()
                 while waiting and len(running) < members.slots():
                     submit(*waiting.popleft())
                 try:
@@ -356,7 +363,8 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                 judged = _judged(future, sub.student_id, assignment, settings.tries)
                 if judged.refused:  # a worker that joined with another course: the notebook goes elsewhere
                     members.refuse(judged.worker_address, judged.refused)
-                    if members.good or members.wait_for_one(address, progress):
+                    handed = refusals[sub.student_id, assignment] = refusals.get((sub.student_id, assignment), 0) + 1
+                    if handed <= MAX_HANDED_ON and (members.good or members.wait_for_one(address, progress)):
                         waiting.appendleft((sub, assignment))
                         continue
                 graded_by.add(judged.worker)

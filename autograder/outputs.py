@@ -166,27 +166,40 @@ def _html_elements() -> frozenset:
 
 PARSE_LIMIT = 100_000  # characters of one markdown cell or HTML output the grader parses as HTML
 NESTING_LIMIT = 40  # elements open at once in it (html5lib's work grows with the nesting: each tag scans the open ones)
-_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)[^<>]*>")
+TAG_LIMIT = 5_000  # tags in it (a table's rows cost html5lib more the more there are: 10,000 took 5 s)
+_TAG = re.compile(r"<(/?)([a-zA-Z][^\s/>]*)(?:[^>\"']|\"[^\"]*\"|'[^']*')*>")  # quoted '<' and '>' inside a tag
+_CODE = re.compile(r"(`{3,}|~{3,})[\s\S]*?(?:\1|$)|(`+)[^`]*?\2")  # markdown's code: shown as text, never elements
 _CLOSED_BY_SIBLINGS = frozenset("p li dt dd tr td th option optgroup rb rt rtc rp thead tbody tfoot colgroup caption "
                                 "head body html".split())  # an unclosed one is closed by the next of its kind
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+_FOREIGN = frozenset({"svg", "math"})  # never safe (is_safe_html refuses them), and html5lib is slowest inside them
 
 
 def too_costly(text: str) -> str:
-    """Why the grader will not parse this markdown or HTML ("" when it will): longer than PARSE_LIMIT, or more than
-    NESTING_LIMIT elements open at once. A red team's 48,000 nested `<ul>` took 2 minutes a pass in html5lib, and a
-    2 MB cell hours, with every other student's grade waiting; no honest cell or output comes near either."""
+    """Why the grader will not parse this markdown or HTML ("" when it will): longer than PARSE_LIMIT, SVG or MathML,
+    or more than NESTING_LIMIT elements open at once (counted as a browser keeps them: an end tag closes the
+    element it names and those opened inside it, and one that names no open element closes nothing). A red team's
+    48,000 nested `<ul>` took 2 minutes a pass in html5lib, and a 2 MB cell hours, with every other student's grade
+    waiting; a reviewer's `<div></i>` repeated, and `<svg>` with stray end tags, took 9 and 45 s. Markdown's code
+    (`<bos>` in backticks) is text, not elements. No honest cell or output comes near."""
     if len(text) > PARSE_LIMIT:
         return f"{len(text):,} characters, more than the {PARSE_LIMIT:,} the feedback page shows"
-    depth = deepest = 0
-    for closing, name in _TAG.findall(text):
+    stack: list[str] = []
+    tags = _TAG.findall(_CODE.sub(" ", text))
+    if len(tags) > TAG_LIMIT:
+        return f"{len(tags):,} HTML tags, more than the {TAG_LIMIT:,} the feedback page shows"
+    for closing, name in tags:
         name = name.lower()
-        if name in _VOID or name in _CLOSED_BY_SIBLINGS:  # `<div/>` opens a div all the same
+        if name in _FOREIGN:
+            return "SVG or MathML, which the feedback page does not show"
+        if name in _VOID or name in _CLOSED_BY_SIBLINGS:
             continue
-        depth = max(depth - 1, 0) if closing else depth + 1
-        deepest = max(deepest, depth)
-        if deepest > NESTING_LIMIT:
-            return f"HTML elements nested more than {NESTING_LIMIT} deep"
+        if not closing:
+            stack.append(name)
+            if len(stack) > NESTING_LIMIT:
+                return f"HTML elements nested more than {NESTING_LIMIT} deep"
+        elif name in stack:
+            del stack[len(stack) - 1 - stack[::-1].index(name):]
     return ""
 
 

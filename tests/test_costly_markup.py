@@ -26,8 +26,13 @@ DEEP = "<ul>" * 48_000
     ("<div>" * (NESTING_LIMIT + 1), True),  # short, too deep
     ("<div/>" * (NESTING_LIMIT + 1), True),  # `<div/>` opens a div all the same
     ("<b>x" * (NESTING_LIMIT + 1), True),
-    ("<p>a" * 5000 + "<li>b" * 5000 + "<br>" * 5000, False),  # closed by the next of their kind, or void
-    ("<table>" + "<tr><td>1</td><td>2</td></tr>" * 2000 + "</table>", False),  # a long honest table
+    ("<p>a" * 1500 + "<li>b" * 1500 + "<br>" * 1500, False),  # closed by the next of their kind, or void
+    ("<table>" + "<tr><td>1</td><td>2</td></tr>" * 800 + "</table>", False),  # an 800-row table
+    ("<table>" + "<tr><td>x" * 10_000, True),  # too many rows: html5lib slows down with each
+    ("<svg>" + "<g></i>" * 6000, True),  # foreign content, stray end tags (a reviewer: 45 s)
+    ("<div></i>" * 11_000, True),  # an end tag that closes nothing closes nothing (a reviewer: 9 s)
+    ("<div title=\"<\">" * 50, True),  # a quoted "<" inside a tag
+    ("1. `<bos> a b <eos>`\n" * 30, False),  # markdown code is text, not elements (notebook 06 prose)
     ("x" * (PARSE_LIMIT - 1), False),
 ])
 def test_what_the_grader_will_not_parse(markup, costly_):

@@ -921,3 +921,47 @@ def test_searching_more_than_the_beam_is_not_a_beam_search(width):
                   if width != "None" else EVERY_SEQUENCE.replace("BEAM", "None"), "beam_search")
     with pytest.raises(CheckFailed, match="a beam of 2"):
         check_exercise(_exercise("beam_search"), impl)
+
+
+# A reviewer's correct decoders that the masked tiny model failed: each gives the course's greedy output on the real
+# Seq2SeqTransformer too.
+GREEDY_TRIMMED_SOURCE = '''
+def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
+    rows = []
+    with torch.no_grad():
+        for b in range(src.size(0)):
+            s = src[b:b + 1][:, src[b] != pad_id]            # the padding cut off: no mask needed
+            memory = model.encode(s, None)
+            ys = [bos_id]
+            for _ in range(max_len):
+                causal = torch.ones(len(ys), len(ys), dtype=torch.bool).tril()
+                ys.append(int(model.decode(torch.tensor([ys]), memory, causal, None)[0, -1].argmax()))
+                if ys[-1] == eos_id:
+                    break
+            rows.append(ys)
+    L = max(len(r) for r in rows)
+    return torch.tensor([r + [pad_id] * (L - len(r)) for r in rows])
+'''
+
+GREEDY_QUERY_AND_KEY_MASK = '''
+def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
+    with torch.no_grad():
+        keep = src != pad_id
+        memory = model.encode(src, keep[:, None, :, None] & keep[:, None, None, :])   # [B, 1, S, S]
+        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+        done = torch.zeros(src.size(0), dtype=torch.bool)
+        for _ in range(max_len):
+            T = ys.size(1)
+            logits = model.decode(ys, memory, torch.ones(T, T, dtype=torch.bool).tril(), keep[:, None, None, :])
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            ys = torch.cat([ys, nxt[:, None]], 1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+        return ys
+'''
+
+
+@pytest.mark.parametrize("code", [GREEDY_TRIMMED_SOURCE, GREEDY_QUERY_AND_KEY_MASK], ids=["trimmed source", "q&k mask"])
+def test_decoders_that_mask_otherwise_but_rightly_pass(code):
+    _passes_everything("greedy_decode", _build(code, "greedy_decode"))

@@ -362,7 +362,7 @@ def every_key_for_a_few_queries(q, k, v, block_size, mask=None, manual=False):
                          ids=["torch.softmax", "written out"])
 def test_attention_over_every_key_a_few_queries_at_a_time_loses_the_memory_point(impl):
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
-    with pytest.raises(CheckFailed, match="all 96 keys at once"):
+    with pytest.raises(CheckFailed, match="more than 32 of the 96 keys at once"):
         check_exercise(memory, impl)
     output = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention")
     check_exercise(output, impl)  # its numbers are right: only the memory point is lost

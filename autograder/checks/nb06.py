@@ -467,11 +467,15 @@ class MaskedToyModel(ToyModel):
         self.mix2 = nn.Parameter(torch.randn(d, d, generator=g) * 2 / math.sqrt(d))
 
     def encode(self, src, src_mask=None):
+        if not self.reads_src_mask:  # position by position, as ToyModel's: any source mask, or a trimmed source
+            return super().encode(src, src_mask)
         B, S = src.shape
         x = torch.tanh(self.src_embed[src] + self.pos[:S])                                     # [B, S, d]
-        keep = _allowed_keys(src_mask if self.reads_src_mask else None, B, S, x.dtype)         # [B, S]
-        summary = (x * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)        # [B, d]
-        return torch.tanh(x + (summary @ self.src_mix)[:, None])
+        if src_mask is not None and src_mask.dim() == 2:  # [B, S]: the keys' padding
+            src_mask = src_mask[:, None, :]
+        allowed = _allowed_pairs(src_mask, B, S, x.dtype)                                      # [B, S_q, S_k]
+        summary = allowed @ x / allowed.sum(-1, keepdim=True).clamp(min=1)                     # [B, S, d]
+        return torch.tanh(x + summary @ self.src_mix)
 
     def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
         self.calls += 1
@@ -514,6 +518,8 @@ def _allowed_keys(mask, B: int, S: int, dtype) -> torch.Tensor:
     """A source mask of any of the usual shapes ([B, S], [B, 1, S], [B, 1, 1, S]; None: every key) as [B, S]."""
     if mask is None:
         return torch.ones(B, S, dtype=dtype)
+    if mask.dim() == 1:  # [S]: one sentence's padding, broadcast as attention broadcasts it
+        mask = mask[None]
     return mask.reshape(mask.shape[0], -1, mask.shape[-1])[:, -1].to(dtype).expand(B, S)
 
 

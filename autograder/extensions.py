@@ -6,19 +6,18 @@ pages and the exports. formgrader has no field for it, and nbgrader no command: 
 extension replaces the one before (nbgrader's rule: they do not add up); `--days 0` takes it back.
 
 nbgrader keeps an extension on a submission, so one given before the student has handed anything in waits in
-PENDING (beside the gradebook) and is given when their notebook is first graded (`give_pending`, run before the
+lateness.PENDING (beside the gradebook) and is given when their notebook is first graded (`give_pending`, run before the
 tables are written).
 """
 from __future__ import annotations
 
 import difflib
-import json
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from . import folder_lock
+from .lateness import set_pending as _set_pending
 from .lms import ExportError, grading_output, rewrite_outputs, settled_course
 
 
@@ -35,7 +34,6 @@ class Extension:
     pending: bool = False  # nothing of theirs graded yet: given when their notebook first is
 
 
-PENDING = "extensions-pending.json"  # beside the gradebook: {student: {notebook: hours}} for notebooks not graded yet
 
 
 def grant(out: Path, student: str, notebook: str, days: float = 0.0, hours: float = 0.0) -> Extension:
@@ -79,51 +77,6 @@ def grant(out: Path, student: str, notebook: str, days: float = 0.0, hours: floa
         _set_pending(out, student, notebook, 0)  # one given now replaces one that waited
         rewrite_outputs(course, out)
     return Extension(student, notebook, due, extended)
-
-
-def _read_pending(out: Path) -> dict[str, dict[str, float]]:
-    try:
-        found = json.loads((out / PENDING).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {s: {n: float(h) for n, h in nbs.items() if isinstance(h, (int, float))}
-            for s, nbs in found.items() if isinstance(nbs, dict)} if isinstance(found, dict) else {}
-
-
-def _set_pending(out: Path, student: str, notebook: str, hours: float) -> None:
-    """Keep (hours > 0) or drop the extension waiting for `student`'s `notebook`."""
-    pending = _read_pending(out)
-    if hours > 0:
-        pending.setdefault(student, {})[notebook] = hours
-    elif notebook in pending.get(student, {}):
-        del pending[student][notebook]
-    else:
-        return
-    pending = {s: nbs for s, nbs in pending.items() if nbs}
-    tmp = out / (PENDING + ".tmp")
-    tmp.write_text(json.dumps(pending, indent=1, sort_keys=True))
-    os.replace(tmp, out / PENDING)
-
-
-def give_pending(db_url: str, out: Path) -> list[str]:
-    """Give each waiting extension whose notebook the gradebook now holds; 'student notebook' for each given."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    pending, given = _read_pending(out), []
-    if not pending:
-        return given
-    with Gradebook(db_url) as gb:
-        for student, notebooks in pending.items():
-            for notebook, hours in notebooks.items():
-                try:
-                    gb.find_submission(notebook, student)
-                except MissingEntry:
-                    continue
-                gb.grant_extension(notebook, student, hours=hours)
-                given.append((student, notebook))
-    for student, notebook in given:
-        _set_pending(out, student, notebook, 0)
-    return [f"{student} {notebook}" for student, notebook in given]
 
 
 def describe(done: Extension) -> str:

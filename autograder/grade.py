@@ -1567,7 +1567,7 @@ def write_outputs(course: Course, out: Path, playing: list[str], said: list[str]
     of the gradebook who is not on the last roster given and never handed anything in (dropped from the
     class) has no rows: nothing of theirs is lost, and they are not "missing" on every run; `said` gets
     a line naming them."""
-    from .extensions import give_pending
+    from .lateness import give_pending
 
     give_pending(course.db_url, out)  # extensions given before the student handed anything in
     _refresh_manual_feedback(course)

@@ -13,7 +13,9 @@ Policies (`--late-penalty`, kept in the grading course's `late-penalty` file):
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,3 +87,55 @@ def how_late(seconds: float) -> str:
     parts += [f"{hours} h"] if hours else []
     parts += [f"{minutes} min"] if minutes and not days else []
     return " ".join(parts) + " late"
+
+
+# --------------------------------------------------------------------------- extensions given before a hand-in
+# nbgrader keeps an extension on a submission: one given (`attn-course extend`) before the student has handed
+# anything in waits here, beside the gradebook, and is given when their notebook is first graded (`give_pending`,
+# run before the tables are written).
+PENDING = "extensions-pending.json"  # {student: {notebook: hours}}
+
+
+def read_pending(out: Path) -> dict[str, dict[str, float]]:
+    try:
+        found = json.loads((out / PENDING).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {s: {n: float(h) for n, h in nbs.items() if isinstance(h, (int, float))}
+            for s, nbs in found.items() if isinstance(nbs, dict)} if isinstance(found, dict) else {}
+
+
+def set_pending(out: Path, student: str, notebook: str, hours: float) -> None:
+    """Keep (hours > 0) or drop the extension waiting for `student`'s `notebook`."""
+    pending = read_pending(out)
+    if hours > 0:
+        pending.setdefault(student, {})[notebook] = hours
+    elif notebook in pending.get(student, {}):
+        del pending[student][notebook]
+    else:
+        return
+    pending = {s: nbs for s, nbs in pending.items() if nbs}
+    tmp = out / (PENDING + ".tmp")
+    tmp.write_text(json.dumps(pending, indent=1, sort_keys=True))
+    os.replace(tmp, out / PENDING)
+
+
+def give_pending(db_url: str, out: Path) -> list[str]:
+    """Give each waiting extension whose notebook the gradebook now holds; 'student notebook' for each given."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    pending, given = read_pending(out), []
+    if not pending:
+        return given
+    with Gradebook(db_url) as gb:
+        for student, notebooks in pending.items():
+            for notebook, hours in notebooks.items():
+                try:
+                    gb.find_submission(notebook, student)
+                except MissingEntry:
+                    continue
+                gb.grant_extension(notebook, student, hours=hours)
+                given.append((student, notebook))
+    for student, notebook in given:
+        set_pending(out, student, notebook, 0)
+    return [f"{student} {notebook}" for student, notebook in given]

@@ -30,6 +30,7 @@ DEEP = "<ul>" * 48_000
     ("<table>" + "<tr><td>1</td><td>2</td></tr>" * 800 + "</table>", False),  # an 800-row table
     ("<table>" + "<tr><td>x" * 10_000, True),  # too many rows: html5lib slows down with each
     ("<svg>" + "<g></i>" * 6000, True),  # foreign content, stray end tags (a reviewer: 45 s)
+    ("<svg>" + "<g></i>" * 45, True),  # nested all the same
     ("<div></i>" * 11_000, True),  # an end tag that closes nothing closes nothing (a reviewer: 9 s)
     ("<div title=\"<\">" * 50, True),  # a quoted "<" inside a tag
     ("1. `<bos> a b <eos>`\n" * 30, False),  # markdown code is text, not elements (notebook 06 prose)

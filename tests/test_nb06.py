@@ -163,12 +163,48 @@ BOS_IN_LENGTH = COPIES_OF_BOS.replace(
     "scores = torch.full((B, k), float('-inf'), dtype=torch.float64)\n        scores[:, 0] = 0.0").replace(
     "/ t ** length_penalty", "/ ys[b * k + j].numel() ** length_penalty")   # <bos> counted
 
+# Finished hypotheses keep their places (and their raw scores) among the candidates: on the narrow beam
+# two finished ones fill a beam of 2 and the search ends. It was told "stops at the first finished".
+FINISHED_STAY_IN_THE_BEAM = """
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    with torch.no_grad():
+        out = []
+        for b in range(src.size(0)):
+            beam, finished = [([bos_id], 0.0, False)], []
+            for t in range(1, max_len + 1):
+                ys = torch.tensor([h + [pad_id] * (t - len(h)) for h, _, _ in beam])
+                s = src[b:b + 1].expand(len(beam), -1)
+                m = (s != pad_id)[:, None, None, :]
+                causal = torch.ones(t, t, dtype=torch.bool).tril()
+                logp = torch.log_softmax(model.decode(ys, model.encode(s, m), causal, m)[:, -1].double(), -1)
+                cands = []
+                for i, (h, sc, done) in enumerate(beam):
+                    if done:
+                        cands.append((sc, h, True))
+                        continue
+                    for v in range(logp.size(-1)):
+                        cands.append((sc + float(logp[i, v]), h + [v], v == eos_id))
+                cands.sort(key=lambda c: -c[0])
+                beam = []
+                for sc, h, done in cands[:beam_size]:
+                    if done and len(h) == t + 1:
+                        finished.append((sc / t ** length_penalty, h))
+                    beam.append((h, sc, done))
+                if all(d for _, _, d in beam):
+                    break
+            finished += [(sc / (len(h) - 1) ** length_penalty, h) for h, sc, done in beam if not done]
+            out.append(max(finished)[1])
+        L = max(len(h) for h in out)
+        return torch.tensor([h + [pad_id] * (L - len(h)) for h in out])
+"""
+
 
 @pytest.mark.parametrize("code,name", [
     (STOPS_AT_FIRST_FINISHED, "stops at the first finished hypothesis"),
     (COPIES_OF_BOS, "starts with beam_size identical copies of <bos>"),
     (BOS_IN_LENGTH, "counts <bos> in the length"),
-], ids=["stops at the first finished", "beam_size copies of <bos>", "<bos> in the length"])
+    (FINISHED_STAY_IN_THE_BEAM, "keeps finished hypotheses in the beam"),
+], ids=["stops at the first finished", "beam_size copies of <bos>", "<bos> in the length", "finished stay in the beam"])
 def test_the_classes_beam_searches_are_told_their_own_mistake(code, name):
     assert BOS_IN_LENGTH != COPIES_OF_BOS
     message = _first_message("beam_search", _build(code, "beam_search"))

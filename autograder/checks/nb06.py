@@ -1144,8 +1144,39 @@ EARLY_STOP_MISTAKE = Mistake(
     "sum(log p) / length ** length_penalty. Go on until no hypothesis is live or max_len is reached",
     _beam_code(stop="ys.size(0) == 0 or (finished and max(h[0] for h in finished) >= float(scores.max()) / "
                     "t ** length_penalty)"))
+# Told by beam_search's narrow-beam case: finished hypotheses that keep their places crowd the live ones out.
+STAY_MISTAKE = Mistake(
+    "keeps finished hypotheses in the beam (they hold places the live hypotheses need)",
+    "a hypothesis that ends with eos leaves the beam for the list of finished ones: each step's beam_size places "
+    "go to the best live candidates, and the search goes on until none is live or max_len is reached",
+    '''
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
+    with torch.no_grad():
+        out = []
+        for b in range(src.size(0)):
+            beam, finished = [([bos_id], 0.0)], []   # (tokens, sum of log p); a finished one keeps its place
+            for t in range(1, max_len + 1):
+                live = [h for h in beam if h[0][-1] != eos_id]
+                if not live:
+                    break
+                ys = torch.tensor([tokens for tokens, _ in live])
+                s = src[b:b + 1].expand(len(live), -1)
+                src_mask = (s != pad_id)[:, None, None, :]
+                logits = model.decode(ys, model.encode(s, src_mask), torch.ones(t, t, dtype=torch.bool).tril(),
+                                      src_mask)[:, -1]
+                logp = torch.log_softmax(logits.double(), -1)
+                candidates = [h for h in beam if h[0][-1] == eos_id]
+                candidates += [(tokens + [v], score + float(logp[i, v]))
+                               for i, (tokens, score) in enumerate(live) for v in range(logp.size(-1))]
+                beam = sorted(candidates, key=lambda h: -h[1])[:beam_size]
+                finished += [h for h in beam if len(h[0]) == t + 1 and (h[0][-1] == eos_id or t == max_len)]
+            best = max(finished, key=lambda h: h[1] / (len(h[0]) - 1) ** length_penalty)[0]
+            out.append(best)
+        L = max(len(h) for h in out)
+        return torch.tensor([h + [pad_id] * (L - len(h)) for h in out])
+''')
 # diagnosed before the copies of <bos>, which on that model end the same way
-_BEAM_DIAGNOSED = BEAM_MISTAKES[:1] + (EARLY_STOP_MISTAKE,) + BEAM_MISTAKES[1:]
+_BEAM_DIAGNOSED = (STAY_MISTAKE,) + BEAM_MISTAKES[:1] + (EARLY_STOP_MISTAKE,) + BEAM_MISTAKES[1:]
 
 
 # Masks the tiny models of the exhaustive cases ignore (they are causal and read memory_mask only): the

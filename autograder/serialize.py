@@ -248,6 +248,15 @@ def loads(blob: bytes, max_bytes: int = MAX_BLOB_BYTES) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise BlobTooLarge(f"the sandbox's results nest {depth:,} levels deep (limit {MAX_JSON_DEPTH})")
     structure = json.loads(text.decode())
+    used: set[str] = set()
+
+    def array(key: str) -> np.ndarray:
+        # dumps names each array once: a blob that names one again would have the grader copy it for every
+        # reference (a 7.6 MiB frame naming one array 2,000 times was 16 GB in the grader's memory)
+        if key in used:
+            raise UnsafeBlob(f"the sandbox's results name the array {key!r} more than once (dumps names each once)")
+        used.add(key)
+        return arrays[key]
 
     def build(node):
         if node is None or isinstance(node, (bool, str, float)):
@@ -266,15 +275,20 @@ def loads(blob: bytes, max_bytes: int = MAX_BLOB_BYTES) -> Any:
         if "__dict__" in node:
             return {k: build(v) for k, v in node["__dict__"]}
         if "__array__" in node:
-            return arrays[node["__array__"]]
+            return array(node["__array__"])
         if "__tensor__" in node:
-            return _tensor(arrays[node["__tensor__"]], node["dtype"])
+            return _tensor(array(node["__tensor__"]), node["dtype"])
         return Unsupported(node.get("__unsupported__", "?"))
 
     try:
-        return build(structure)
+        value = build(structure)
+    except UnsafeBlob:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
         raise UnsafeBlob(f"the sandbox's results are malformed ({type(err).__name__}: {err})") from err
+    if unread := sorted(set(arrays) - used):
+        raise UnsafeBlob(f"the sandbox's results hold arrays nothing names ({', '.join(unread[:3])}): dumps writes none")
+    return value
 
 
 def _read_arrays(blob: bytes, max_bytes: int) -> dict[str, np.ndarray]:

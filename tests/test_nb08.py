@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import textwrap
 
 import pytest
 import torch
@@ -366,6 +367,60 @@ def test_attention_over_every_key_a_few_queries_at_a_time_loses_the_memory_point
         check_exercise(memory, impl)
     output = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention")
     check_exercise(output, impl)  # its numbers are right: only the memory point is lost
+
+
+def _plain_attention(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1).nan_to_num(0.0) @ v
+
+
+def out_of_the_modes_sight(q, k, v, block_size, mask=None):
+    """A red team's 8/8: every dispatch mode popped off PyTorch's stack (the measurement's with them), the whole
+    score matrix made, the modes pushed back before returning."""
+    from torch.utils._python_dispatch import _len_torch_dispatch_stack, _pop_mode, _push_mode
+
+    popped = [_pop_mode() for _ in range(_len_torch_dispatch_stack())]
+    try:
+        return _plain_attention(q, k, v, mask)
+    finally:
+        for mode in reversed(popped):
+            _push_mode(mode)
+
+
+def in_python_floats(q, k, v, block_size, mask=None):
+    """A red team's 8/8: every number read out with .item() (which no rule refused), attention in Python lists."""
+    lead, (T_q, D), T_k, Dv = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
+    Q, K, V = (t.reshape(-1, *t.shape[-2:]) for t in (q, k, v))
+    rows = []
+    for b in range(Q.shape[0]):
+        Kb = [[K[b, j, d].item() for d in range(D)] for j in range(T_k)]
+        Vb = [[V[b, j, d].item() for d in range(Dv)] for j in range(T_k)]
+        for i in range(T_q):
+            qi = [Q[b, i, d].item() for d in range(D)]
+            s = [sum(x * y for x, y in zip(qi, kj, strict=True)) / math.sqrt(D) for kj in Kb]
+            e = [math.exp(x - max(s)) for x in s]
+            rows.append([sum(w * vj[c] for w, vj in zip(e, Vb, strict=True)) / sum(e) for c in range(Dv)])
+    return torch.tensor(rows, dtype=q.dtype).reshape(*lead, T_q, Dv)
+
+
+@pytest.mark.parametrize("impl", [out_of_the_modes_sight, in_python_floats], ids=["modes popped", "Python floats"])
+def test_attention_made_out_of_the_measurements_sight_loses_the_memory_point(impl):
+    memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
+    with pytest.raises(CheckFailed, match=r"(?s)at most 96 numbers read out with \.item\(\)\).*output\[1\]: .*expected True, got False"):
+        check_exercise(memory, impl)
+    output = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention")
+    check_exercise(output, impl)  # its numbers are right: only the memory point is lost
+
+
+def test_a_few_item_calls_keep_the_memory_point():
+    """An online softmax that asks a tensor for a number now and then (a block entirely masked?) is measured as it is."""
+    env = {"torch": torch, "math": math}
+    exec(textwrap.dedent(nb08.ONLINE_SOURCE).replace(
+        "        m = m_new\n", "        m = m_new\n        _ = float(m.max().item())\n"), env)
+    check_exercise(next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory"),
+                   env["online_softmax_attention"])
 
 
 @pytest.mark.parametrize("impl, words", [(whole_matrix_into_an_out_tensor, "largest tensor created inside"),

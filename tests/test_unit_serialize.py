@@ -349,6 +349,24 @@ def test_unknown_type_tags_become_unsupported(structure, what):
     assert isinstance(got, Unsupported) and got.what == what
 
 
+def test_an_array_named_twice_is_refused_before_a_copy_is_made(monkeypatch):
+    """A red team's frame named one 8 MiB array 2,000 times as a tensor: each reference was copied (16 GB in the
+    grader's memory, which the kernel killed, and the class with it). dumps names each array once."""
+    copies = []
+    monkeypatch.setattr(serialize, "_tensor", lambda array, dtype: copies.append(array) or array)
+    many = {"__seq__": "list", "items": [{"__tensor__": "a0", "dtype": "float32"}] * 2000}
+    with pytest.raises(UnsafeBlob, match="name the array 'a0' more than once"):
+        serialize.loads(blob_of(many, a0=GOOD_MEMBER))
+    assert len(copies) == 1
+    with pytest.raises(UnsafeBlob, match="more than once"):
+        serialize.loads(blob_of([{"__array__": "a0"}, {"__tensor__": "a0", "dtype": "float32"}], a0=GOOD_MEMBER))
+
+
+def test_an_array_nothing_names_is_refused():
+    with pytest.raises(UnsafeBlob, match=r"arrays nothing names \(a1\)"):
+        serialize.loads(blob_of([{"__array__": "a0"}], a0=GOOD_MEMBER, a1=GOOD_MEMBER))
+
+
 def test_a_tensor_dtype_name_is_looked_up_never_called():
     """'dtype' names a torch attribute; anything that is not a torch.dtype (torch.load, ...) is ignored."""
     for name in ("torch.load", "save", "__class__", "torch.float64"):

@@ -154,6 +154,8 @@ class Case:
     # exhaustive search (what a beam as wide as the vocabulary finds), and a case with a narrower beam against the
     # course's beam search. None: the exercise's.
     reference: Callable[..., Any] | None = None
+    # The mistakes this case was built to tell (by name): the diagnosis tries them first here.
+    tells: tuple[str, ...] = ()
 
 
 def case_reference(exercise: "Exercise", case: Case):
@@ -1125,13 +1127,19 @@ def _run_mistake(exercise: Exercise, case: Case, mistake: Mistake):
         return trusted_run(case, mistake.build(exercise.graded, exercise.namespace))
 
 
+def _diagnosis_order(exercise: Exercise, case: Case) -> list[Mistake]:
+    """The mistakes `case` was built to tell, then the rest of the catalogue, in its order."""
+    told = [m for m in exercise.mistakes if m.name in case.tells]
+    return told + [m for m in exercise.mistakes if m.name not in case.tells]
+
+
 def diagnose(exercise: Exercise, case: Case, got) -> Mistake | None:
     """The first catalogued mistake whose output on `case` matches the student's (`got` as the
     case returned it: both sides go through the case's `derive` before they are compared)."""
     got = derived(case, got)
     if isinstance(got, Unreadable):
         return None
-    for mistake in exercise.mistakes:
+    for mistake in _diagnosis_order(exercise, case):
         try:
             wrong = _run_mistake(exercise, case, mistake)
         except Exception:  # noqa: BLE001 - a mistake may well crash on this input

@@ -823,17 +823,18 @@ def _search_case(rng, vocab, B, S, max_len, lp, differs_from, must_fail=(), name
 
 def _variant(levels, sentences, variant) -> list:
     """What a variant of the search returns for each of `sentences` (token lists): the optimum of another
-    score (keyword arguments of best_sequence), "greedy" (greedy_sequence), or "first finished"
-    ([<bos>, <eos>]: with a beam as wide as the vocabulary, eos is in the beam at the first step)."""
+    score (keyword arguments of best_sequence, or gnmt=True: GNMT's length ((5 + length) / 6)), "greedy"
+    (greedy_sequence), or "first finished" ([<bos>, <eos>]: with a beam as wide as the vocabulary, eos is in
+    the beam at the first step)."""
     if variant == "greedy":
         return [greedy_sequence(levels, b).tolist() for b in sentences]
     if variant == "first finished":
         return [[1, 2] for _ in sentences]
-    length_penalty, count_eos, count_bos = (variant.get(k, d) for k, d in
-                                            (("length_penalty", 1.0), ("count_eos", True), ("count_bos", False)))
+    length_penalty, count_eos, count_bos, gnmt = (variant.get(k, d) for k, d in (
+        ("length_penalty", 1.0), ("count_eos", True), ("count_bos", False), ("gnmt", False)))
     scores = []
     for t, (prefixes, total, ended) in enumerate(levels, start=1):
-        length = torch.full((prefixes.size(0),), float(t + count_bos), dtype=torch.float64)
+        length = torch.full((prefixes.size(0),), (5 + t) / 6 if gnmt else float(t + count_bos), dtype=torch.float64)
         if not count_eos:
             length = (length - (prefixes[:, -1] == 2).double()).clamp(min=1)
         scores.append(torch.where(ended, total[sentences] / length ** length_penalty,
@@ -935,7 +936,7 @@ def _beam_mistake_functions() -> dict:
     """name -> the catalogued beam-search mistake, built once (our own code, run in the trusted process),
     in the catalogue's order."""
     if not _MISTAKE_FUNCTIONS:
-        _MISTAKE_FUNCTIONS.update((m.name, m.build("beam_search")) for m in BEAM_MISTAKES)
+        _MISTAKE_FUNCTIONS.update((m.name, m.build("beam_search")) for m in _BEAM_DIAGNOSED)
     return _MISTAKE_FUNCTIONS
 
 
@@ -1017,7 +1018,8 @@ def _narrow_beam_case() -> Case:
     return Case("a hand-made model (vocab <pad> <bos> <eos> a b), beam_size=2, max_len=4, length_penalty=1: what a "
                 "beam of 2 keeps finds [b, b, a, eos]; the best of all sequences, [a, a, a, b], leaves a beam of 2 at "
                 "its second step (searching every sequence, or a beam wider than beam_size, finds it instead)",
-                lambda f, m=model, s=src: f(m, s.clone(), 2, 4, 1, 2, 0, 1.0), reference=_course_beam_search)
+                lambda f, m=model, s=src: f(m, s.clone(), 2, 4, 1, 2, 0, 1.0), reference=_course_beam_search,
+                tells=(STAY_MISTAKE.name,))
 
 
 def _course_beam_search(*args, **kwargs):
@@ -1031,7 +1033,7 @@ def _late_winner_case() -> Case:
     return Case("a hand-made model (vocab <pad> <bos> <eos> a b) whose best translation, [b, a, b, eos] "
                 "(sum(log p) / 4 = -0.53), scores worse than the finished [b, eos] (-0.80) while it is the live "
                 "[b, a] (-0.86 after 2 tokens): beam_size=5, max_len=4, length_penalty=1",
-                lambda f, m=model, s=src: f(m, s.clone(), 5, 4, 1, 2, 0, 1.0))
+                lambda f, m=model, s=src: f(m, s.clone(), 5, 4, 1, 2, 0, 1.0), tells=(EARLY_STOP_MISTAKE.name,))
 
 
 @_same_rng_same_cases
@@ -1121,6 +1123,10 @@ BEAM_MISTAKES = (
     Mistake("does not count eos in the length",
             "eos is a generated token: a hypothesis that ends with eos at step t has length t",
             _beam_code(normalize="score / max(t - (tokens[-1] == eos_id), 1) ** length_penalty")),
+    Mistake("uses GNMT's length penalty, ((5 + length) / 6) ** length_penalty (Wu et al., 2016)",
+            "this course's beam search divides by num_generated_tokens ** length_penalty (eos counted, <bos> not), "
+            "as the notebook says; GNMT's ((5 + length) / 6) ** alpha ranks finished hypotheses differently",
+            _beam_code(normalize="score / ((5 + t) / 6) ** length_penalty")),
     Mistake("sums probabilities instead of log-probabilities",
             "a sequence's probability is a product: add log-probabilities (log_softmax), not probabilities",
             _beam_code(logp="torch.softmax(logits.double(), -1)")),
@@ -1175,8 +1181,10 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_p
         L = max(len(h) for h in out)
         return torch.tensor([h + [pad_id] * (L - len(h)) for h in out])
 ''')
-# diagnosed before the copies of <bos>, which on that model end the same way
-_BEAM_DIAGNOSED = (STAY_MISTAKE,) + BEAM_MISTAKES[:1] + (EARLY_STOP_MISTAKE,) + BEAM_MISTAKES[1:]
+# In the order the diagnosis tries them, which the exhaustive cases are chosen to respect (see _told_apart). The two
+# made for a hand-made case each are tried first there (on the late winner, copies of <bos> end as an early stop
+# does; on the narrow beam, stopping at the first finished hypothesis ends as a crowded beam does).
+_BEAM_DIAGNOSED = BEAM_MISTAKES[:1] + (EARLY_STOP_MISTAKE,) + BEAM_MISTAKES[1:] + (STAY_MISTAKE,)
 
 
 # Masks the tiny models of the exhaustive cases ignore (they are causal and read memory_mask only): the
@@ -1196,13 +1204,14 @@ BEAM_MASK_MISTAKES = (
 # The mistakes that pick another finished hypothesis: the beam-search cases catch each of them (with a
 # wrong answer of its own). Each has a cheap stand-in computed from the enumeration (what the search
 # returns with that mistake, when the beam does not get in the way), tested before the mistakes are run.
-_LENGTH_AND_SEARCH_MISTAKES = tuple(m.name for m in BEAM_MISTAKES[:5])
+_LENGTH_AND_SEARCH_MISTAKES = tuple(m.name for m in BEAM_MISTAKES[:6])
 _PROXIES = dict(zip(_LENGTH_AND_SEARCH_MISTAKES, (   # one proxy per mistake
     lambda lp: "first finished",
     lambda lp: "greedy",
     lambda lp: dict(length_penalty=0.0),
     lambda lp: dict(length_penalty=lp, count_bos=True),
     lambda lp: dict(length_penalty=lp, count_eos=False),
+    lambda lp: dict(length_penalty=lp, gnmt=True),
 ), strict=True))
 
 
@@ -1652,7 +1661,7 @@ EXERCISES = [
     Exercise("greedy_decode_source_padding", ref.greedy_decode, _greedy_padding_cases, GREEDY_MISTAKES,
              forbidden=HONESTY, graded="greedy_decode"),
     Exercise("beam_search", exhaustive_search, _beam_cases, _BEAM_DIAGNOSED, forbidden=HONESTY),
-    Exercise("beam_search_length_penalty", exhaustive_search, _beam_length_penalty_cases, BEAM_MISTAKES,
+    Exercise("beam_search_length_penalty", exhaustive_search, _beam_length_penalty_cases, _BEAM_DIAGNOSED,
              forbidden=HONESTY, graded="beam_search"),
     Exercise("beam_search_greedy", _greedy_as_beam, _beam_greedy_cases, BEAM_MISTAKES + BEAM_MASK_MISTAKES,
              forbidden=HONESTY,

@@ -137,9 +137,10 @@ def _over_many_keys(func, args, kwargs, above: int) -> bool:
 
 
 class _Largest:
-    """The largest storage a call allocates (views and in-place changes of its inputs not counted), and whether it
-    ever reduces over many keys at once (`_over_many_keys`), via a PyTorch dispatch mode; used inside the case,
-    its numbers are judged in the trusted process."""
+    """The largest storage a call allocates (views and in-place changes of its inputs not counted), whether it
+    ever reduces over many keys at once (`_over_many_keys`), the storages it created and how many single numbers it
+    read out of tensors (.item(), float(t)), via a PyTorch dispatch mode; used inside the case, its numbers are
+    judged in the trusted process."""
 
     def __init__(self, above: int = 0):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -155,6 +156,8 @@ class _Largest:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if above and not owner.all_keys and _over_many_keys(func, args, kwargs, above):
                     owner.all_keys = True
+                if func.overloadpacket.__name__ == "_local_scalar_dense":
+                    owner.scalar_reads += 1
                 # the inputs' storages before the call: an `out=` tensor it resizes (an empty one given to
                 # torch.matmul to hold the whole score matrix) is new memory, and counted
                 inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
@@ -163,20 +166,30 @@ class _Largest:
                 for t in tree_flatten(out)[0]:
                     if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
                         owner.largest = max(owner.largest, int(t.untyped_storage().nbytes()))
+                        owner.created.add(t.untyped_storage().data_ptr())
                 return out
 
-        self.largest, self.all_keys = 0, False
+        self.largest, self.all_keys, self.scalar_reads, self.created = 0, False, 0, set()
         self.mode = Mode()
+
+    def unseen(self, out) -> bool:
+        """Whether the answer was made out of the mode's sight: by code that took the mode off PyTorch's stack
+        for a while (a red team's _pop_mode, plain attention, _push_mode kept the memory point), or in Python
+        numbers read out one at a time (another's: attention in lists of floats)."""
+        return isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in self.created
 
 
 def _measured(f, q, k, v, block, mask, watch_keys=False):
-    """(output, [largest allocation, whether it reduced over many keys at once]); the second only with `watch_keys`
-    (more keys than queries, no mask: then nothing honest reduces over more than the queries, a block or a vector)."""
+    """(output, [largest allocation, whether it reduced over many keys at once, whether it was computed out of the
+    measurement's sight]); the second only with `watch_keys` (more keys than queries, no mask: then nothing honest
+    reduces over more than the queries, a block or a vector). Out of sight: the output was not made by an operation
+    the measurement saw, or more numbers were read out one at a time (.item()) than there are keys."""
     above = max(q.shape[-2], block, q.shape[-1], v.shape[-1])
     probe = _Largest(above=above if watch_keys and k.shape[-2] > above else 0)
     with torch.no_grad(), probe.mode:
         out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
-    return out, np.array([probe.largest, float(probe.all_keys)])
+    unseen = probe.unseen(out) or probe.scalar_reads > k.shape[-2]
+    return out, np.array([probe.largest, float(probe.all_keys), float(unseen)])
 
 
 def _fits(limit: int):
@@ -188,7 +201,8 @@ def _fits(limit: int):
         out, measured = result
         measured = np.asarray(measured, dtype=np.float64).reshape(-1)
         over_all_keys = len(measured) > 1 and bool(measured[1])
-        return out, np.array([float(measured[0]) < limit and not over_all_keys])
+        unseen = len(measured) > 2 and bool(measured[2])
+        return out, np.array([float(measured[0]) < limit and not over_all_keys and not unseen])
     return verdict
 
 
@@ -206,7 +220,8 @@ def _online_memory_cases(rng):
         cases.append(Case(f"q [{B}, {H}, {T_q}, {D}], k, v [{B}, {H}, {T_k}, {D}], block_size={block}"
                           + (", a causal mask" if masked else "")
                           + f": (output, whether the largest tensor created inside stays below half of the "
-                          f"[{B}, {H}, {T_q}, {T_k}] float32 score matrix, {full // 2} bytes{keys})",
+                          f"[{B}, {H}, {T_q}, {T_k}] float32 score matrix, {full // 2} bytes{keys}; measured in "
+                          f"PyTorch: the output made by its operations, at most {T_k} numbers read out with .item())",
                           lambda f, q=q, k=k, v=v, b=block, m=mask, w=not masked: _measured(f, q, k, v, b, m, w),
                           derive=_fits(full // 2)))
     return cases

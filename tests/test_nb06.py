@@ -220,7 +220,7 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
         torch.manual_seed(generator.initial_seed())     # "use" the generator
     x = logits / temperature
     if top_k is not None:
-        x = x.masked_fill(x < x.topk(top_k, -1).values[..., -1:], float("-inf"))
+        x = x.masked_fill(x < x.topk(min(top_k, x.size(-1)), -1).values[..., -1:], float("-inf"))
     p = torch.softmax(x, -1)
     return torch.multinomial(p.reshape(-1, p.size(-1)), 1).reshape(p.shape[:-1])
 """
@@ -276,7 +276,7 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
         raise ValueError("temperature")
     x = logits / temperature
     if top_k is not None:
-        x = torch.where(x >= x.topk(top_k, -1).values[..., -1:], x, torch.tensor(float("-inf")))
+        x = torch.where(x >= x.topk(min(top_k, x.size(-1)), -1).values[..., -1:], x, torch.tensor(float("-inf")))
     u = torch.rand(x.shape, generator=generator).clamp(1e-12, 1 - 1e-12)
     return (x - torch.log(-torch.log(u))).argmax(-1)
 """
@@ -287,7 +287,7 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
         raise ValueError("temperature")
     p = torch.softmax(logits / temperature, dim=-1)
     if top_k is not None:
-        keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, p.topk(top_k, -1).indices, True)
+        keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, p.topk(min(top_k, p.size(-1)), -1).indices, True)
         p = torch.where(keep, p, torch.zeros_like(p))
         p = p / p.sum(-1, keepdim=True)
     u = torch.rand(p.shape[:-1] + (1,), generator=generator)

@@ -136,7 +136,7 @@ def _dropout_cases(rng):
 
 def _shift_cases(rng):
     return [Case(f"pe_shift_matrix({k}, {d})", lambda f, k=k, d=d: f(k, d))
-            for k, d in [(1, 8), (5, 16), (37, 32), (0, 6), (12, 10), (2, 2)]]
+            for k, d in [(1, 8), (5, 16), (37, 32), (0, 6), (12, 10), (2, 2), (-3, 8), (-20, 12)]]
 
 
 # --------------------------------------------------------------------------- mistakes
@@ -339,6 +339,11 @@ _INTERLEAVED = """
 """
 
 SHIFT_MISTAKES = (
+    # before the rotation the wrong way round, which gives the same matrix for a negative offset
+    Mistake("a negative offset shifts forward (the offset's sign is dropped: abs(offset))",
+            "pe[pos + offset] with offset < 0 is an earlier position: the same blocks, with the angle offset * w_i "
+            "negative (cos(-a) = cos(a), sin(-a) = -sin(a)); no abs, and no table lookup that needs offset >= 0",
+            SHIFT_HEAD + "    angle = abs(offset) / 10000 ** (two_i / d_model)\n" + _INTERLEAVED),
     Mistake("rotation the wrong way round: [[cos, -sin], [sin, cos]] blocks (a shift by -offset)",
             "the textbook rotation acts on (cos, sin) pairs; the table stores (sin, cos): "
             "new sin = cos(b) sin(a) + sin(b) cos(a), so the block is [[cos, sin], [-sin, cos]]",

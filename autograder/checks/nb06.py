@@ -330,6 +330,20 @@ def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100)
     loss = nll + epsilon * (-logp.mean(-1))
     return (loss * keep).sum() / keep.sum()
 """),
+    Mistake("the KL divergence to the smoothed target instead of the cross-entropy (off by the target's entropy)",
+            "the loss is the cross-entropy -sum(q * log p) with q the smoothed target: KL(q || p) is smaller by q's "
+            "entropy, a constant that nn.CrossEntropyLoss(label_smoothing=...) does not subtract",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    q = torch.full_like(logp, epsilon / V).scatter_add(
+        1, target.masked_fill(~keep, 0)[:, None], torch.full_like(logp[:, :1], 1 - epsilon))
+    loss = (q * (q.clamp_min(1e-30).log() - logp)).sum(-1)
+    return (loss * keep).sum() / keep.sum()
+"""),
     Mistake("log(softmax(x)) instead of log_softmax (underflows to log 0 = -inf for large logits)",
             "use F.log_softmax (or x - logsumexp(x)): it never takes the log of an underflowed 0",
             """
@@ -380,6 +394,22 @@ def inverse_sqrt_lr(step, warmup, peak_lr):
     if step == 0:
         return 0.0
     return peak_lr * max(step / warmup, math.sqrt(warmup / step))
+"""),
+    Mistake("the decay off by one: sqrt(warmup / (step + 1))",
+            "after the warm-up the rate is peak_lr * sqrt(warmup / step), exactly peak_lr at step == warmup",
+            """
+def inverse_sqrt_lr(step, warmup, peak_lr):
+    if step == 0:
+        return 0.0
+    return peak_lr * min(step / warmup, math.sqrt(warmup / (step + 1)))
+"""),
+    Mistake("the warm-up off by one: step / (warmup + 1)",
+            "the warm-up reaches peak_lr at step == warmup: peak_lr * step / warmup",
+            """
+def inverse_sqrt_lr(step, warmup, peak_lr):
+    if step == 0:
+        return 0.0
+    return peak_lr * min(step / (warmup + 1), math.sqrt(warmup / step))
 """),
     Mistake("off by one: uses step + 1 (step 0 is not 0)",
             "the rate at step 0 is 0 and reaches peak_lr exactly at step == warmup",
@@ -1223,7 +1253,7 @@ SNAP = 0.01     # frequencies this close to the exact probability count as equal
 def _exact_probs(logits, temperature, top_k):
     x = logits.double() / temperature
     if top_k is not None:
-        kth = x.topk(top_k, dim=-1).values[..., -1:]
+        kth = x.topk(min(top_k, x.size(-1)), dim=-1).values[..., -1:]  # top_k past the vocabulary keeps every token
         x = x.masked_fill(x < kth, float("-inf"))
     return torch.softmax(x, dim=-1).numpy()
 
@@ -1278,7 +1308,7 @@ def _sampling_cases(rng):
 
 def _top_k_cases(rng):
     cases = []
-    for rows, V, T, k in [(2, 8, 1.0, 3), (1, 6, 1.0, 1), (3, 10, 0.7, 5), (2, 6, 1.5, 2)]:
+    for rows, V, T, k in [(2, 8, 1.0, 3), (1, 6, 1.0, 1), (3, 10, 0.7, 5), (2, 6, 1.5, 2), (1, 6, 1.0, 9)]:  # 9 > V: all
         logits = _distinct_logits(rng, rows, V, 1.0)
         cases.append(Case(f"{N_DRAWS:,} draws from each of {rows} rows of logits [{V}], temperature={T:g}, top_k={k}",
                           lambda f, x=logits, T=T, k=k: _draws(f, x.clone(), T, k),
@@ -1382,7 +1412,7 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
 '''
 _SAMPLE_RIGHT = dict(
     check='if not temperature > 0:\n        raise ValueError("temperature must be > 0")',
-    scale="logits / temperature", kth="logits.topk(top_k, dim=-1).values[..., -1:]", drop="logits < kth",
+    scale="logits / temperature", kth="logits.topk(min(top_k, logits.size(-1)), dim=-1).values[..., -1:]", drop="logits < kth",
     probs="torch.softmax(logits, dim=-1)",
     draw="return torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator).reshape(probs.shape[:-1])")
 
@@ -1401,9 +1431,12 @@ SAMPLE_MISTAKES = (
     Mistake("returned the most likely token (argmax) instead of sampling",
             "draw from the distribution, e.g. torch.multinomial(probs, 1, generator=generator)",
             _sample_code(draw="return probs.argmax(dim=-1)")),
+    Mistake("top_k larger than the vocabulary raises (logits.topk(top_k) with top_k > V)",
+            "a top_k of V or more keeps every token: take logits.topk(min(top_k, logits.size(-1)))",
+            _sample_code(kth="logits.topk(top_k, dim=-1).values[..., -1:]")),
     Mistake("top-k kept the k smallest logits",
             "keep the k *largest*: logits.topk(k) gives them, mask everything below the k-th largest",
-            _sample_code(drop="logits > (-logits).topk(top_k, dim=-1).values[..., -1:].neg()")),
+            _sample_code(drop="logits > (-logits).topk(min(top_k, logits.size(-1)), dim=-1).values[..., -1:].neg()")),
     Mistake("top-k kept only k-1 tokens (masked the k-th largest too)",
             "mask the logits *strictly* smaller than the k-th largest (logits < kth), so k tokens remain",
             _sample_code(drop="logits <= kth")),

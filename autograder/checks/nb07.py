@@ -138,6 +138,13 @@ def _kv_cache_cases(rng):
         seen += [cache.seq_len(0), cache.seq_len(1), cache.seq_len(2)]
         return np.array(seen)
 
+    def latent_lengths(cls):
+        cache, seen = cls(1), []
+        for layer, k, v in latent:
+            cache.append(layer, k.clone(), v.clone())
+            seen.append(cache.seq_len(0))
+        return np.array(seen)
+
     def sizes(cls, dtype=torch.float32):
         cache = cls(2)
         keys, values = k_only.to(dtype), v_wide.to(dtype)
@@ -158,6 +165,8 @@ def _kv_cache_cases(rng):
              "(keys[0], values[0], keys[1], values[1]) at the end", layers),
         Case("KVCache(1) for multi-head latent attention: append [2, 5, 6] then [2, 1, 6] (no heads axis; the time "
              "axis is still the second-to-last): what each append returns", lambda cls: _kv_appends(cls, latent, 1)[1]),
+        Case("KVCache(1) for multi-head latent attention: seq_len(0) after appending [2, 5, 6], then after [2, 1, 6] "
+             "(5, then 6: the time axis is the second-to-last, whatever the number of axes)", latent_lengths),
         Case("KVCache(3): seq_len(0), seq_len(2) when empty; after 5 positions on layer 0: seq_len(0), seq_len(1); "
              "after 1 more on layers 0 and 2: seq_len(0), seq_len(1), seq_len(2)", lengths),
         Case("KVCache(2), float32 keys [1, 2, 3, 8] and values [1, 2, 3, 5]: nbytes() after the first append, "
@@ -458,15 +467,19 @@ def _mla_cache_cases(rng):
     return cases
 
 
-def _mla_decode(cls, cfg, state, x, prefill):
+def _mla_decode(cls, cfg, state, x, prefill, layer=0):
+    """`layer` > 0: decoded through that layer of the cache, whose layer 0 first holds all of x (another length)."""
     def run():
         m = _mla_make(cls, cfg, state)
         T = x.shape[1]
-        cache = _Cache(1)
+        cache = _Cache(layer + 1)
+        on = {"layer": layer} if layer else {}
         with torch.no_grad():
-            outs = [m(x[:, :prefill].clone(), mask=causal(prefill), cache=cache)[0]]
+            if layer:
+                m(x.clone(), mask=causal(T), cache=cache, layer=0)
+            outs = [m(x[:, :prefill].clone(), mask=causal(prefill), cache=cache, **on)[0]]
             for t in range(prefill, T):
-                outs.append(m(x[:, t:t + 1].clone(), cache=cache)[0])
+                outs.append(m(x[:, t:t + 1].clone(), cache=cache, **on)[0])
         return torch.cat(outs, dim=1)
     return _with_correct_rotary(cls, run)
 
@@ -480,6 +493,14 @@ def _mla_decoding_cases(rng):
                           f"the other {T - P} one at a time, through one cache: the outputs joined (they must equal one "
                           f"causal pass over all {T} positions)",
                           lambda cls, c=cfg, s=state, x=x, p=P: _mla_decode(cls, c, s, x, p)))
+    # A decoder's second layer reads its own place in the cache: its positions (rotary's start) are that layer's
+    # length, not layer 0's (an MLA that read cache.seq_len() took 8/8)
+    cfg, (B, T, P) = MLA_CONFIGS[0], (2, 5, 2)
+    state, x = _mla_state(cfg, rng), tensor(rng, B, T, cfg[0])
+    cases.append(Case(f"{_mla_text(cfg)}, x [{B}, {T}, {cfg[0]}], through layer 1 of a 2-layer cache whose layer 0 "
+                      f"already holds {T} positions: a prefill of {P}, then the other {T - P} one at a time (they must "
+                      f"equal one causal pass: layer 1's positions start at layer 1's cache length, cache.seq_len(layer))",
+                      lambda cls, c=cfg, s=state, x=x, p=P: _mla_decode(cls, c, s, x, p, layer=1)))
     return cases
 
 
@@ -579,6 +600,10 @@ KV_MISTAKES = (
                                 "        self.calls[layer] = self.calls.get(layer, 0) + 1"),
                     ("return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]",
                      "return getattr(self, 'calls', {}).get(layer, 0)"))),
+    Mistake("seq_len reads shape[2] (the time axis of [B, H, T, D] only)",
+            "multi-head latent attention caches [B, T, r], with no heads axis: read the time axis from the end, "
+            "keys[layer].shape[-2]",
+            variant(KV_SOURCE, ("self.keys[layer].shape[-2]", "self.keys[layer].shape[2]"))),
     Mistake("nbytes counts elements, not bytes",
             "a float32 number takes 4 bytes: numel() * element_size()",
             variant(KV_SOURCE, ("t.numel() * t.element_size()", "t.numel()"))),
@@ -595,6 +620,10 @@ def cached_attention(q_t, k_t, v_t, cache, layer=0):
     return scaled_dot_product_attention(q_t, keys, values, mask)[0]
 """
 CACHED_MISTAKES = (
+    Mistake("the causal mask of a prefill ignores what is cached (tril() over [T_new, T_total] from column 0)",
+            "new query i sits at position T_past + i: it may see keys 0 .. T_past + i, so shift the diagonal, "
+            "torch.ones(T_new, T_total, dtype=torch.bool).tril(T_total - T_new)",
+            variant(CACHED_SOURCE, ("dtype=torch.bool).tril(T_total - T_new)", "dtype=torch.bool).tril()"))),
     Mistake("the cache appended after attending (the new position does not see itself)",
             "append k_t, v_t to the cache FIRST, then attend over everything it holds: a token attends to itself too "
             "(if you build a causal mask, check its diagonal: new query i may see keys 0 .. T_past + i)",
@@ -835,6 +864,10 @@ MLA_MISTAKES = (
                     ("        q = torch.cat([q_nope, q_rope], dim=-1)\n",
                      "        q = apply_rotary(torch.cat([q_nope, q_rope], dim=-1), positions)\n"
                      "        k = apply_rotary(k, torch.arange(T_k))\n"))),
+    Mistake("rotary positions start at layer 0's cache length, whatever the layer (cache.seq_len())",
+            "each layer has its own place in the cache: start = cache.seq_len(layer)",
+            variant(MLA_SOURCE, ("start = 0 if cache is None else cache.seq_len(layer)",
+                                 "start = 0 if cache is None else cache.seq_len()"))),
     Mistake("rotary positions restart at 0 at every call (the cache's length ignored)",
             "the new tokens sit after everything cached: positions = torch.arange(start, start + T) with start = "
             "cache.seq_len(layer)",

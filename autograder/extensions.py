@@ -68,15 +68,18 @@ def grant(out: Path, student: str, notebook: str, days: float = 0.0, hours: floa
             due = assignment.duedate
             try:
                 gb.find_submission(notebook, student)
+                waiting = False
             except MissingEntry:  # nothing handed in yet: kept until their notebook is graded
-                _set_pending(out, student, notebook, days * 24 + hours)
+                waiting = True
+            if waiting:
                 extended = due + timedelta(days=days, hours=hours) if (days or hours) else None
-                return Extension(student, notebook, due, extended, pending=True)
-            gb.grant_extension(notebook, student, hours=hours, days=days)
-            extended = gb.find_submission(notebook, student).duedate if (days or hours) else None
-        _set_pending(out, student, notebook, 0)  # one given now replaces one that waited
+            else:
+                gb.grant_extension(notebook, student, hours=hours, days=days)
+                extended = gb.find_submission(notebook, student).duedate if (days or hours) else None
+        # one given now replaces one that waited; one that waits makes their row 'not handed in yet' until then
+        _set_pending(out, student, notebook, days * 24 + hours if waiting else 0)
         rewrite_outputs(course, out)
-    return Extension(student, notebook, due, extended)
+    return Extension(student, notebook, due, extended, pending=waiting)
 
 
 def describe(done: Extension) -> str:

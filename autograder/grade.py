@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -51,7 +51,7 @@ from .course import (
 from .course import assignments as list_assignments
 from .exports import safe_row
 from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
-from .outcomes import GRADERS_OWN, REFUSED, Status, Verdict, plain_fields, status_from_text, status_text
+from .outcomes import BY_HAND, GRADERS_OWN, REFUSED, Status, Verdict, plain_fields, status_from_text, status_text
 from .sandbox import (
     JobResult,
     SandboxUnavailable,
@@ -87,6 +87,12 @@ class CellResult:
     expected: str = ""  # the verdict's short summary of the expected value, where it had one
     received: str = ""  # ... and of the student's
     cause: str = ""  # what decided a failure (Verdict.cause: notimpl, value, error, ...): the report's "blank"
+    extra_credit: float = 0.0  # given in formgrader, inside `score` (nbgrader's): the exports and the report show it apart
+    by_hand: bool = False  # the score was typed in formgrader (nbgrader's manual score), not the grader's
+
+    def earned(self) -> float:
+        """The score without extra credit: what the test cell's own points measure."""
+        return self.score - self.extra_credit
 
     def take_verdict(self, verdict: Verdict) -> None:
         """A failed verdict's fields on this cell (nbgrader keeps only the text)."""
@@ -327,7 +333,8 @@ def read_result(course: Course, student: str, assignment: str, status: Status = 
         with Gradebook(course.db_url) as gb:
             nb = gb.find_submission_notebook(assignment, assignment, student)
             result.score = float(nb.score)
-            grades = {g.name: (float(g.score), float(g.max_score)) for g in nb.grades}
+            grades = {g.name: (float(g.score), float(g.max_score), float(g.extra_credit or 0), g.manual_score is not None)
+                      for g in nb.grades}
             result.notes = [_by_hand(g) for g in nb.grades if g.manual_score is not None or (g.extra_credit or 0) > 0]
     except MissingEntry:
         return result
@@ -340,13 +347,13 @@ def read_result(course: Course, student: str, assignment: str, status: Status = 
                 cells[gid] = c
     graded = {c.metadata["nbgrader"]["grade_id"] for c in course.release(assignment).cells
               if c.metadata.get("nbgrader", {}).get("solution")}
-    for gid, (score, top) in grades.items():
+    for gid, (score, top, extra, by_hand) in grades.items():
         message = _error_message(cells[gid]) if gid in cells else ""
-        result.cells.append(CellResult(gid, exercise_of(gid, graded), score, top, message))
+        result.cells.append(CellResult(gid, exercise_of(gid, graded), score, top, message, extra_credit=extra,
+                                       by_hand=by_hand))
     return result
 
 
-BY_HAND = "set by hand"  # how a note about a score typed in formgrader starts (grades.csv's notes column)
 
 
 def _by_hand(grade) -> str:
@@ -562,6 +569,11 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
     return results
 
 
+def _own_due(due: datetime | None, extension_hours: float | None) -> datetime | None:
+    """The class's due date moved by an extension waiting for the student's notebook (lateness.read_pending)."""
+    return due + timedelta(hours=extension_hours) if due and extension_hours else due
+
+
 def _missing_as_of(r: NotebookResult, due: datetime | None, now: datetime) -> None:
     """A missing notebook's due date, and its words: 'not handed in yet' while the due date has not passed
     (grading the early submissions made everyone else 'missing', with a 0 and exit status 1)."""
@@ -751,8 +763,34 @@ def _record_path(out: Path, student: str, assignment: str) -> Path:
     return out / "students" / student / f"{assignment}.json"
 
 
+def _solution_digest(course_root: Path, assignment: str) -> str:
+    """The digest of the grading course's copy of a solution (hidden tests, points): what a grade was made with."""
+    return _file_digest(course_root / "source" / assignment / f"{assignment}.ipynb").hex()
+
+
+def graded_by_other_tests(out: Path, assignments: Iterable[str], skip: Iterable[tuple[str, str]] = ()) -> list[str]:
+    """'<student> <notebook>: <file graded>' for each saved grade made with other hidden tests (a solution changed
+    since) or other grading code than now, and not in `skip` (graded now). A run regrades the notebooks of its own
+    folder only: a late upload graded from week1-late/ kept its grade from the old test, and export sent it."""
+    judge, skip = judge_digest().hex(), set(skip)
+    lines = []
+    for assignment in assignments:
+        current = _solution_digest(out / "course", assignment)
+        for path in sorted((out / "students").glob(f"*/{assignment}.json")):
+            payload = _payload(path)
+            if (path.parent.name, assignment) in skip or not payload.get("fingerprint") or payload.get("forced") is True:
+                continue  # graded now, the grader's own failure (graded again anyway), or the instructor's override
+            result = _saved_result(payload)
+            solution = payload.get("solution")
+            if result is None or result.status is Status.MISSING or (
+                    payload.get("judge") == judge and (not isinstance(solution, str) or solution == current)):
+                continue
+            lines.append(f"{path.parent.name} {assignment}: {result.source_file or 'its notebook'}")
+    return lines
+
+
 def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: str = "", forced: bool = False,
-                 hand_ins: dict[str, str] | None = None) -> None:
+                 hand_ins: dict[str, str] | None = None, solution: str = "") -> None:
     """The record of one graded notebook. It also keeps the contents graded for this student and notebook
     before (`seen`) and whether this grade is an instructor's override (`forced`: --force --student
     --assignment), so a later plain run never grades again, over the override, a file it graded before; and
@@ -761,7 +799,7 @@ def _save_result(path: Path, fingerprint: str, result: NotebookResult, content: 
     before = [*earlier.get("seen", []), earlier.get("content", "") if earlier.get("fingerprint") else ""]
     seen = [c for c in dict.fromkeys(before) if isinstance(c, str) and c and c != content]
     payload = {"format": RECORD_FORMAT, "fingerprint": fingerprint, "content": content, "result": result.to_dict(),
-               "seen": seen, "forced": forced, "judge": judge_digest().hex(),
+               "seen": seen, "forced": forced, "judge": judge_digest().hex(), "solution": solution,
                "times": _earliest(earlier.get("times"), hand_ins or {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_record(path, payload)
@@ -1206,7 +1244,9 @@ def class_results(course: Course, out: Path, assignments: list[str] | None = Non
         students = sorted(s.id for s in gb.students)
         late = {(sid, a): found for a in assignments for sid in students
                 if (found := _lateness(gb, a, sid)) is not None}
-    dues, now = due_dates(course), datetime.now(timezone.utc)
+    from .lateness import read_pending
+
+    dues, now, waiting = due_dates(course), datetime.now(timezone.utc), read_pending(out)
     results, changed = [], []
     for sid in students:
         for assignment in assignments:
@@ -1215,8 +1255,8 @@ def class_results(course: Course, out: Path, assignments: list[str] | None = Non
             if facts is None:
                 r = saved or NotebookResult(sid, assignment, 0.0, course.max_score(assignment), Status.MISSING,
                                             detail=NOT_SUBMITTED)
-                if r.status is Status.MISSING:
-                    _missing_as_of(r, dues.get(assignment), now)
+                if r.status is Status.MISSING:  # an extension given before they hand in is their due date already
+                    _missing_as_of(r, _own_due(dues.get(assignment), waiting.get(sid, {}).get(assignment)), now)
                 results.append(r)
                 continue
             r = read_result(course, sid, assignment)
@@ -1325,8 +1365,6 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     report.html are rebuilt from the gradebook after every run: earlier runs, other folders,
     roster students and formgrader's manual grades all show.
     """
-    from tqdm import tqdm
-
     require_strong_sandbox()  # before anything is written: never a weaker sandbox by surprise
     quiet_gradebook()
     if Path(submissions).is_dir() and not any(not p.name.startswith(".") for p in Path(submissions).iterdir()):
@@ -1459,7 +1497,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 continue
             if why is None:
                 left.append(assignment)
-                if record.get("fingerprint") and not judged_so_now and not force:
+                if same is not None and not judged_so_now and not force:  # a new file is graded anyway: not said
                     other_code.append(assignment)
             elif why:
                 kept.append(why)
@@ -1477,7 +1515,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                      "" if own else _fingerprint(sub, assignment, solutions, salt), r,
                      content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "",
                      forced=(overriding or (sub.student_id, assignment) in still_forced) and not own,
-                     hand_ins=sub.hand_ins.get(assignment))
+                     hand_ins=sub.hand_ins.get(assignment), solution=_solution_digest(course.root, assignment))
         if r.status is not Status.MISSING:
             done.append(r)
 
@@ -1502,7 +1540,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         with warm_sandbox.warm_sandboxes(warm_sandbox.servers_for(workers, len(chosen)), enabled=warm), \
                 ThreadPoolExecutor(max_workers=workers) as pool:
             try:
-                list(tqdm(pool.map(one, subs), total=len(subs), desc="grading", unit="student", disable=not progress))
+                _progress_as_done(pool, one, subs, progress)
             except KeyboardInterrupt:  # said at once: the notebooks in the sandboxes now still finish first
                 print(STOPPING, file=sys.stderr, flush=True)
                 pool.shutdown(wait=False, cancel_futures=True)
@@ -1544,10 +1582,46 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         if other_code:
             print(f"graded again: {len(other_code)} notebook{'s' if len(other_code) > 1 else ''} whose saved grade was "
                   "made by other grading code (the grader's checks or the course library changed since)")
+        stale = graded_by_other_tests(out, chosen, skip=now)
+        _print_listed(f"NOT GRADED AGAIN, made with earlier hidden tests or grader code ({len(stale)}; a run grades the "
+                      "files of its own folder: grade the folder that holds each file again, e.g. the late uploads', "
+                      "before exporting):", stale)
         print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
                            course.late_policy(), kept=len(kept) + len(unreadable_newer), missing=missing, held=len(held),
                            not_yet=not_yet))
     return reported
+
+
+def _progress_as_done(pool: ThreadPoolExecutor, one: Callable[[StudentSubmission], None],
+                      subs: list[StudentSubmission], progress: bool) -> None:
+    """one(sub) for every student on the pool; the bar counts each student when done (in any order: counted in
+    order, a notebook that looped held it at 6/12 for two minutes while the other worker finished five) and names
+    the students being graded now."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    from tqdm import tqdm
+
+    running: set[str] = set()
+    lock = threading.Lock()
+    with tqdm(total=len(subs), desc="grading", unit="student", disable=not progress) as bar:
+        def started(sub: StudentSubmission) -> None:
+            with lock:
+                running.add(sub.student_id)
+                bar.set_postfix_str("now: " + ", ".join(sorted(running)), refresh=True)
+            try:
+                one(sub)
+            finally:
+                with lock:
+                    running.discard(sub.student_id)
+
+        pending = {pool.submit(started, sub) for sub in subs}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                future.result()  # the grader's own exception: raised, as pool.map raised it
+            with lock:
+                bar.set_postfix_str("now: " + ", ".join(sorted(running)) if running else "", refresh=False)
+            bar.update(len(finished))
 
 
 def staggered(left: list[str], chosen: list[str], slot: int, workers: int) -> list[str]:

@@ -367,12 +367,21 @@ def _late(r: NotebookResult) -> str:
     return f"{how_late(r.seconds_late) or 'late'} (due {r.due}): the late policy takes {r.late_penalty:g} points"
 
 
+EXTRA_CREDIT = "extra credit given by the instructor, on top of the test's points"
+JSON_RESULTS_NEXT = ("these are the files {platform}'s own autograder writes ({path}), one per student and notebook: "
+                     "{platform} has no upload for a folder of them. Hand each one back from an autograder that copies "
+                     "the submitter's file there, or import the final scores of grades_wide.csv with {platform}'s own "
+                     "score import")
+
+
 def gradescope_result(r: NotebookResult, comments: Comments = ()) -> dict:
     """Gradescope's autograder results.json for one graded notebook: the top-level score (the final
     one) overrides the sum of the tests, which show each test cell and the late penalty."""
-    tests = [{"name": c.grade_id, "score": c.score, "max_score": c.max_score,
-              "status": "passed" if c.score >= c.max_score else "failed", "output": _clip(c.message),
+    tests = [{"name": c.grade_id, "score": c.earned(), "max_score": c.max_score,
+              "status": "passed" if c.earned() >= c.max_score else "failed", "output": _clip(c.message),
               "tags": [c.exercise]} for c in r.cells]
+    tests += [{"name": f"{c.grade_id}: extra credit", "score": c.extra_credit, "max_score": 0.0,
+               "output": EXTRA_CREDIT, "tags": [c.exercise]} for c in r.cells if c.extra_credit]
     if r.late_penalty:
         tests.append({"name": "late penalty", "score": -r.late_penalty, "max_score": 0.0, "output": _late(r)})
     return {"score": round(r.final_score(), SCORE_DIGITS), "output": _summary(r, comments), "output_format": "text", "test_output_format": "text",
@@ -386,8 +395,10 @@ def prairielearn_result(r: NotebookResult, comments: Comments = ()) -> dict:
     final score over the notebook's points); an unreadable or wrong notebook is not gradable."""
     if r.status in NOT_GRADABLE:
         return {"gradable": False, "format_errors": [_clip(r.status_text)], "message": _summary(r, comments)}
-    tests = [{"name": c.grade_id, "description": f"exercise {c.exercise}", "points": c.score,
+    tests = [{"name": c.grade_id, "description": f"exercise {c.exercise}", "points": c.earned(),
               "max_points": c.max_score, "message": _clip(c.message)} for c in r.cells]
+    tests += [{"name": f"{c.grade_id}: extra credit", "description": f"exercise {c.exercise}", "points": c.extra_credit,
+               "max_points": 0.0, "message": EXTRA_CREDIT} for c in r.cells if c.extra_credit]
     if r.late_penalty:
         tests.append({"name": "late penalty", "description": "the class's late policy", "points": -r.late_penalty,
                       "max_points": 0.0, "message": _late(r)})
@@ -472,6 +483,15 @@ def default_dest(out: Path, to: str) -> Path:
     return out / "lms" / (f"{to}.csv" if to in ("canvas", "moodle") else to)
 
 
+def _made_with_other_tests(out: Path, results: list) -> list[str]:
+    """The problems line for each exported grade made with earlier hidden tests or grader code (graded_by_other_tests)."""
+    from .grade import graded_by_other_tests
+
+    return [f"{line}: graded with earlier hidden tests or grader code (a solution or the grader changed since); grade "
+            "the folder that holds this file again, then export again" for line in
+            graded_by_other_tests(out, sorted({r.notebook for r in results}))]
+
+
 def export(out: Path, to: str, dest: Path | None = None, canvas_roster: Path | None = None) -> Exported:
     """The class graded into `out`, in the layout of `to` (FORMATS), at `dest` (default OUT/lms/...)."""
     if to not in FORMATS:
@@ -494,10 +514,17 @@ def export(out: Path, to: str, dest: Path | None = None, canvas_roster: Path | N
     if not results:
         raise ExportError(f"{out}: the gradebook has no student and no notebook in play yet: grade the class first")
     if to == "canvas":
-        return canvas_csv(results, dest, roster, people)
-    if to == "moodle":
-        return moodle_csv(results, dest, people)
-    done = json_results(results, dest, gradescope_result if to == "gradescope" else prairielearn_result, comments)
+        done = canvas_csv(results, dest, roster, people)
+    elif to == "moodle":
+        done = moodle_csv(results, dest, people)
+    else:
+        done = json_results(results, dest, gradescope_result if to == "gradescope" else prairielearn_result, comments)
+    done.problems += _made_with_other_tests(out, results)
+    if to in ("canvas", "moodle"):
+        return done
+    done.notes.append(JSON_RESULTS_NEXT.format(platform="Gradescope" if to == "gradescope" else "PrairieLearn",
+                                               path="/autograder/results/results.json" if to == "gradescope" else
+                                               "/grade/results/results.json"))
     if comments:
         done.notes.append(f"the comments typed in formgrader are in each file's {'output' if to == 'gradescope' else 'message'} "
                           f"({sum(map(len, comments.values()))} on {len(comments)} notebooks), as on the feedback pages")

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
 
+BY_HAND = "set by hand"  # how a note about a score typed in formgrader starts (grades.csv's notes column)
 REFUSED = "not accepted"  # how a note about an exercise refused for academic honesty starts (grades.csv's notes)
 
 

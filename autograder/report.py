@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .lateness import LatePolicy, how_late
-from .outcomes import GRADERS_OWN, REFUSED, Status
+from .outcomes import BY_HAND, GRADERS_OWN, REFUSED, Status
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BINS = [0, 0.2, 0.4, 0.6, 0.8, 1.0001]  # fractions of an exercise's points, as the picture groups them
@@ -81,13 +81,15 @@ class _Cell:
     late: str  # "3 h late" or ""
     review: bool
     feedback: str  # relative link to the feedback page, or ""
+    by_hand: bool = False  # a score or extra credit set in formgrader
 
 
 def _cell(r, out: Path) -> _Cell:
     page = out / "feedback" / r.student_id / f"{r.notebook}.html"
     kind = "missing" if r.status is Status.MISSING else "blank" if is_blank(r) else r.status.value
     return _Cell(kind, max(r.score - r.late_penalty, 0.0), r.late_penalty, how_late(getattr(r, "seconds_late", 0.0)),
-                 bool(r.review), page.relative_to(out).as_posix() if page.exists() else "")
+                 bool(r.review), page.relative_to(out).as_posix() if page.exists() else "",
+                 any(n.startswith(BY_HAND) for n in r.notes))
 
 
 NOT_ON_ROSTER = "not on the roster: graded all the same; add them to the roster, or check whose folder or file this is"
@@ -113,6 +115,8 @@ def _attention(results, not_on_roster=()) -> list[tuple[str, list[str]]]:
             found[r.student_id].append(f"{r.notebook}: {how_late(r.seconds_late)} (due {r.due}){penalty}")
         if r.review:
             found[r.student_id].append(f"{r.notebook}: code flagged for review")
+        for note in (n for n in r.notes if n.startswith(BY_HAND)):  # a grade a person made: the report says so
+            found[r.student_id].append(f"{r.notebook}: {note}")
         for note in (n for n in r.notes if n.startswith(REFUSED + ": ")):  # (no entry for a student with none)
             found[r.student_id].append(f"{r.notebook}: {note}")
     return sorted(found.items())
@@ -123,10 +127,10 @@ def _exercises(rows) -> dict[str, list[float]]:
     for r in rows:
         totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         for c in r.cells:
-            totals[c.exercise][0] += c.score
+            totals[c.exercise][0] += c.earned()  # extra credit apart: 3 + 2 extra + 1 of 6 hid a failed test
             totals[c.exercise][1] += c.max_score
         for exercise, (got, top) in totals.items():
-            per_exercise[exercise].append(min(got / top, 1.0) if top else 0.0)  # extra credit: full marks here
+            per_exercise[exercise].append(min(got / top, 1.0) if top else 0.0)
     return per_exercise
 
 

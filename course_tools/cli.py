@@ -894,7 +894,8 @@ def parser() -> argparse.ArgumentParser:
                                    "nbgrader's extension, added to the notebook's due date for them alone. Their "
                                    "lateness and late penalty are worked out again at once, in every table, page and "
                                    "export, without grading again. A second extension replaces the first; --days 0 "
-                                   "takes it back. The notebook must have been graded for them first.")
+                                   "takes it back. Given before they hand the notebook in, it waits (their row is 'not handed "
+                                   "in yet' until their own due date) and is given when it is first graded.")
     p.add_argument("out", metavar="OUT", help="the folder `attn-course grade SUBMISSIONS --out OUT` wrote")
     p.add_argument("student", metavar="ID", help="the student's id, as in grades.csv")
     p.add_argument("notebook", metavar="NOTEBOOK", help="the notebook, e.g. 01_similarity_attention")

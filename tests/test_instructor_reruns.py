@@ -259,6 +259,39 @@ def test_a_hidden_test_fixed_in_solutions_regrades_everyone_against_the_fix(cour
     assert "changed in" not in again and "(0 graded now, 2 reused" in again, again
 
 
+def test_a_hidden_test_fixed_after_the_late_uploads_names_the_late_grades_it_did_not_make_again(course, tmp_path):
+    """An instructor's walkthrough: a hidden test changed after week1/ and week1-late/ were graded; grading week1/
+    again regraded its own files, and the late uploads' grades (made with the old test) stayed, unsaid, and were
+    exported. They are now listed on the console, and export holds them as problems, until the late folder is
+    graded again."""
+    from autograder import lms
+
+    solutions = tmp_path / "solutions"
+    shutil.copytree(REPO / "solutions" / A01, solutions / A01)
+    source = solutions / A01 / f"{A01}.ipynb"
+    fixed = source.read_text()
+    source.write_text(fixed.replace(STABILITY_CHECK, SWAPPED))
+    week1, late, out = tmp_path / "week1", tmp_path / "week1-late", tmp_path / "out"
+    _put(week1 / "bob" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(late / "bob" / f"{A01}.ipynb", inject(solved_notebook(course, A01), UNSTABLE), LATE)
+    _graded(week1, out, solutions=solutions, due=DUE)
+    _graded(late, out, solutions=solutions)
+    assert float(_rows(out)[("bob", A01)]["score"]) == 17  # the bug: the unstable softmax passes
+    source.write_text(fixed)
+    said = _graded(week1, out, solutions=solutions)
+    assert "NOT GRADED AGAIN, made with earlier hidden tests or grader code (1;" in said, said
+    assert f"\n  bob {A01}: bob/{A01}.ipynb (file time; in week1-late)" in said, said
+    assert float(_rows(out)[("bob", A01)]["score"]) == 17
+    problems = lms.export(out, "canvas").problems
+    assert [p for p in problems if "earlier hidden tests" in p] == [
+        f"bob {A01}: bob/{A01}.ipynb (file time; in week1-late): graded with earlier hidden tests or grader code (a "
+        "solution or the grader changed since); grade the folder that holds this file again, then export again"], problems
+    again = _graded(late, out, solutions=solutions)
+    assert "NOT GRADED AGAIN" not in again and float(_rows(out)[("bob", A01)]["score"]) == 15, again
+    assert not [p for p in lms.export(out, "moodle").problems if "earlier hidden tests" in p]
+
+
 def test_grades_saved_by_other_grading_code_are_made_again_and_said(course, tmp_path, monkeypatch):
     """A tolerance loosened in autograder/checks/ (the instructor's walkthrough) reached no one: every grade
     was reused, as its notebook and solution had not changed. Grades remember the code that judged them."""
@@ -299,6 +332,42 @@ def test_a_score_set_by_hand_is_shown_and_said_when_its_notebook_is_graded_again
     assert "set by hand in formgrader: test_dot_similarity 0.5 of 1 (the grader's: 1)" in rows[("ben", A01)]["notes"]
     assert rows[("ann", A01)]["notes"] == ""
     assert "set by hand" not in _graded(again, out)  # said when graded again, not at every run
+
+
+def test_scores_and_extra_credit_set_by_hand_show_apart_in_the_report_feedback_and_exports(course, tmp_path):
+    """An instructor's walkthrough: the report never said a grade was set by hand (bob's 18 looked like the grader's),
+    its exercise table counted 3 + 2 extra credit of 3 as full marks over a failed test, and the feedback page and
+    the Gradescope and PrairieLearn files said "5 / 3 points"."""
+    import json
+
+    from nbgrader.api import Gradebook
+
+    from autograder import lms
+
+    week1, out = tmp_path / "week1", tmp_path / "out"
+    _put(week1 / "ben" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _graded(week1, out)
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        gb.find_grade("test_dot_similarity", A01, A01, "ben").extra_credit = 2  # 0 of 1, and 2 extra
+        gb.find_grade("test_softmax", A01, A01, "ann").extra_credit = 1.5  # full marks, and 1.5 extra
+        gb.db.commit()
+    _graded(week1, out)  # nothing graded again: the tables, report and pages written from the gradebook
+    report = (out / "report.html").read_text()
+    assert f"{A01}: set by hand in formgrader: test_dot_similarity extra credit 2" in report, report
+    assert report.count('<span class="muted">set by hand</span>') == 2
+    assert '<td>dot_similarity</td><td class="num">2</td><td class="num">50%</td><td class="num">1</td>' \
+        '<td class="num">1</td>' in report, report  # one of two with full marks: ben's failed test, extra credit apart
+    page = (out / "feedback" / "ann" / f"{A01}.html").read_text()
+    assert "test_softmax</code> — softmax\n — 3 / 3 points + 1.5 extra credit" in page, page
+    lms.export(out, "gradescope")
+    tests = json.loads((out / "lms" / "gradescope" / "ben" / A01 / "results.json").read_text())["tests"]
+    assert {t["name"]: (t["score"], t["max_score"]) for t in tests if "dot_similarity" in t["name"]} == \
+        {"test_dot_similarity": (0.0, 1.0), "test_dot_similarity: extra credit": (2.0, 0.0)}, tests
+    lms.export(out, "prairielearn")
+    tests = json.loads((out / "lms" / "prairielearn" / "ann" / A01 / "results.json").read_text())["tests"]
+    assert {t["name"]: (t["points"], t["max_points"]) for t in tests if t["name"].split(":")[0] == "test_softmax"} == \
+        {"test_softmax": (3.0, 3.0), "test_softmax: extra credit": (1.5, 0.0)}, tests
 
 
 def test_an_override_stays_an_override_when_other_grading_code_grades_its_file_again(course, tmp_path, monkeypatch):

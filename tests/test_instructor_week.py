@@ -493,6 +493,27 @@ def test_an_extension_for_one_student_changes_their_lateness_everywhere_without_
     assert cli.main(["export", str(undated), "--to", "gradescope"]) == 0
 
 
+def test_an_extension_waiting_for_a_hand_in_makes_the_row_not_due_yet_instead_of_a_0(course, tmp_path, capsys):
+    """An instructor's walkthrough: frank's extension, given before he handed in, put his own due date in the future,
+    but his row still said missing against the class's due date, and every export sent him a 0."""
+    subs, out, roster = tmp_path / "subs", tmp_path / "out", tmp_path / "roster.csv"
+    roster.write_text("id\nann\nfrank\n")
+    (subs / "ann").mkdir(parents=True)
+    nbformat.write(solved_notebook(course, A01), subs / "ann" / f"{A01}.ipynb")
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1", "--roster", str(roster),
+                     "--due", f"{A01}=2020-12-01T23:59:00Z"]) == 1  # frank: missing, the due date long past
+    assert cli.main(["extend", str(out), "frank", A01, "--days", "36500"]) == 0  # his own due date: in 2120
+    capsys.readouterr()
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows["frank"]["status"] == "missing: not handed in yet: due 2120-11-07T23:59:00Z", rows["frank"]
+    assert {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}["frank"][A01] == ""
+    assert cli.main(["export", str(out), "--to", "moodle"]) == 1  # no e-mail addresses: listed, not a 0 for frank
+    assert {r["Student ID"]: r[A01] for r in csv.DictReader((out / "lms" / "moodle.csv").open())}["frank"] == ""
+    assert cli.main(["extend", str(out), "frank", A01, "--days", "0"]) == 0  # taken back: missing, a 0
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows["frank"]["status"] == "missing: no notebook for this assignment was submitted", rows["frank"]
+
+
 def test_an_extension_given_before_the_student_hands_in_is_given_when_they_do(course, tmp_path, capsys):
     """An instructor's walkthrough: `extend` refused a student who had not handed in yet ("grade their notebook
     first"), so frank, ill until after the due date, could not be given his extension in time. It now waits, and

@@ -632,7 +632,8 @@ def formgrader_command(course: Path, ip: str, port: int, open_browser: bool, ext
 
     return [sys.executable, "-m", "jupyter_server", f"--ServerApp.root_dir={course}", f"--ServerApp.ip={ip}",
             f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.default_url=/formgrader",
-            "--ServerApp.jpserver_extensions", f"{FORMGRADER}=True", formgrader_policy_option(),
+            "--ServerApp.jpserver_extensions", f"{FORMGRADER}=True",
+            "--ServerApp.jpserver_extensions", "course_tools.formgrader_offline=True", formgrader_policy_option(),
             *([] if open_browser else ["--no-browser"]), *extra]
 
 

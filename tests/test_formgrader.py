@@ -259,6 +259,25 @@ def formgrader(graded, tmp_path):
         _stop_lab(proc, base, token)
 
 
+@pytest.mark.slow
+def test_formgrader_pages_take_mathjax_from_the_server_not_a_cdn(graded, formgrader):
+    """An instructor's walkthrough offline: formgrader's submission page loaded MathJax from a CDN; unreachable, its
+    script stopped at `MathJax.loaded` before binding formgrader's keys (Tab, Esc, Ctrl-.), and math showed as TeX."""
+    from course_tools.formgrader_offline import CDN
+
+    base, token = formgrader.split("/formgrader?token=")
+    with urllib.request.urlopen(f"{base}/formgrader/api/submitted_notebooks/{A01}/{A01}?token={token}") as answer:
+        submission = json.load(answer)[0]["id"]
+    with urllib.request.urlopen(f"{base}/formgrader/submissions/{submission}/?token={token}") as answer:
+        page = answer.read()
+    assert CDN not in page and b"cdnjs" not in page
+    local = re.search(rb'<script src="([^"]*/static/jupyter_server_mathjax/MathJax\.js[^"]*)"', page)
+    assert local, page[:3000]
+    with urllib.request.urlopen(f"{base.split('/', 3)[0]}//{base.split('/', 3)[2]}{local.group(1).decode()}"
+                                f"&token={token}") as answer:
+        assert answer.status == 200 and b"MathJax" in answer.read(2000)
+
+
 def _saved(page, kind: str, field, value: str) -> None:
     """Type `value` into a formgrader field and leave it, as a person does; wait for formgrader's save."""
     with page.expect_response(lambda r: f"/formgrader/api/{kind}/" in r.url and r.request.method == "PUT") as answer:

@@ -483,6 +483,16 @@ def default_dest(out: Path, to: str) -> Path:
     return out / "lms" / (f"{to}.csv" if to in ("canvas", "moodle") else to)
 
 
+def _not_on_the_roster(out: Path, results: list) -> list[str]:
+    """The problems line for each student graded who is not on the class's last roster (none without one)."""
+    from .grade import Course, read_roster_ids
+
+    roster = read_roster_ids(Course(out / "course"))
+    strangers = sorted({r.student_id for r in results if r.status is not Status.MISSING} - (roster or set()))
+    return [f"{sid}: not on the class roster (graded all the same): their results.json files are written under this "
+            "id; check whose folder or file this is before handing them on" for sid in strangers] if roster else []
+
+
 def _made_with_other_tests(out: Path, results: list) -> list[str]:
     """The problems line for each exported grade made with earlier hidden tests or grader code (graded_by_other_tests)."""
     from .grade import graded_by_other_tests
@@ -519,6 +529,7 @@ def export(out: Path, to: str, dest: Path | None = None, canvas_roster: Path | N
         done = moodle_csv(results, dest, people)
     else:
         done = json_results(results, dest, gradescope_result if to == "gradescope" else prairielearn_result, comments)
+    done.problems += _not_on_the_roster(out, results)  # Canvas and Moodle tie students to users: these files, by id
     done.problems += _made_with_other_tests(out, results)
     if to in ("canvas", "moodle"):
         return done

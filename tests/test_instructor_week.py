@@ -493,6 +493,25 @@ def test_an_extension_for_one_student_changes_their_lateness_everywhere_without_
     assert cli.main(["export", str(undated), "--to", "gradescope"]) == 0
 
 
+def test_gradescope_and_prairielearn_exports_name_a_student_not_on_the_roster(course, tmp_path, capsys):
+    """An instructor's walkthrough: zed, not on the roster, was flagged by the Canvas and Moodle exports and passed
+    silently into Gradescope's and PrairieLearn's files."""
+    from autograder import lms
+
+    subs, out, roster = tmp_path / "subs", tmp_path / "out", tmp_path / "roster.csv"
+    roster.write_text("id\nann\n")
+    for sid in ("ann", "zed"):
+        (subs / sid).mkdir(parents=True)
+        nbformat.write(solved_notebook(course, A01), subs / sid / f"{A01}.ipynb")
+    cli.main(["grade", str(subs), "--out", str(out), "--workers", "1", "--roster", str(roster)])
+    capsys.readouterr()
+    for to in ("gradescope", "prairielearn"):
+        problems = lms.export(out, to).problems
+        assert [p for p in problems if "roster" in p] == [
+            "zed: not on the class roster (graded all the same): their results.json files are written under this id; "
+            "check whose folder or file this is before handing them on"], (to, problems)
+
+
 def test_an_extension_waiting_for_a_hand_in_makes_the_row_not_due_yet_instead_of_a_0(course, tmp_path, capsys):
     """An instructor's walkthrough: frank's extension, given before he handed in, put his own due date in the future,
     but his row still said missing against the class's due date, and every export sent him a 0."""

@@ -86,8 +86,8 @@ def describe(done: Extension) -> str:
     """The console line for a granted (or taken back) extension."""
     if done.extended_to is None:
         return f"{done.student} {done.notebook}: no extension now (due {_when(done.due)}, as for everyone)"
-    waits = ("; nothing of theirs is graded yet: it is given when their notebook is (their row says 'missing' until "
-             "then)" if done.pending else "")
+    waits = ("; nothing of theirs is graded yet: it is given when their notebook is (until then their row says 'not "
+             "handed in yet' before their own due date, 'missing' after it)" if done.pending else "")
     return (f"{done.student} {done.notebook}: due {_when(done.extended_to)} for them (the class's: {_when(done.due)}); "
             f"an extension given again replaces this one{waits}")
 

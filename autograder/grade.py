@@ -778,14 +778,16 @@ def graded_by_other_tests(out: Path, assignments: Iterable[str], skip: Iterable[
         current = _solution_digest(out / "course", assignment)
         for path in sorted((out / "students").glob(f"*/{assignment}.json")):
             payload = _payload(path)
-            if (path.parent.name, assignment) in skip or not payload.get("fingerprint") or payload.get("forced") is True:
-                continue  # graded now, the grader's own failure (graded again anyway), or the instructor's override
+            if (path.parent.name, assignment) in skip or not payload.get("fingerprint"):
+                continue  # graded now, or the grader's own failure (graded again anyway)
             result = _saved_result(payload)
             solution = payload.get("solution")
             if result is None or result.status is Status.MISSING or (
                     payload.get("judge") == judge and (not isinstance(solution, str) or solution == current)):
                 continue
-            lines.append(f"{path.parent.name} {assignment}: {result.source_file or 'its notebook'}")
+            override = (f" (a grade set with --force: grade that folder again with --force --student {path.parent.name} "
+                        f"--assignment {assignment})" if payload.get("forced") is True else "")
+            lines.append(f"{path.parent.name} {assignment}: {result.source_file or 'its notebook'}{override}")
     return lines
 
 

@@ -33,7 +33,7 @@ c.IgnorePattern.pattern = r"Warning"
 # long lines, and loads no script: math is drawn as SVG when the page is written
 # (plugins.markdown2html), so it renders offline and the page is one self-contained file.
 c.GenerateFeedback.preprocessors = [
-    "nbgrader.preprocessors.GetGrades",
+    "autograder.plugins.GetGradesApart",
     "autograder.plugins.ScrubHiddenTests",
     "autograder.plugins.NameTestCells",
     "autograder.plugins.FeedbackLateness",  # handed in, due, how late, what it cost

@@ -21,7 +21,7 @@ from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import Preprocessor
-from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades, NbGraderPreprocessor
 from traitlets import Bool, Unicode
 
 from .outputs import (  # noqa: F401 - re-exported: the feedback tests and older configs name them here
@@ -37,6 +37,17 @@ from .outputs import (  # noqa: F401 - re-exported: the feedback tests and older
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class GetGradesApart(GetGrades):
+    """nbgrader's GetGrades, with each cell's extra credit written beside its score (nbgrader's score holds both):
+    the feedback page shows "0 / 1 points, + 2 extra credit" for a failed test, never a passed "1 / 1"."""
+
+    def _get_score(self, cell, resources) -> None:
+        super()._get_score(cell, resources)
+        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
+                                          self.assignment_id, self.student_id)
+        cell.metadata.nbgrader["extra_credit"] = float(grade.extra_credit or 0)
 
 
 class ScrubHiddenTests(NbGraderPreprocessor):

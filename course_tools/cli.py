@@ -467,9 +467,8 @@ def _extend(args) -> int:
     except ExtensionError as err:
         raise UsageError(str(err)) from None
     print(describe(done))
-    if not done.pending:
-        print(f"grades.csv, grades_wide.csv, report.html and the feedback pages of {Path(args.out)} rewritten; "
-              "`attn-course export` takes it to your LMS")
+    print(f"grades.csv, grades_wide.csv, report.html and the feedback pages of {Path(args.out)} rewritten; "
+          "`attn-course export` takes it to your LMS")
     return 0
 
 

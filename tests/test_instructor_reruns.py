@@ -360,6 +360,9 @@ def test_scores_and_extra_credit_set_by_hand_show_apart_in_the_report_feedback_a
         '<td class="num">1</td>' in report, report  # one of two with full marks: ben's failed test, extra credit apart
     page = (out / "feedback" / "ann" / f"{A01}.html").read_text()
     assert "test_softmax</code> — softmax\n — 3 / 3 points + 1.5 extra credit" in page, page
+    page = (out / "feedback" / "ben" / f"{A01}.html").read_text()  # a reviewer: "1 / 1 points + 1 extra credit", ✓
+    assert "test_dot_similarity</code> — dot_similarity\n — 0 / 1 points + 2 extra credit" in page, page
+    assert '<li class="failed"><span class="mark">✗</span>\n              <a href="#test_dot_similarity">' in page
     lms.export(out, "gradescope")
     tests = json.loads((out / "lms" / "gradescope" / "ben" / A01 / "results.json").read_text())["tests"]
     assert {t["name"]: (t["score"], t["max_score"]) for t in tests if "dot_similarity" in t["name"]} == \

@@ -156,6 +156,9 @@ class Case:
     reference: Callable[..., Any] | None = None
     # The mistakes this case was built to tell (by name): the diagnosis tries them first here.
     tells: tuple[str, ...] = ()
+    # A context manager entered around the student's run, *outside* the guard of forbidden calls: a measurement's
+    # own dispatch mode, pushed by PyTorch functions the guard refuses to the student (nb08's memory probe).
+    around: Callable[[], Any] | None = None
 
 
 def case_reference(exercise: "Exercise", case: Case):
@@ -528,7 +531,7 @@ class _CallGuard:
     def _hook(self, frame, event, arg):
         if event == "call":
             found = self.codes.get(id(frame.f_code))
-            if found and found[0] is frame.f_code:
+            if found and found[0] is frame.f_code and not on_behalf_of_torch_printing(frame.f_back):
                 self._found(found[1])
             if id(frame.f_code) in self.op_calls:  # torch.ops.<namespace>.<kernel>(...)
                 why = self._kernel(op_name(frame))
@@ -538,7 +541,7 @@ class _CallGuard:
                 self._found(model_library_why(frame.f_code.co_filename))
         elif event == "c_call":
             found = self.builtins.get(id(arg))
-            if found and found[0] is arg:
+            if found and found[0] is arg and not on_behalf_of_torch_printing(frame):
                 self._found(found[1])
         for watcher in self.watchers:
             why = watcher(frame, event, arg)
@@ -552,6 +555,53 @@ class _CallGuard:
             if name.startswith(prefix):
                 return why
         return None
+
+
+def _codes_of(*owners) -> set:
+    """The code objects of the functions (and methods, and the functions nested in them) of modules or classes."""
+    import types
+
+    found, todo = set(), []
+    for owner in owners:
+        for value in vars(owner).values():
+            value = getattr(value, "__func__", value)
+            value = getattr(value, "__wrapped__", value)
+            if isinstance(value, types.FunctionType):
+                todo.append(value.__code__)
+            elif isinstance(value, type) and value.__module__ == getattr(owner, "__name__", None):
+                found |= _codes_of(value)
+    while todo:
+        code = todo.pop()
+        if code not in found:
+            found.add(code)
+            todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return found
+
+
+_PYTORCH_OWN: dict = {}
+
+
+def on_behalf_of_torch_printing(frame, depth: int = 16) -> bool:
+    """Whether a forbidden PyTorch function is called by PyTorch itself on behalf of its printing, which turns the
+    dispatch modes off while it formats a tensor (a student's debug print(m) had the whole exercise refused):
+    walking up from the caller `frame`, only PyTorch's own dispatch-mode and printing code (and contextlib's)
+    comes before a frame of its printing. Matched by code object, never by file name (a code object's file name
+    is the student's to set)."""
+    if not _PYTORCH_OWN:
+        import torch._tensor_str
+        import torch.utils._python_dispatch
+
+        printing = _codes_of(torch._tensor_str)
+        _PYTORCH_OWN.update(anchors=printing,
+                            between=printing | _codes_of(torch.utils._python_dispatch, contextlib))
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code in _PYTORCH_OWN["anchors"]:
+            return True
+        if code not in _PYTORCH_OWN["between"]:
+            return False
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 MODEL_LIBRARIES = ("transformers",)  # installed with the course (its peer benchmark): whole models, ready-made
@@ -1083,9 +1133,15 @@ def _read_error(err: Exception) -> _StudentRaised:
                           _raised_in(err) if isinstance(err, NotImplementedError) else "")
 
 
+def _around(case: Case):
+    """The case's own context (Case.around), or none."""
+    return case.around() if case.around is not None else contextlib.nullcontext()
+
+
 def _run_student(exercise: Exercise, case: Case, impl):
     if not exercise.forbidden and not model_library_folders():
-        out = _watched_run(case, impl)
+        with _around(case):
+            out = _watched_run(case, impl)
         if not model_library_folders():
             return out
         return _guarded_run(_CallGuard(()), case, impl)  # it imported a model library meanwhile: again, guarded
@@ -1097,7 +1153,7 @@ def _run_student(exercise: Exercise, case: Case, impl):
 
 
 def _guarded_run(guard: _CallGuard, case: Case, impl):
-    with guard:
+    with _around(case), guard:
         try:
             out = _watched_run(case, impl)
         except ForbiddenCall:

@@ -4,6 +4,8 @@ sliding-window mask.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 import torch.utils._python_dispatch as _python_dispatch
@@ -32,7 +34,17 @@ LEAVES_TORCH = tuple((f, _LEAVES_WHY.format(what=what)) for f, what in (
 # reviewer's plain attention under _disable_current_modes kept the memory point).
 _MODES_OFF_WHY = ("it switches PyTorch's dispatch modes off ({what}), which is how the grader measures the memory your "
                   "online softmax uses: this exercise needs no such thing")
-MODES_OFF = ((_python_dispatch._disable_current_modes, _MODES_OFF_WHY.format(what="_disable_current_modes")),)
+# Popping them by hand and pushing them back (a red team's 8/8, its answer cloned where the mode saw it) as well:
+# PyTorch's printing is let through (core.on_behalf_of_torch_printing); the measurement pushes its own mode before
+# the guard is on (Case.around).
+# The two context managers by their generators: a @contextmanager function's own code object is contextlib's helper,
+# shared by every context manager (a student's own, and PyTorch's printing, were refused as _disable_current_modes).
+MODES_OFF = tuple((f, _MODES_OFF_WHY.format(what=name)) for name, f in (
+    ("_disable_current_modes", _python_dispatch._disable_current_modes.__wrapped__),
+    ("_pop_mode", _python_dispatch._pop_mode), ("_push_mode", _python_dispatch._push_mode),
+    ("_pop_mode_temporarily", _python_dispatch._pop_mode_temporarily.__wrapped__),
+    ("torch._C._pop_torch_dispatch_stack", torch._C._pop_torch_dispatch_stack),
+    ("torch._C._push_on_torch_dispatch_stack", torch._C._push_on_torch_dispatch_stack)))
 FORBIDDEN = HONESTY + torch_attention(*NO_BUILTIN)
 RTOL, ATOL = 1e-4, 1e-5
 # Scores of a few hundred are rounded by about 3e-5 in float32: a correct student computing in float64 (or
@@ -156,7 +168,8 @@ class _Largest:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if above and not owner.all_keys and _over_many_keys(func, args, kwargs, above):
                     owner.all_keys = True
-                if func.overloadpacket.__name__ == "_local_scalar_dense":
+                if func.overloadpacket.__name__ == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor) \
+                        and args[0].dtype.is_floating_point:  # a number read out (.item(), float()); a bool test is not
                     owner.scalar_reads += 1
                 # the inputs' storages before the call: an `out=` tensor it resizes (an empty one given to
                 # torch.matmul to hold the whole score matrix) is new memory, and counted
@@ -179,17 +192,45 @@ class _Largest:
         return isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in self.created
 
 
-def _measured(f, q, k, v, block, mask, watch_keys=False):
+def _keys_watched_above(q, k, v, block, watch_keys: bool) -> int:
+    """The longest reduction an online softmax makes (the queries, a block, a vector), or 0 where keys are not watched."""
+    above = max(q.shape[-2], block, q.shape[-1], v.shape[-1])
+    return above if watch_keys and k.shape[-2] > above else 0
+
+
+class _Measurement:
+    """One memory case's probe, pushed by the case's `around` (core.Case.around) before the grader's guard is on:
+    the guard refuses PyTorch's mode-stack functions to the student (popping the modes hid the whole score matrix),
+    and pushing a mode calls them. Where no `around` ran (the reference, the mistakes, in the grader's own process),
+    `_measured` pushes a probe of its own."""
+
+    def __init__(self, above: int):
+        self.above, self.probe = above, None
+
+    @contextlib.contextmanager
+    def measuring(self):
+        self.probe = _Largest(above=self.above)
+        try:
+            with self.probe.mode:
+                yield
+        finally:
+            self.probe = None
+
+
+def _measured(f, q, k, v, block, mask, watch_keys=False, measurement: _Measurement | None = None):
     """(output, [largest allocation, whether it reduced over many keys at once, whether it was computed out of the
     measurement's sight]); the second only with `watch_keys` (more keys than queries, no mask: then nothing honest
     reduces over more than the queries, a block or a vector). Out of sight: the output was not made by an operation
-    the measurement saw, or more numbers were read out one at a time (.item()) than there are keys."""
-    above = max(q.shape[-2], block, q.shape[-1], v.shape[-1])
-    probe = _Largest(above=above if watch_keys and k.shape[-2] > above else 0)
-    with torch.no_grad(), probe.mode:
+    the measurement saw, or more floating-point numbers were read out one at a time (.item(), float(t)) than k holds
+    (a check per row and block is far fewer; attention in Python floats reads all of q, k and v)."""
+    probe = measurement.probe if measurement is not None else None
+    if probe is None:
+        probe = _Largest(above=_keys_watched_above(q, k, v, block, watch_keys))
+    with torch.no_grad(), (probe.mode if measurement is None or measurement.probe is None else contextlib.nullcontext()):
         out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
-    unseen = probe.unseen(out) or probe.scalar_reads > k.shape[-2]
+    unseen = probe.unseen(out) or probe.scalar_reads > k.numel()  # attention in floats reads all of q, k and v
     return out, np.array([probe.largest, float(probe.all_keys), float(unseen)])
+
 
 
 def _fits(limit: int):
@@ -217,13 +258,15 @@ def _online_memory_cases(rng):
         mask = causal(T_q) if masked else None
         keys = "" if masked else (f", and no softmax, max, sort, sum or product runs over more than {T_q} of the "
                                   f"{T_k} keys at once: they come a block at a time")
+        measurement = _Measurement(_keys_watched_above(q, k, v, block, not masked))
         cases.append(Case(f"q [{B}, {H}, {T_q}, {D}], k, v [{B}, {H}, {T_k}, {D}], block_size={block}"
                           + (", a causal mask" if masked else "")
                           + f": (output, whether the largest tensor created inside stays below half of the "
                           f"[{B}, {H}, {T_q}, {T_k}] float32 score matrix, {full // 2} bytes{keys}; measured in "
-                          f"PyTorch: the output made by its operations, at most {T_k} numbers read out with .item())",
-                          lambda f, q=q, k=k, v=v, b=block, m=mask, w=not masked: _measured(f, q, k, v, b, m, w),
-                          derive=_fits(full // 2)))
+                          f"PyTorch: the output made by its operations, at most {B * H * T_k * D} numbers read out one "
+                          "at a time with .item() or float())",
+                          lambda f, q=q, k=k, v=v, b=block, m=mask, w=not masked, s=measurement:
+                          _measured(f, q, k, v, b, m, w, s), derive=_fits(full // 2), around=measurement.measuring))
     return cases
 
 

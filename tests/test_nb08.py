@@ -449,9 +449,21 @@ def test_a_debug_print_or_a_context_manager_keeps_every_point(extra, capsys):
 def test_attention_made_out_of_the_measurements_sight_loses_the_memory_point(impl):
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
     with pytest.raises(CheckFailed, match=r"(?s)not accepted, because it switches PyTorch's dispatch modes off|"
-                                          r"at most 1536 numbers read out one at a time with \.item\(\) or "
+                                          r"at most 768 numbers read out one at a time with \.item\(\) or "
                                           r"float\(\)\).*output\[1\]: .*expected True, got False"):
         check_exercise(memory, impl)
+
+
+def test_an_online_softmax_computed_in_float64_keeps_the_memory_point():
+    """A reviewer: casting q, k and v to float64 (then the answer back to float32) made a copy of k exactly half the
+    score matrix, not below it: a correct, careful student lost the point, told "the whole score matrix built"."""
+    env = {"torch": torch, "math": math}
+    exec(textwrap.dedent(nb08.ONLINE_SOURCE).replace(
+        "    T_k = k.shape[-2]\n", "    T_k = k.shape[-2]\n    q, k, v = q.double(), k.double(), v.double()\n").replace(
+        "return acc / torch.where(l > 0, l, torch.ones_like(l))",
+        "return (acc / torch.where(l > 0, l, torch.ones_like(l))).float()"), env)
+    for exercise in nb08.EXERCISES[:3]:
+        check_exercise(exercise, env["online_softmax_attention"])
 
 
 @pytest.mark.parametrize("check", [

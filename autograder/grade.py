@@ -19,6 +19,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import warnings
@@ -539,7 +540,8 @@ def refusal_notes(verdicts: dict[str, Verdict]) -> list[str]:
         if not v.passed and v.cause in ("forbidden", "forbidden-static"):
             graded, _, rest = v.message.partition(": not accepted, because ")
             if rest and graded not in found:
-                found[graded] = f"{REFUSED}: {graded} ({rest.split(';', 1)[0][:160]})"
+                why = textwrap.shorten(rest.split(";", 1)[0], 160, placeholder=" ...")  # at a word: "(w" was a cut
+                found[graded] = f"{REFUSED}: {graded} ({why})"
     return list(found.values())
 
 

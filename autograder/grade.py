@@ -52,7 +52,17 @@ from .course import (
 from .course import assignments as list_assignments
 from .exports import safe_row
 from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
-from .outcomes import BY_HAND, GRADERS_OWN, REFUSED, Status, Verdict, plain_fields, status_from_text, status_text
+from .outcomes import (
+    BY_HAND,
+    GRADERS_OWN,
+    REFUSED,
+    Status,
+    Verdict,
+    is_blank,
+    plain_fields,
+    status_from_text,
+    status_text,
+)
 from .sandbox import (
     JobResult,
     SandboxUnavailable,
@@ -131,8 +141,15 @@ class NotebookResult:
 
     @property
     def status_text(self) -> str:
-        """The status column of grades.csv: the kind, then the detail ('timeout: ...')."""
-        return status_text(self.status, self.detail)
+        """The status column of grades.csv: the kind, then the detail ('timeout: ...'), where a test that
+        scored 0 for an incident has had its score set by hand since, saying so."""
+        detail = self.detail
+        for c in self.cells:
+            if c.by_hand:  # the incident's words were written when the grader gave it 0
+                detail = re.sub(rf"(the checks of {re.escape(c.grade_id)}: .*?)\(this test scored 0\)",
+                                lambda m, c=c: f"{m.group(1)}(the grader scored it 0; {c.score:g} of {c.max_score:g} "
+                                               f"{BY_HAND} since)", detail, count=1, flags=re.S)
+        return status_text(self.status, detail)
 
     def not_due_yet(self) -> bool:
         """Missing while its due date has not passed (decided once, by `_missing_as_of`, when the tables
@@ -654,6 +671,9 @@ def collect_feedback(course: Course, out: Path) -> None:
         shutil.copy2(html, target)
 
 
+BLANK = "blank: handed in, but no exercise attempted"
+
+
 def format_table(results: list[NotebookResult], hide_missing: bool = False) -> str:
     rows = [("student", "notebook", "score", "status")]
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
@@ -664,7 +684,10 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
         if r.late_penalty:
             score = f"{max(r.score - r.late_penalty, 0):g} / {r.max_score:g} ({r.score:g} - {r.late_penalty:g} late)"
         late = f"; {how_late(r.seconds_late)} (due {r.due})" if r.seconds_late > 0 else ""
-        rows.append((r.student_id, r.notebook, score, r.status_text + late + notes))
+        status = r.status_text
+        if is_blank(r):  # the report's "blank" too: handed in, but every exercise still the release's stub
+            status = BLANK if status == Status.OK.value else f"{status}; {BLANK}"
+        rows.append((r.student_id, r.notebook, score, status + late + notes))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = []
     for k, row in enumerate(rows):

@@ -135,3 +135,9 @@ def plain_fields(cls, payload: Any, required: tuple[str, ...] = ()) -> dict[str,
         if kind is not None and not ok:
             raise ValueError(f"{cls.__name__}.{name}: expected {types[name]}, got {type(value).__name__}")
     return dict(payload)
+
+
+def is_blank(r) -> bool:
+    """Handed in, but no exercise attempted: every graded cell failed as still unwritten."""
+    return r.status is not Status.MISSING and bool(r.cells) and all(
+        c.score == 0 and getattr(c, "cause", "") == "notimpl" for c in r.cells)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .lateness import LatePolicy, how_late
-from .outcomes import BY_HAND, GRADERS_OWN, REFUSED, Status
+from .outcomes import BY_HAND, GRADERS_OWN, REFUSED, Status, is_blank
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BINS = [0, 0.2, 0.4, 0.6, 0.8, 1.0001]  # fractions of an exercise's points, as the picture groups them
@@ -63,12 +63,6 @@ def mistake_counts(results) -> Counter:
     `mistake` field (never from the message's words). Once per notebook: a mistake named in several
     test cells (each test of the same function) counts once."""
     return Counter(m for r in results for m in {c.mistake for c in r.cells if c.mistake})
-
-
-def is_blank(r) -> bool:
-    """Handed in, but no exercise attempted: every graded cell failed as still unwritten."""
-    return r.status is not Status.MISSING and bool(r.cells) and all(
-        c.score == 0 and getattr(c, "cause", "") == "notimpl" for c in r.cells)
 
 
 @dataclass

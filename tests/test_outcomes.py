@@ -187,6 +187,33 @@ def test_grades_csv_writes_status_and_notes_in_their_own_columns(tmp_path):
     assert "ok (a.ipynb: x; b.ipynb: y)" in format_table(results)  # the console table still shows them
 
 
+
+def test_the_console_table_calls_a_blank_notebook_blank_as_the_report_does():
+    """A notebook handed in with every exercise still the release's stub: "ok" for grades.csv (nothing went
+    wrong running it) but "blank" in the console table, as in the report; one exercise attempted is not blank."""
+    def notebook(student: str, causes: list[str], score: float = 0.0) -> NotebookResult:
+        cells = [CellResult(f"test_{i}", f"ex{i}", score, 2.0, cause=cause) for i, cause in enumerate(causes)]
+        return NotebookResult(student, A01, score * len(causes), 2.0 * len(causes), cells=cells)
+    results = [notebook("untouched", ["notimpl", "notimpl"]), notebook("tried", ["notimpl", "value"]),
+               notebook("done", ["", ""], score=2.0)]
+    lines = {line.split()[0]: line for line in format_table(results).splitlines()[2:]}
+    assert lines["untouched"].endswith("blank: handed in, but no exercise attempted"), lines["untouched"]
+    assert lines["tried"].endswith("  ok") and lines["done"].endswith("  ok"), lines
+    assert results[0].status_text == "ok"  # grades.csv's status column is unchanged
+
+
+def test_a_timeout_set_right_by_hand_no_longer_says_the_test_scored_0():
+    """An instructor gives the points of a test the grader timed out on: the status keeps what happened, but
+    no longer says the test scored 0; an incident in another test keeps its words."""
+    detail = ("the checks of test_softmax: ran past 60 s (this test scored 0); "
+              "the checks of test_attention: ran past 60 s (this test scored 0)")
+    cells = [CellResult("test_softmax", "softmax", 5.0, 5.0, by_hand=True), CellResult("test_attention", "a", 0.0, 4.0)]
+    r = NotebookResult("al", A01, 5.0, 9.0, Status.TIMEOUT, cells=cells, detail=detail)
+    assert r.status_text == ("timeout: the checks of test_softmax: ran past 60 s (the grader scored it 0; 5 of 5 set by "
+                             "hand since); the checks of test_attention: ran past 60 s (this test scored 0)")
+    cells[0].by_hand = False
+    assert r.status_text == f"timeout: {detail}"
+
 # --------------------------------------------------------------------------- the report
 def _result(student: str, *cells: CellResult, **kwargs) -> NotebookResult:
     return NotebookResult(student, A01, sum(c.score for c in cells), sum(c.max_score for c in cells), cells=list(cells),

@@ -392,9 +392,32 @@ def _values_differ(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, where
         at = f" at index {tuple(int(i) for i in idx)}" if idx else ""
         expected, received = _short(e), _short(g)
         return Difference(f"{where}: values differ (largest difference {float(diff.max()):.3g}{at}: "
-                          f"expected {float(e[idx]):.6g}, got {float(g[idx]):.6g})\n"
-                          f"    expected: {expected}\n    received: {received}", expected, received)
+                          f"expected {float(e[idx]):.6g}, got {float(g[idx]):.6g})" + _half_precision(e, g)
+                          + f"\n    expected: {expected}\n    received: {received}", expected, received)
     return None
+
+
+def _half_precision(e: np.ndarray, g: np.ndarray) -> str:
+    """The sentence for an output computed in 16-bit floats and cast back (float16 or bfloat16: its differences
+    are a few units of the third digit): every value returned is a 16-bit float, when the expected ones are not."""
+    def sixteen_bit(x: np.ndarray) -> dict[str, np.ndarray]:
+        as32 = x.astype(np.float32)
+        with np.errstate(over="ignore"):
+            return {"bfloat16": (as32.view(np.uint32) & np.uint32(0xFFFF)) == 0,  # first: bfloat16's fit float16 too
+                    "float16": as32.astype(np.float16).astype(np.float32) == as32}
+
+    finite = np.isfinite(e) & np.isfinite(g) & (g != 0)
+    if finite.sum() < 4:
+        return ""
+    ee, gg = e[finite], g[finite]
+    relative = float(np.max(np.abs(gg - ee) / (np.abs(ee) + 0.1 * np.abs(ee).max())))
+    for kind, fits in sixteen_bit(gg).items():
+        near = relative <= {"bfloat16": 1 / 16, "float16": 1 / 64}[kind]  # a few of its roundings, not another answer
+        if near and fits.all() and sixteen_bit(ee)[kind].mean() <= 0.5:
+            return (f"\n    Likely cause: every number you returned is a {kind} number (about {3 if kind == 'float16' else 2} significant digits): "
+                    f"the computation ran in 16-bit floats ({'.half(), torch.float16' if kind == 'float16' else '.bfloat16()'}"
+                    ", or autocast) and was cast back. Compute in float32.")
+    return ""
 
 
 # --------------------------------------------------------------------------- forbidden calls
@@ -1459,7 +1482,16 @@ def _crash_failure(exercise: Exercise, case: Case, outcome: tuple) -> Failure:
     head = summary if summary else f"{name} raised {outcome[1]}: {outcome[2]}"
     site = crash_site_of(outcome)
     where = f"\n  raised at: {site}" if site else ""
-    return Failure(f"{head}{where}\n  on: {case.description}" + _explain(mistake), mistake.name if mistake else "")
+    hint = IN_PLACE_HINT if mistake is None and "in-place operation" in outcome[2] else ""
+    return Failure(f"{head}{where}\n  on: {case.description}" + _explain(mistake) + hint, mistake.name if mistake else "")
+
+
+# PyTorch's words for a tensor that autograd needs, changed in place ("a leaf Variable that requires grad is being used in
+# an in-place operation", "... has been modified by an inplace operation" is the other spelling, said later)
+IN_PLACE_HINT = ("\n  Likely cause: a tensor you were given, changed in place (q.div_(...), q /= ..., masked_fill_(...)): "
+                 "autograd needs it as it was, and so does the caller. Make a new tensor instead (q = q / "
+                 "math.sqrt(d_k)); wrapping the line in torch.no_grad() or .detach() hides this error but still "
+                 "changes the caller's tensor.")
 
 
 def _value_failure(exercise: Exercise, case: Case, outcome: tuple, expected) -> Failure | None:

@@ -144,8 +144,9 @@ SDPA_MISTAKES = (
     Mistake("scaled by d_k instead of sqrt(d_k)",
             "the scale is 1 / sqrt(d_k): math.sqrt(q.shape[-1]), not q.shape[-1]",
             _sdpa("    scores = q @ k.transpose(-2, -1) / q.shape[-1]")),
-    Mistake("scaled by the number of keys instead of d_k",
-            "d_k is the width of the queries and keys, q.shape[-1], not the number of keys k.shape[-2]",
+    Mistake("scaled by a sequence length instead of d_k",
+            "d_k is the width of the queries and keys, q.shape[-1]: not a count of positions such as the number of "
+            "keys k.shape[-2], nor a fixed axis such as q.size(1), which is a length once there is a batch axis",
             _sdpa("    scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2])")),
     Mistake("softmax over the query axis (columns sum to 1, not rows)",
             "each query's row of weights must sum to 1: softmax over the keys, dim=-1",
@@ -182,6 +183,22 @@ SDPA_MISTAKES = (
             "True means *may attend*: fill the scores where the mask is False, masked_fill(~mask, -inf)",
             _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(mask, float('-inf'))",
                   after="    weights = weights.masked_fill(mask, 0.0)")),
+    Mistake("the scale applied after the softmax (each row of weights sums to 1/sqrt(d_k), not 1)",
+            "divide the *scores* by math.sqrt(d_k) before the softmax: softmax(q @ k^T / sqrt(d_k)); dividing the "
+            "weights afterwards only shrinks them",
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            "    scores = q @ k.transpose(-2, -1)\n"
+            "    if mask is not None:\n"
+            "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+            "    weights = torch.softmax(scores, dim=-1) / math.sqrt(q.shape[-1])\n"
+            "    if mask is not None:\n"
+            "        weights = weights.masked_fill(~mask, 0.0)\n"
+            "    return weights @ v, weights\n"),
+    Mistake("masked scores set to 0 instead of -inf, then zeroed after the softmax (the allowed weights no longer "
+            "sum to 1)",
+            "a score of 0 still gets weight exp(0) = 1 in the softmax's sum, so the allowed weights come out too small "
+            "even after the masked ones are zeroed: fill forbidden scores with float('-inf')",
+            _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(~mask, 0.0)")),
     Mistake("masked scores set to 0 instead of -inf",
             "a score of 0 still gets weight exp(0) = 1: fill forbidden scores with float('-inf')",
             _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(~mask, 0.0)", after="    pass")),
@@ -494,6 +511,11 @@ SELF_ATTENTION_MISTAKES = (
             _self_attention("        self.q_proj = nn.Linear(d_model, d_k, bias=bias)\n"
                             "        self.k_proj = nn.Linear(d_model, d_k, bias=bias)\n"
                             "        self.v_proj = nn.Linear(d_model, d_k, bias=bias)\n",
+                            "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)")),
+    Mistake("q_proj and k_proj are one module (self.k_proj = self.q_proj): queries and keys share their weights",
+            "queries and keys need weights of their own: build k_proj as its own nn.Linear(d_model, d_k, bias=bias); "
+            "two names for one module load a single set of weights",
+            _self_attention(GOOD_INIT + "        self.k_proj = self.q_proj\n",
                             "        return _attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)")),
     Mistake("bias argument ignored (always bias=True)",
             "pass bias=bias to every nn.Linear",

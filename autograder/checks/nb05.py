@@ -236,7 +236,8 @@ _LN_OUT = "return x_hat * self.weight + self.bias"
 LN_MISTAKES = (
     Mistake("the unbiased variance (dividing by D - 1, as x.var() and x.std() do by default)",
             "LayerNorm divides by D, the number of features: ((x - mean) ** 2).mean(-1), or "
-            "x.var(-1, unbiased=False)",
+            "x.var(-1, unbiased=False). (The Annotated Transformer's (x - mean) / (x.std(-1) + eps) has a second "
+            "difference: eps goes inside the square root, (x - mean) / sqrt(var + eps).)",
             variant(LN_SOURCE, (_LN_VAR, "var = x.var(dim=-1, keepdim=True)"))),
     Mistake("the variance as E[x²] − E[x]² (it loses its digits in float32 when the mean is large)",
             "take the variance of the centred values, ((x - mean) ** 2).mean(-1) or x.var(-1, unbiased=False): "
@@ -598,7 +599,7 @@ SOFTMAX_MISTAKES = (
     Mistake("masked scores set to 0 (or multiplied by the mask) instead of -inf",
             "exp(0) = 1 is not 'no weight': masked scores must be -inf so that exp gives 0",
             _NONE + "    return torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)"),
-    Mistake("softmax over the wrong axis (the queries, dim=-2)",
+    Mistake("softmax over the wrong axis (not the keys' axis, dim=-1)",
             "each query's row of weights sums to 1: softmax over the keys, dim=-1",
             _NONE + "    w = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-2)\n"
             "    return torch.nan_to_num(w.masked_fill(~mask, 0.0))"),
@@ -709,6 +710,11 @@ ENCODER_MISTAKES = (
     Mistake("the mask is inverted (~mask, PyTorch's True = blocked convention)",
             "MultiHeadAttention takes this course's convention, True = may attend: pass the mask as it is",
             variant(ENCODER_SOURCE, ("mask=mask)[0])", "mask=None if mask is None else ~mask)[0])"))),
+    Mistake("the mask passed as the second positional argument, self_attn(x, mask): it becomes the keys",
+            "MultiHeadAttention's positional arguments are query, key, value: pass the mask by name, "
+            "self.self_attn(x, mask=mask)",
+            variant(ENCODER_SOURCE, ("self.self_attn(self.norm1(x), mask=mask)", "self.self_attn(self.norm1(x), mask)"),
+                    ("self.self_attn(x, mask=mask)", "self.self_attn(x, mask)"))),
     Mistake("LayerNorm applied to the sublayer's output before the residual add: x + norm(sublayer(x))",
             "post-norm normalizes the sum: norm1(x + self_attn(x)), norm2(x + ff(x))",
             variant(ENCODER_SOURCE, (_POST_SA, "x = x + self.norm1(self.dropout(self.self_attn(x, mask=mask)[0]))"),
@@ -784,6 +790,13 @@ DECODER_MISTAKES = (
     Mistake("a decoder without the causal mask (tgt_mask not given to self-attention)",
             "the decoder's self-attention must get the target mask: self_attn(x, x, x, mask=tgt_mask)",
             variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=None)"))),
+    Mistake("a causal mask of the layer's own added to tgt_mask (tgt_mask=None or all True is still causal)",
+            "the layer uses the masks it is given: the caller (the model) builds the causal tgt_mask; with an all-True "
+            "tgt_mask every position may attend to every other",
+            variant(DECODER_SOURCE, ("    def forward(self, x, memory, tgt_mask=None, memory_mask=None):\n",
+                                     "    def forward(self, x, memory, tgt_mask=None, memory_mask=None):\n"
+                                     "        own = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()\n"
+                                     "        tgt_mask = own if tgt_mask is None else tgt_mask & own\n"))),
     Mistake("tgt_mask and memory_mask swapped",
             "self-attention takes tgt_mask (causal, [T, T]); cross-attention takes memory_mask (the source's padding)",
             variant(DECODER_SOURCE, ("mask=tgt_mask)", "mask=MEMORY)"), ("mask=memory_mask)", "mask=tgt_mask)"),

@@ -108,6 +108,18 @@ def _online_mask_cases(rng):
     cases.append(Case("causal AND left padding: the first 5 rows may attend to nothing (zeros), the first block is "
                       "masked for every row, block_size=4",
                       lambda f: f(q.clone(), k.clone(), v.clone(), 4, mask=left.clone())))
+    # the padded keys point along the queries (scores near +500) and the real ones score about 1: a max taken before
+    # the mask, with the masked weights zeroed after exp(), underflows every allowed weight to 0
+    D, T_real = 16, 7
+    direction = as_float32(np.ones((1, D)))
+    q4 = 3.0 * direction + x(2, 6, D, scale=0.3)
+    k4 = torch.cat([x(2, T_real, D, scale=0.5), 40.0 * direction + x(2, 3, D, scale=0.3)], dim=-2)     # [2, 10, D]
+    v4 = x(2, T_real + 3, 4, scale=1.0)
+    pads = (torch.arange(T_real + 3) < T_real)[None, None, :]                                             # [1, 1, 10]
+    cases.append(Case(f"a padding mask [1, 1, {T_real + 3}] whose 3 padded keys score far above the real ones "
+                      "(about +500 against about 1), q [2, 6, 16], k [2, 10, 16], block_size=4",
+                      lambda f: f(q4.clone(), k4.clone(), v4.clone(), 4, mask=pads.clone()),
+                      tells=("the mask applied after exp(), with the running max taken over the masked scores too",)))
     return cases
 
 
@@ -320,6 +332,18 @@ ONLINE_MISTAKES = (
             "divide by 1 where l == 0, so that the row comes out as zeros",
             variant(ONLINE_SOURCE, ("m_safe = m_new.masked_fill(m_new == float('-inf'), 0.0)", "m_safe = m_new"),
                     ("return acc / torch.where(l > 0, l, torch.ones_like(l))", "return acc / l"))),
+    Mistake("fully masked rows give NaN (0 / 0: l is 0 for a row with no allowed key)",
+            "a row whose keys are all masked ends with l = 0 and acc = 0: divide by torch.where(l > 0, l, 1) so that "
+            "the row comes out as zeros",
+            variant(ONLINE_SOURCE, ("return acc / torch.where(l > 0, l, torch.ones_like(l))", "return acc / l"))),
+    Mistake("the mask applied after exp(), with the running max taken over the masked scores too",
+            "mask the scores before the max: s.masked_fill(~mask[..., start:stop], float('-inf')). A masked key that "
+            "scores far above the allowed ones otherwise sets the max, and every allowed exp(s - m) underflows to 0",
+            variant(ONLINE_SOURCE, ("s = s.masked_fill(~mask[..., start:stop], float('-inf'))", "pass"),
+                    ("        p = torch.exp(s - m_safe)\n",
+                     "        p = torch.exp(s - m_safe)\n"
+                     "        if mask is not None:\n"
+                     "            p = p * mask[..., start:stop]\n"))),
     Mistake("the last, partial block dropped (T_k not a multiple of block_size)",
             "loop over range(0, T_k, block_size): the last block may be shorter, and its keys count too",
             variant(ONLINE_SOURCE, ("for start in range(0, T_k, block_size):",
@@ -361,6 +385,10 @@ WINDOW_MISTAKES = (
     Mistake("a symmetric band: the window also looks ahead (|i - j| < window)",
             "a decoder's window is causal: keys after the query stay masked, (j <= i) & (j > i - window)",
             variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return (i - j).abs() < window"))),
+    Mistake("the query itself left out of its window (j < i)",
+            "a token always sees itself: query i's window is keys i - window + 1 .. i, the diagonal included, "
+            "(j <= i) & (j > i - window)",
+            variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return (j < i) & (j >= i - window)"))),
     Mistake("the window ignored (the plain causal mask)",
             "use window: keys more than window - 1 positions back are masked",
             variant(WINDOW_SOURCE, ("return (j <= i) & (j > i - window)", "return j <= i"))),

@@ -85,13 +85,26 @@ class TooComplex(Exception):
 
 # --------------------------------------------------------------------------- rules
 def _banned_names(func: Any) -> set[str]:
-    """The names a forbidden callable is reached by: a method by its class, anything else by its name."""
+    """The names a forbidden callable is reached by: a layer's method by its class, a special method by its own
+    name, anything else by its name. A class that is everyone's (torch.Tensor: Tensor.__array__ is numpy's way in)
+    or private (_BatchNorm: its forward is not reached by the name `forward` alone) is never banned by name: the
+    guard at run time refuses the call itself (an honest isinstance(mask, torch.Tensor), or a LayerNorm's
+    super().forward(x), lost their points)."""
     qual = str(getattr(func, "__qualname__", "") or "")
     name = str(getattr(func, "__name__", "") or "")
     owner = qual.split(".")[0] if "." in qual and "<locals>" not in qual else ""
-    if owner and not owner.startswith("_") and hasattr(func, "__code__"):
+    if owner and hasattr(func, "__code__"):
+        if name.startswith("__") and name.endswith("__") and name not in _PROTOCOL:
+            return {name}  # Tensor.__array__ -> "__array__"
+        if owner.startswith("_") or owner in _EVERYONES:
+            return set()
         return {owner}  # nn.MultiheadAttention.forward -> "MultiheadAttention"
     return {name} if name else set()
+
+
+_EVERYONES = frozenset({"Tensor", "Module", "Parameter"})  # classes every answer names
+_PROTOCOL = frozenset({"__init__", "__call__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__",
+                       "__getattr__", "__getattribute__"})  # every object has them: reached by the class
 
 
 def _course_module(exercise: Any) -> str:

@@ -427,3 +427,23 @@ def test_a_library_file_run_as_a_script_is_reviewed():
             "'model.py'))['Seq2SeqTransformer']\n")
     findings = scan([HEAD, cell], rules("06"))
     assert any("runpy" in f.reason for f in only(findings, REVIEW)), findings
+
+
+def test_naming_torch_tensor_or_a_layers_own_forward_is_not_refused():
+    """A red team's honest student: notebook 08's answer with `isinstance(mask, (torch.Tensor, type(None)))` lost 6
+    of 8 points as turning tensors into numpy arrays (Tensor.__array__ banned the name `Tensor`), and notebook 05's
+    rules banned the bare name `forward` (from _BatchNorm.forward). The special method itself stays refused."""
+    solution = REPO / "solutions" / "08_long_context" / "08_long_context.ipynb"
+    answer = next(c.source for c in nbformat.read(solution, as_version=4).cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == "online_softmax_attention")
+    answer = answer.replace("def online_softmax_attention(", "def _online(", 1)
+    wrapper = ("def online_softmax_attention(q, k, v, block_size, mask=None):\n"
+               "    assert isinstance(mask, (torch.Tensor, type(None)))\n{extra}"
+               "    return _online(q, k, v, block_size, mask)\n")
+    assert scan([HEAD, answer, wrapper.format(extra="")], rules("08")) == []
+    refused = one(scan([HEAD, answer, wrapper.format(extra="    q.__array__()\n")], rules("08")), FORBIDDEN)
+    assert "__array__" in refused.reason, refused
+    layer_norm = ("class LayerNorm(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+                  "        self.inner = nn.Identity()\n\n    def forward(self, x):\n"
+                  "        return self.inner.forward(x - x.mean(-1, keepdim=True))\n")
+    assert scan([HEAD, layer_norm], rules("05")) == []

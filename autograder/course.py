@@ -174,9 +174,16 @@ def tool_env(extra: dict | None = None) -> dict:
 
 
 def _config_lines(course: Path, db_url: str | None = None) -> list[str]:
-    """The lines of a course's nbgrader_config.py that say where things are: the shared settings, its root, its gradebook."""
+    """The lines of a course's nbgrader_config.py that say where things are: the shared settings, its root, its
+    gradebook, and its folders: nbgrader also reads the nbgrader_config.py of the folder it is started in, and the
+    course checkout's keeps its folders under build/nbgrader/ (`nbgrader release_feedback ...
+    --CourseDirectory.root=build/grading/course`, typed in the checkout as the README says, released nothing)."""
     lines = [f"exec(open({str(NBGRADER_CONFIG)!r}).read())", f"c.CourseDirectory.root = {str(course)!r}"]
+    lines += [f"c.CourseDirectory.{kind}_directory = {kind!r}" for kind in COURSE_FOLDERS]
     return lines + ([f"c.CourseDirectory.db_url = {db_url!r}"] if db_url else [])
+
+
+COURSE_FOLDERS = ("source", "release", "submitted", "autograded", "feedback")  # nbgrader's own names, in a course
 
 
 def write_course_config(course: Path, db_url: str | None = None) -> Path:
@@ -191,7 +198,8 @@ class CourseMoved(ValueError):
     """A grading course whose nbgrader settings cannot be pointed at its new place: the message says why."""
 
 
-_PLACE_LINES = ("exec(open(", "c.CourseDirectory.root =", "c.CourseDirectory.db_url =")
+_PLACE_LINES = ("exec(open(", "c.CourseDirectory.root =", *(f"c.CourseDirectory.{kind}_directory =" for kind in COURSE_FOLDERS),
+                "c.CourseDirectory.db_url =")
 
 
 def settle_course_config(course: Path, db_url: str) -> str | None:

@@ -250,7 +250,7 @@ class Course:
             return None
         self._api = None
         if Path(old).resolve() == self.root.resolve():  # only the grader's own settings file moved (another checkout or venv)
-            return f"{self.root.parent}: its nbgrader settings now take the course's shared settings from this grader's copy"
+            return f"{self.root.parent}: its nbgrader settings were brought up to date for this grader's copy"
         return (f"{self.root.parent} was graded as {Path(old).parent} before (copied or moved): its nbgrader settings "
                 f"now name this folder, and nothing is read from or written to {Path(old).parent}")
 
@@ -680,7 +680,7 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
         if hide_missing and r.status is Status.MISSING:
             continue
         notes = f" ({'; '.join(r.notes)})" if r.notes else ""
-        score = f"{r.score:g} / {r.max_score:g}"
+        score = f"- / {r.max_score:g}" if r.not_due_yet() else f"{r.score:g} / {r.max_score:g}"  # no 0 before it is due
         if r.late_penalty:
             score = f"{max(r.score - r.late_penalty, 0):g} / {r.max_score:g} ({r.score:g} - {r.late_penalty:g} late)"
         late = f"; {how_late(r.seconds_late)} (due {r.due})" if r.seconds_late > 0 else ""

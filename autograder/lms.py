@@ -474,6 +474,13 @@ def moodle_csv(results: list[NotebookResult], path: Path, people: dict[str, dict
     _write_csv(rows, path)
     done.notes.append("on import, map 'Email address' to the users' email and each notebook column to its grade "
                       "item (made beforehand with the notebook's points as its maximum)")
+    above = [f"{r.student_id} {r.notebook} ({r.final_score():g} / {r.max_score:g})" for r in results
+             if not r.held_back() and r.max_score > 0 and r.final_score() > r.max_score]
+    if above:  # Moodle refuses (or caps) a grade over its item's maximum unless the site allows unlimited grades
+        done.notes.append("above the notebook's points with extra credit, which Moodle refuses or caps at the grade "
+                          "item's maximum unless the site allows unlimited grades (Grades settings: 'Unlimited "
+                          "grades'): give those items a higher maximum, or allow unlimited grades, before importing: "
+                          + ", ".join(above))
     done.problems += _held_back(results)
     return done
 

@@ -80,7 +80,8 @@ class _Cell:
 
 def _cell(r, out: Path) -> _Cell:
     page = out / "feedback" / r.student_id / f"{r.notebook}.html"
-    kind = "missing" if r.status is Status.MISSING else "blank" if is_blank(r) else r.status.value
+    kind = ("not yet" if r.not_due_yet() else "missing") if r.status is Status.MISSING else \
+        "blank" if is_blank(r) else r.status.value
     return _Cell(kind, max(r.score - r.late_penalty, 0.0), r.late_penalty, how_late(getattr(r, "seconds_late", 0.0)),
                  bool(r.review), page.relative_to(out).as_posix() if page.exists() else "",
                  any(n.startswith(BY_HAND) for n in r.notes))

@@ -13,6 +13,9 @@ inherit) any PYTHONPATH folder holding another copy of the course's packages, wi
 the command runs the course this environment was made for. A second, older checkout named on
 PYTHONPATH otherwise supplied the whole grader, its references and its notebooks, silently. Only the
 standard library is used: this runs before anything else.
+
+And where this environment's `bin` is not on PATH at all (`.venv/bin/nbgrader ...`, not activated), it
+puts it first, as activating would: nbgrader finds `alembic` when it makes a gradebook.
 """
 from __future__ import annotations
 
@@ -126,9 +129,23 @@ def leave_other_copies_out(argv: list[str], environ=os.environ, stderr=sys.stder
     return others
 
 
+def own_tools_on_path(environ=os.environ) -> bool:
+    """Put this environment's `bin` first on PATH where it is not on it at all (a command typed as
+    `.venv/bin/nbgrader ...`, the environment not activated): nbgrader shells out to `alembic` when it makes a
+    gradebook, and `attn-course` to `jupyter`, which then come from here. Returns whether PATH was changed."""
+    own = os.path.join(sys.prefix, "bin")
+    entries = environ.get("PATH", "").split(os.pathsep)
+    if sys.prefix == sys.base_prefix or not os.path.isdir(own) or any(
+            e and os.path.realpath(e) == os.path.realpath(own) for e in entries):
+        return False
+    environ["PATH"] = os.pathsep.join([own, *[e for e in entries if e]])
+    return True
+
+
 if __name__ == "__main__":
     install()
 else:
     if not any(isinstance(finder, _LazyFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _LazyFinder())
     leave_other_copies_out(getattr(sys, "argv", []))
+    own_tools_on_path()

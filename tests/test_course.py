@@ -195,6 +195,24 @@ def test_a_grading_folder_used_by_another_copy_of_the_grader_is_not_called_copie
     first, *rest = config.read_text().splitlines()
     config.write_text("\n".join(["exec(open('/elsewhere/autograder/nbgrader_config.py').read())", *rest]) + "\n")
     said = Course(root).settle()
-    assert said == f"{root.parent}: its nbgrader settings now take the course's shared settings from this grader's copy"
+    assert said == f"{root.parent}: its nbgrader settings were brought up to date for this grader's copy"
     assert config.read_text().splitlines()[0] == first
+    assert Course(root).settle() is None
+
+
+def test_a_grading_folder_made_before_its_settings_named_its_folders_is_brought_up_to_date(tmp_path):
+    """The grading course names its own folders (nbgrader started in the checkout read the checkout's
+    build/nbgrader/ ones: `release_feedback` released nothing); a folder graded before that gets them on its next run."""
+    from autograder.course import COURSE_FOLDERS, write_course_config
+    from autograder.grade import Course
+
+    root = tmp_path / "grading" / "course"
+    config = write_course_config(root, f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}")
+    named = [line for line in config.read_text().splitlines() if "_directory =" in line]
+    assert named == [f"c.CourseDirectory.{kind}_directory = {kind!r}" for kind in COURSE_FOLDERS]
+    config.write_text("".join(line + "\n" for line in config.read_text().splitlines() if "_directory =" not in line)
+                      + "# the instructor's own line\n")
+    assert Course(root).settle() is not None
+    lines = config.read_text().splitlines()
+    assert [line for line in lines if "_directory =" in line] == named and lines[-1] == "# the instructor's own line"
     assert Course(root).settle() is None

@@ -152,3 +152,24 @@ def test_only_attn_course_leaves_other_copies_of_the_course_off_its_path(tmp_pat
             sys.path[:] = saved
         expected = os.pathsep.join([str(plain), own]) if left_out else pythonpath
         assert environ["PYTHONPATH"] == expected and (str(other) in said.getvalue()) == bool(left_out)
+
+
+def test_the_venvs_own_tools_are_found_without_activating_it(tmp_path):
+    """`.venv/bin/nbgrader ...` typed with the environment not activated: nbgrader shells out to `alembic` when it
+    makes a gradebook, and found none on PATH (FileNotFoundError). The course's sitecustomize puts the environment's
+    bin first on PATH where it is missing, so a gradebook is made; a PATH that has it already is left as it is."""
+    if Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
+        pytest.skip("only the Makefile's .venv has the course's sitecustomize; this Python is another environment")
+    from course_tools import venv_sitecustomize as site
+
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    db = tmp_path / "gradebook.db"
+    made = subprocess.run([str(Path(sys.prefix) / "bin" / "nbgrader"), "db", "assignment", "add", "ps1",
+                           f"--CourseDirectory.db_url=sqlite:///{db}", f"--CourseDirectory.root={tmp_path}"],
+                          cwd=tmp_path, env=bare, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0 and db.is_file(), made.stdout[-2000:] + made.stderr[-3000:]
+    assert "alembic" not in made.stderr
+    environ = {"PATH": f"{sys.prefix}/bin:/usr/bin"}
+    assert not site.own_tools_on_path(environ) and environ["PATH"] == f"{sys.prefix}/bin:/usr/bin"
+    environ = {"PATH": "/usr/bin"}
+    assert site.own_tools_on_path(environ) and environ["PATH"] == f"{sys.prefix}/bin:/usr/bin"

@@ -70,8 +70,10 @@ def test_release_submit_collect_grade_and_hand_back_through_nbgrader_exchange(co
     assert (feedback / "submission_secret.txt").read_text() == \
            (student_folder / A01 / "submission_secret.txt").read_text()
 
-    # hand back through the exchange, and the student fetches it
-    _nbgrader("release_feedback", A01, cwd=out, env=env, course_root=out / "course", exchange=exchange)
+    # hand back through the exchange, typed in the course checkout as the README says (nbgrader reads the
+    # checkout's nbgrader_config.py too, whose folders are under build/nbgrader/: it released nothing), and the
+    # student fetches it
+    _nbgrader("release_feedback", A01, cwd=REPO, env=env, course_root=out / "course", exchange=exchange)
     _nbgrader("fetch_feedback", A01, cwd=home, env=env, exchange=exchange)
     [page] = (home / A01 / "feedback").glob(f"*/{A01}.html")
     html = page.read_text()

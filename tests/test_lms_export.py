@@ -297,6 +297,18 @@ def test_moodle_csv_identifies_users_by_email(results, tmp_path):
     problems = "\n".join(done.problems)
     assert "zed: no email address" in problems and "@SUM(A1): no email address" in problems
     assert "smithjane" not in problems
+    assert not any("unlimited grades" in note for note in done.notes)
+
+
+def test_moodle_csv_says_which_grades_are_above_the_items_maximum(results, tmp_path):
+    """Extra credit past a notebook's points: Moodle refuses or caps such a grade on import unless the site allows
+    unlimited grades; PrairieLearn's export said so, Moodle's did not (an instructor's first week)."""
+    results[0].score, results[0].cells[0].extra_credit = 18.0, 1.0
+    done = lms.moodle_csv(results, tmp_path / "moodle.csv", PEOPLE)
+    assert _rows(tmp_path / "moodle.csv")[1:][[r[0] for r in _rows(tmp_path / "moodle.csv")[1:]].index("smithjane")][4] \
+        == "18"
+    [note] = [note for note in done.notes if "unlimited grades" in note]
+    assert f"smithjane {A01} (18 / 17)" in note and "doejohn" not in note
 
 
 # --------------------------------------------------------------------------- the command's arguments

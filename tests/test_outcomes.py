@@ -339,3 +339,19 @@ def test_the_unreadable_notebooks_page_names_the_students_own_file(tmp_path):
         r = NotebookResult("carol", A01, 0.0, 17.0, Status.UNREADABLE, detail="not valid JSON", source_file=source)
         page = unreadable_feedback(r, tmp_path / "page.html").read_text()
         assert f"The file you handed in, {shown}," in page and "0 / 17" in page, page
+
+
+def test_a_notebook_not_due_yet_has_no_score_and_is_not_called_missing(tmp_path):
+    """An extension given before the student hands in: the exports leave it empty, and the console and the report's
+    table said "0 / 14" and "missing" (an instructor's first week): now "- / 14" and "not handed in yet"."""
+    waiting = NotebookResult("gus", A01, 0.0, 14.0, Status.MISSING, detail="not handed in yet: due 2026-12-10T23:59:00Z",
+                             not_yet=True)
+    gone = NotebookResult("al", A01, 0.0, 14.0, Status.MISSING, detail="no notebook")
+    lines = {line.split()[0]: line for line in format_table([waiting, gone]).splitlines()[2:]}
+    assert "- / 14" in lines["gus"] and "0 / 14" in lines["al"], lines
+    page = class_report([waiting, gone], tmp_path / "report.html").read_text()
+    gus = page[page.index('id="student-gus"'):]
+    gus = gus[:gus.index("</tr>")]
+    assert "not handed in yet" in gus and "missing" not in gus, gus
+    al = page[page.index('id="student-al"'):]
+    assert "missing" in al[:al.index("</tr>")]

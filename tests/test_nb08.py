@@ -449,8 +449,8 @@ def test_a_debug_print_or_a_context_manager_keeps_every_point(extra, capsys):
 def test_attention_made_out_of_the_measurements_sight_loses_the_memory_point(impl):
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
     with pytest.raises(CheckFailed, match=r"(?s)not accepted, because it switches PyTorch's dispatch modes off|"
-                                          r"at most 768 numbers read out one at a time with \.item\(\) or "
-                                          r"float\(\)\).*output\[1\]: .*expected True, got False"):
+                                          r"at most 768 numbers read out one at a time with \.item\(\), "
+                                          r"float\(\) or int\(\)\).*output\[1\]: .*expected True, got False"):
         check_exercise(memory, impl)
 
 
@@ -492,3 +492,101 @@ def test_the_whole_score_matrix_is_found_however_it_is_made(impl, words):
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
     with pytest.raises(CheckFailed, match=words.replace(".", "\\.")):
         check_exercise(memory, impl)
+
+
+# A red team's three ways to the memory point with plain attention over every key (8/8, review empty, as the ordinary
+# user with bubblewrap and with namespaces): the score matrix written into a tensor the answer's cell made before the
+# call; Tensor.untyped_storage replaced for the call (every storage said 4 bytes); q, k and v read as the int32 bits of
+# their floats (only float reads were counted).
+_KEYS_8_AT_A_TIME = '''
+def _max_keys(x):
+    while x.shape[-1] > 8:
+        x = torch.stack([x[..., j:j + 8].amax(-1) for j in range(0, x.shape[-1], 8)], -1)
+    return x.amax(-1, keepdim=True)
+
+def _sum_keys(x):
+    while x.shape[-1] > 8:
+        x = torch.stack([x[..., j:j + 8].sum(-1) for j in range(0, x.shape[-1], 8)], -1)
+    return x.sum(-1, keepdim=True)
+
+def _attend(s, v, mask):
+    if mask is not None:
+        s = s.masked_fill(~mask, float('-inf'))
+    m = _max_keys(s)
+    e = (s - m.masked_fill(m == float('-inf'), 0.0)).exp()
+    z = _sum_keys(e)
+    w = e / torch.where(z > 0, z, torch.ones_like(z))
+    out = w[..., 0:8] @ v[..., 0:8, :]
+    for j in range(8, v.shape[-2], 8):
+        out = out + w[..., j:j + 8] @ v[..., j:j + 8, :]
+    return out
+'''
+IN_A_SCRATCH_TENSOR = _KEYS_8_AT_A_TIME + '''
+_SCRATCH = torch.zeros(1 << 17)
+
+def online_softmax_attention(q, k, v, block_size, mask=None):
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    S = _SCRATCH[: math.prod(lead) * q.shape[-2] * k.shape[-2]].view(*lead, q.shape[-2], k.shape[-2])
+    torch.matmul(q, k.transpose(-2, -1), out=S)          # every step in place, in memory made before the call
+    S.mul_(1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        S.masked_fill_(~mask, float('-inf'))
+    m = _max_keys(S)
+    S.sub_(m.masked_fill(m == float('-inf'), 0.0)).exp_()
+    z = _sum_keys(S)
+    S.div_(torch.where(z > 0, z, torch.ones_like(z)))
+    out = torch.zeros(*lead, q.shape[-2], v.shape[-1])
+    for j in range(0, k.shape[-2], 8):
+        out.add_(S[..., j:j + 8] @ v[..., j:j + 8, :])
+    return out
+'''
+WITH_STORAGES_THAT_LIE = _KEYS_8_AT_A_TIME + '''
+class _Small:
+    def __init__(self, storage):
+        self._s = storage
+    def nbytes(self):
+        return 4
+    def data_ptr(self):
+        return self._s.data_ptr()
+
+def online_softmax_attention(q, k, v, block_size, mask=None):
+    T = type(q)
+    real = T.untyped_storage
+    T.untyped_storage = lambda self: _Small(real(self))
+    try:
+        return _attend(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), v, mask)
+    finally:
+        T.untyped_storage = real
+'''
+READ_AS_INTEGER_BITS = '''
+import struct
+
+def _floats(t):
+    flat = t.detach().contiguous().reshape(-1).view(torch.int32)
+    return [struct.unpack('<f', struct.pack('<i', int(flat[i])))[0] for i in range(flat.shape[0])]
+
+def online_softmax_attention(q, k, v, block_size, mask=None):
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    T_q, D, T_k, Dv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    Q, K, V = (_floats(torch.broadcast_to(t, (*lead, *t.shape[-2:]))) for t in (q, k, v))
+    out = []
+    for b in range(math.prod(lead)):                      # plain softmax attention in Python floats
+        for i in range(T_q):
+            s = [sum(Q[(b * T_q + i) * D + d] * K[(b * T_k + j) * D + d] for d in range(D)) / math.sqrt(D)
+                 for j in range(T_k)]
+            e = [math.exp(x - max(s)) for x in s]
+            out += [sum(e[j] * V[(b * T_k + j) * Dv + c] for j in range(T_k)) / sum(e) for c in range(Dv)]
+    return torch.tensor(out).reshape(*lead, T_q, Dv).clone()   # made where the probe sees it
+'''
+
+
+@pytest.mark.parametrize("source", [IN_A_SCRATCH_TENSOR, WITH_STORAGES_THAT_LIE, READ_AS_INTEGER_BITS],
+                         ids=["scratch tensor", "untyped_storage patched", "int32 bits"])
+def test_plain_attention_hidden_from_the_memory_probe_loses_the_memory_point(source):
+    env = {"torch": torch, "math": math}
+    exec(source, env)
+    memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
+    with pytest.raises(CheckFailed, match=r"output\[1\]: .*expected True, got False"):
+        check_exercise(memory, env["online_softmax_attention"])
+    if source is not READ_AS_INTEGER_BITS:  # (no mask: the memory case's; the values are right, only this point goes)
+        check_exercise(nb08.EXERCISES[0], env["online_softmax_attention"])

@@ -160,11 +160,37 @@ def _over_many_keys(func, args, kwargs, above: int) -> bool:
     return any(isinstance(d, int) and -x.dim() <= d < x.dim() and x.shape[d] > above for d in dims)
 
 
+# A storage's address and size, by PyTorch's own C methods bound here: the probe runs in the student's process, and a
+# red team's answer replaced Tensor.untyped_storage for the length of its call (every storage said 4 bytes)
+_STORAGE_OF, _ADDRESS, _NBYTES = (torch._C.TensorBase.untyped_storage, torch._C.StorageBase.data_ptr,
+                                  torch._C.StorageBase.nbytes)
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int]:
+    """(address, bytes) of the storage under `t`."""
+    storage = _STORAGE_OF(t)
+    return int(_ADDRESS(storage)), int(_NBYTES(storage))
+
+
+def _written(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors an operation writes into: an in-place one's self, an `out=` overload's outputs (its schema's
+    mutable arguments)."""
+    kwargs = kwargs or {}
+    found = []
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = kwargs.get(argument.name) if argument.kwarg_only or i >= len(args) else args[i]
+        found += [t for t in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(t, torch.Tensor)]
+    return found
+
+
 class _Largest:
-    """The largest storage a call allocates (views and in-place changes of its inputs not counted), whether it
-    ever reduces over many keys at once (`_over_many_keys`), the storages it created and how many single numbers it
-    read out of tensors (.item(), float(t)), via a PyTorch dispatch mode; used inside the case, its numbers are
-    judged in the trusted process."""
+    """The largest storage a call allocates or writes into (a storage made before the call, written by it, counts
+    whole; views and in-place changes of what it made do not count again), whether it ever reduces over many keys at
+    once (`_over_many_keys`), the storages it created and how many single numbers it read out of tensors (.item(),
+    float(t), int(t)), via a PyTorch dispatch mode; used inside the case, its numbers are judged in the trusted
+    process."""
 
     def __init__(self, above: int = 0):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -181,17 +207,21 @@ class _Largest:
                 if above and not owner.all_keys and _over_many_keys(func, args, kwargs, above):
                     owner.all_keys = True
                 if func.overloadpacket.__name__ == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor) \
-                        and args[0].dtype.is_floating_point:  # a number read out (.item(), float()); a bool test is not
-                    owner.scalar_reads += 1
+                        and args[0].dtype != torch.bool:  # a number read out (.item(), float(), int() of an int32 view
+                    owner.scalar_reads += 1         # of the floats' bits: a red team's); a bool test is not
                 # the inputs' storages before the call: an `out=` tensor it resizes (an empty one given to
                 # torch.matmul to hold the whole score matrix) is new memory, and counted
-                inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-                          if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes()}
+                inputs = {_storage(t)[0] for t in tree_flatten((args, kwargs))[0]
+                          if isinstance(t, torch.Tensor) and _storage(t)[1]}
                 out = func(*args, **(kwargs or {}))
+                for t in _written(func, args, kwargs):  # memory made before the call and written now (a scratch
+                    address, size = _storage(t)        # tensor of the answer's cell holding the whole score matrix)
+                    if address not in owner.created:
+                        owner.largest = max(owner.largest, size)
                 for t in tree_flatten(out)[0]:
-                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                        owner.largest = max(owner.largest, int(t.untyped_storage().nbytes()))
-                        owner.created.add(t.untyped_storage().data_ptr())
+                    if isinstance(t, torch.Tensor) and _storage(t)[0] not in inputs:
+                        owner.largest = max(owner.largest, _storage(t)[1])
+                        owner.created.add(_storage(t)[0])
                 return out
 
         self.largest, self.all_keys, self.scalar_reads, self.created = 0, False, 0, set()
@@ -201,7 +231,7 @@ class _Largest:
         """Whether the answer was made out of the mode's sight: by code that took the mode off PyTorch's stack
         for a while (a red team's _pop_mode, plain attention, _push_mode kept the memory point), or in Python
         numbers read out one at a time (another's: attention in lists of floats)."""
-        return isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in self.created
+        return isinstance(out, torch.Tensor) and _storage(out)[0] not in self.created
 
 
 def _keys_watched_above(q, k, v, block, watch_keys: bool) -> int:
@@ -233,7 +263,7 @@ def _measured(f, q, k, v, block, mask, watch_keys=False, measurement: _Measureme
     """(output, [largest allocation, whether it reduced over many keys at once, whether it was computed out of the
     measurement's sight]); the second only with `watch_keys` (more keys than queries, no mask: then nothing honest
     reduces over more than the queries, a block or a vector). Out of sight: the output was not made by an operation
-    the measurement saw, or more floating-point numbers were read out one at a time (.item(), float(t)) than k holds
+    the measurement saw, or more numbers were read out one at a time (.item(), float(t), int(t)) than k holds
     (a check per row and block is far fewer; attention in Python floats reads all of q, k and v)."""
     probe = measurement.probe if measurement is not None else None
     if probe is None:
@@ -276,9 +306,10 @@ def _online_memory_cases(rng):
         cases.append(Case(f"q [{B}, {H}, {T_q}, {D}], k, v [{B}, {H}, {T_k}, {D}], block_size={block}"
                           + (", a causal mask" if masked else "")
                           + f": (output, whether the largest tensor created inside stays below half of the "
-                          f"[{B}, {H}, {T_q}, {T_k}] float32 score matrix, {full // 2} bytes{keys}; measured in "
-                          f"PyTorch: the output made by its operations, at most {B * H * T_k * D} numbers read out one "
-                          "at a time with .item() or float())",
+                          f"[{B}, {H}, {T_q}, {T_k}] float32 score matrix, {full // 2} bytes, with what it writes "
+                          f"into tensors made before the call{keys}; measured in PyTorch: the output made by its "
+                          f"operations, at most {B * H * T_k * D} numbers read out one at a time with .item(), "
+                          "float() or int())",
                           lambda f, q=q, k=k, v=v, b=block, m=mask, w=not masked, s=measurement:
                           _measured(f, q, k, v, b, m, w, s), derive=_fits(full // 2), around=measurement.measuring))
     return cases

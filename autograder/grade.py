@@ -1510,6 +1510,11 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 held.append(_held_line(sub, assignment))
                 continue
             why = _keep_recorded(sub, assignment, recorded.get(assignment, ""))
+            if why is not None and _grade_over_an_unreadable_file(record, sub, assignment):  # --force or not: a file
+                note = _unreadable_note(sub, assignment, submissions.name, older=bool(why))  # that is no notebook
+                _note_on_record(_record_path(out, sub.student_id, assignment), note)  # never replaces the grade of one
+                unreadable_newer.append(f"{sub.student_id} {assignment}: {note}")  # that was (its score stayed, its
+                continue                                                           # status became 'unreadable')
             if overriding and why:  # the instructor's choice: this folder's file over the newer one graded before
                 why = None
             if why is None and not force and _graded_before_the_newer(record, sub, assignment, content):
@@ -1517,8 +1522,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 _note_on_record(_record_path(out, sub.student_id, assignment), note)  # said, and noted on the row
                 kept.append(f"{sub.student_id} {assignment}: {note}")
                 continue
-            if why is None and not force and _grade_over_an_unreadable_file(record, sub, assignment):  # gone wrong
-                note = _unreadable_newer_note(sub, assignment, submissions.name)  # takes no grade away: kept, said, noted
+            if why is None and _grade_over_an_unreadable_file(record, sub, assignment):  # gone wrong, --force or not
+                note = _unreadable_note(sub, assignment, submissions.name)  # takes no grade away: kept, said, noted
                 _note_on_record(_record_path(out, sub.student_id, assignment), note)
                 unreadable_newer.append(f"{sub.student_id} {assignment}: {note}")
                 continue
@@ -1592,7 +1597,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         _print_listed(f"kept the newer submission graded earlier ({len(kept)}; the older file here was not graded):", kept)
         _print_listed(f"kept the grade set with --force ({len(held)}; the file here was graded before that, not graded "
                       "again):", held)
-        _print_listed(f"kept the grade of a readable notebook over a newer file that is none ({len(unreadable_newer)}; "
+        _print_listed(f"kept the grade of a readable notebook over a file of theirs that is none ({len(unreadable_newer)}; "
                       "noted in grades.csv):", unreadable_newer)
         _print_listed(f"nothing to regrade ({len(nothing_here)}; --force named a notebook this folder does not hold):",
                       nothing_here)
@@ -1824,12 +1829,20 @@ def _grade_over_an_unreadable_file(record: dict[str, Any], sub: StudentSubmissio
     return saved if saved is not None and saved.status not in (Status.UNREADABLE, Status.MISSING) else None
 
 
-def _unreadable_newer_note(sub: StudentSubmission, assignment: str, folder: str) -> str:
+def _unreadable_note(sub: StudentSubmission, assignment: str, folder: str, older: bool = False) -> str:
+    """The note (grades.csv, the report) on a grade kept over a file of theirs that is no notebook: a newer upload
+    gone wrong, or an `older` one (handed in on time, say, and broken: what decides whether to waive a penalty)."""
     where = f"{folder}/{sub.origins.get(assignment, '') or 'a file'}"
     why = parse_notebook(sub.notebooks.get(assignment, b""))[1] or "it is not a notebook"
-    return (f"a newer upload, {where}, cannot be read ({why[:120]}): the earlier notebook's grade stands; ask "
-            f"the student for the file again, or grade it with --force --student {sub.student_id} "
-            f"--assignment {assignment}")
+    stamp = sub.timestamps.get(assignment)
+    when = f", handed in {stamp:%Y-%m-%d %H:%M} UTC," if stamp else ""
+    keep = ("a file that cannot be read never replaces the grade of a notebook that could, --force or not; to give "
+            "another score, set it by hand in formgrader")
+    if older:
+        return (f"an earlier upload, {where}{when} cannot be read ({why[:120]}): the grade of the notebook handed in "
+                f"after it stands, late penalty included ({keep})")
+    return f"a newer upload, {where}{when} cannot be read ({why[:120]}): the earlier notebook's grade stands; ask " \
+           f"the student for the file again ({keep})"
 
 
 def _older_again_note(sub: StudentSubmission, assignment: str, folder: str) -> str:

@@ -467,11 +467,39 @@ def test_a_newer_upload_that_is_no_notebook_takes_no_grade_away(course, tmp_path
     assert {k: row[k] for k in ("score", "submitted", "status", "source_file")} == \
         {k: before[k] for k in ("score", "submitted", "status", "source_file")}, (before, row)
     assert "late/ann/01_similarity_attention.ipynb" in row["notes"] and "cannot be read" in row["notes"], row
-    assert "cannot be read" in said and "--force --student ann" in said, said
+    assert "cannot be read" in said and "never replaces the grade of a notebook that could" in said, said
+    _graded(late, out, force=True, students=["ann"], assignments=[A01])  # --force too: its score stayed beside
+    forced = _rows(out)[("ann", A01)]                                     # an 'unreadable' status
+    assert {k: forced[k] for k in ("score", "submitted", "status", "source_file")} == \
+        {k: before[k] for k in ("score", "submitted", "status", "source_file")}, (before, forced)
     _put(fixed / "ann" / f"{A01}.ipynb", solved_notebook(course, A01), AGAIN)
     _graded(fixed, out)
     row = _rows(out)[("ann", A01)]
     assert row["score"] == "17" and row["submitted"].startswith("2025-12-08") and "cannot be read" not in row["notes"]
+
+
+def test_an_older_upload_that_is_no_notebook_is_noted_beside_the_late_grade(course, tmp_path):
+    """An instructor's first week: fay handed in on time a broken file, then a good one late. Graded in that order
+    of folders (week1-late/ first here), the broken on-time file was forgotten (no note anywhere: what decides
+    whether to waive the penalty); its console line offered --force, which left a score of 17 beside an
+    'unreadable' status. Now the row's notes name it, and --force keeps the readable notebook's grade."""
+    week1, late, out = tmp_path / "week1", tmp_path / "late", tmp_path / "out"
+    _put(late / "fay" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)
+    broken = week1 / "fay" / f"{A01}.ipynb"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"cells": [')
+    on_time = datetime(2025, 11, 30, 12, 0, tzinfo=timezone.utc).timestamp()
+    os.utime(broken, (on_time, on_time))
+    _graded(late, out, due=DUE, late_penalty="per-day:10")
+    before = _rows(out)[("fay", A01)]
+    assert float(before["late_penalty"]) > 0, before
+    for force in ({}, {"force": True, "students": ["fay"], "assignments": [A01]}):
+        said = _graded(week1, out, **force)
+        row = _rows(out)[("fay", A01)]
+        assert {k: row[k] for k in ("score", "late_penalty", "status", "source_file")} == \
+            {k: before[k] for k in ("score", "late_penalty", "status", "source_file")}, (force, before, row)
+        assert "an earlier upload, week1/fay/01_similarity_attention.ipynb" in row["notes"], row
+        assert "cannot be read" in said and "--force --student fay" not in said, said
 
 
 def test_an_exercise_refused_for_academic_honesty_is_named_in_the_tables(course, tmp_path):

@@ -90,7 +90,7 @@ $(STAMP): requirements.txt requirements-sandbox.txt constraints.txt pyproject.to
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	@# a .venv made earlier (by hand, to install torch first) is kept: it must be a 3.11.5+ too
 	@$(VENV)/bin/python -c 'import sys; sys.exit(not ((3, 11, 5) <= sys.version_info[:3] < (3, 12)))' || { echo "$(VENV) was made with Python $$($(VENV)/bin/python -c 'import platform; print(platform.python_version())'), which the pinned packages refuse (3.11.5 or a later 3.11 is needed): remove it (rm -rf $(VENV)), make it again with a newer 3.11 ('/path/to/python3.11 -m venv $(VENV)', then torch into it if you install torch first), and run make again."; exit 1; }
-	@echo "installing the course's packages into $(VENV) (about 1.6 GB with PyTorch; a few minutes on a first install)"
+	@echo "installing the course's packages into $(VENV) (about 2 GB with PyTorch; a few minutes on a first install)"
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements-sandbox.txt
 	$(VENV)/bin/python -m pip install --quiet -r requirements.txt

@@ -284,6 +284,10 @@ def self_check_data(data: bytes, name: str = "", solutions: Path | None = None, 
         assignment = match_assignment(name, data, _grade_ids_of(known, solutions))
     if assignment is None:
         what = name or "this notebook"
+        unreadable = parse_notebook(data)[1]
+        if unreadable is not None:  # no name to go by, and no cells to recognise it by: the file itself is broken
+            raise ValueError(f"{what} cannot be read as a notebook: {unreadable}. Open your copy of the notebook in "
+                             "Jupyter and save it again (or download it again, as .ipynb), then check that file")
         raise ValueError(f"{what} is not one of the course notebooks ({', '.join(known)}); "
                          "keep the file name you were given")
     prepared = prepare(assignment, solutions, cache)

@@ -86,6 +86,10 @@ def test_check_reads_the_notebook_json_on_standard_input_and_knows_it_by_its_cel
     done = subprocess.run([sys.executable, "-m", "course_tools.cli", "check", "-"], input=stray,
                           capture_output=True, check=False)
     assert done.returncode == 2 and "this notebook is not one of the course notebooks" in done.stderr.decode()
+    done = subprocess.run([sys.executable, "-m", "course_tools.cli", "check", "-"], input=b'{"cells": [',
+                          capture_output=True, check=False)  # cut off: the file is at fault, not its (absent) name
+    said = done.stderr.decode()
+    assert done.returncode == 2 and "cannot be read as a notebook: not valid JSON" in said and "save it again" in said
 
 
 def test_in_jupyter_the_saved_file_named_by_the_server_is_checked(course, cache, tmp_path, capsys, monkeypatch):

@@ -1480,6 +1480,8 @@ def _crash_failure(exercise: Exercise, case: Case, outcome: tuple) -> Failure:
     mistake = diagnose_crash(exercise, case, outcome[1], outcome[2])
     summary = state_dict_summary(name, outcome[2], known_cause=mistake is not None)
     head = summary if summary else f"{name} raised {outcome[1]}: {outcome[2]}"
+    if outcome[1] == "StoppedEarlier":  # the runner's stand-in for an exercise that ran past its limit before
+        head = f"{name}: not run again: {outcome[2]}"
     site = crash_site_of(outcome)
     where = f"\n  raised at: {site}" if site else ""
     hint = IN_PLACE_HINT if mistake is None and "in-place operation" in outcome[2] else ""

@@ -5,6 +5,7 @@ sliding-window mask.
 from __future__ import annotations
 
 import contextlib
+import math
 
 import numpy as np
 import torch
@@ -13,7 +14,17 @@ import torch.utils._python_dispatch as _python_dispatch
 from attention_course import long_context as ref
 from attention_course.attention import scaled_dot_product_attention
 
-from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, raises_value_error, reference_guard, variant
+from .core import (
+    Case,
+    Exercise,
+    Mistake,
+    keeps_inputs,
+    make_checker,
+    raises_value_error,
+    reference_guard,
+    variant,
+    watching_calls,
+)
 from .tensors import FUSED_ATTENTION, as_float32, causal, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
@@ -259,6 +270,30 @@ class _Measurement:
             self.probe = None
 
 
+class _PrintedNumbers:
+    """A watcher of the case's guard (core.watching_calls): the numbers PyTorch's printing writes out count as read
+    one at a time. Printing formats a tensor with the dispatch modes off, so the probe never sees it; a red team's
+    answer printed q, k and v in full and to ten digits (set_printoptions) and did attention on the parsed text (8/8).
+    Only printing with more digits, or more numbers, than PyTorch's defaults counts: a debug print (4 digits, a summary
+    past 1000 numbers) cannot carry the inputs to within the tests' tolerance, and a student printing the running max,
+    the scores and the weights of every block would pass the budget."""
+
+    def __init__(self, probe: "_Largest"):
+        import torch._tensor_str as printing
+
+        self.probe, self.code, self.options = probe, printing._tensor_str.__code__, printing.PRINT_OPTS
+
+    def __call__(self, frame, event, arg) -> None:
+        if event == "call" and frame.f_code is self.code and (
+                self.options.precision > 4 or self.options.threshold > 1000 or self.options.edgeitems > 3):
+            t = frame.f_locals.get("self")
+            if isinstance(t, torch.Tensor):
+                shown = t.numel() if t.numel() <= self.options.threshold else math.prod(
+                    min(size, 2 * self.options.edgeitems) for size in t.shape)
+                self.probe.scalar_reads += int(shown)
+        return None
+
+
 def _measured(f, q, k, v, block, mask, watch_keys=False, measurement: _Measurement | None = None):
     """(output, [largest allocation, whether it reduced over many keys at once, whether it was computed out of the
     measurement's sight]); the second only with `watch_keys` (more keys than queries, no mask: then nothing honest
@@ -268,7 +303,8 @@ def _measured(f, q, k, v, block, mask, watch_keys=False, measurement: _Measureme
     probe = measurement.probe if measurement is not None else None
     if probe is None:
         probe = _Largest(above=_keys_watched_above(q, k, v, block, watch_keys))
-    with torch.no_grad(), (probe.mode if measurement is None or measurement.probe is None else contextlib.nullcontext()):
+    with torch.no_grad(), (probe.mode if measurement is None or measurement.probe is None else contextlib.nullcontext()), \
+            watching_calls(_PrintedNumbers(probe)):
         out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
     unseen = probe.unseen(out) or probe.scalar_reads > k.numel()  # attention in floats reads all of q, k and v
     return out, np.array([probe.largest, float(probe.all_keys), float(unseen)])

@@ -54,6 +54,7 @@ from .exports import safe_row
 from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
 from .outcomes import (
     BY_HAND,
+    EXTENDED,
     GRADERS_OWN,
     REFUSED,
     Status,
@@ -1256,6 +1257,16 @@ def _late_mark_with_extension(r: NotebookResult, class_due: datetime | None) -> 
     return [n + said if n.startswith(f"{r.notebook} (late): ") and not n.endswith(said) else n for n in r.notes]
 
 
+def _with_extension_note(r: NotebookResult, class_due: datetime | None) -> list[str]:
+    """`r.notes`, and one saying that the due date in force is the student's own (an extension), later than the
+    class's: grades.csv and the report said nothing of it (two instructors' first weeks)."""
+    own = _utc_iso(r.due) if r.due else None
+    if own is None or class_due is None or own <= class_due or own.year == datetime.max.year:
+        return r.notes
+    note = f"{EXTENDED}: due {own:%Y-%m-%d %H:%M} UTC (the class's: {class_due:%Y-%m-%d %H:%M} UTC)"
+    return [*[n for n in r.notes if not n.startswith(EXTENDED + ": ")], note]
+
+
 def class_results(course: Course, out: Path, assignments: list[str] | None = None) -> list[NotebookResult]:
     """Every student the gradebook knows × every assignment in play (`assignments`, default
     `in_play`): scores (manual overrides included) from the gradebook, lateness from it too, the
@@ -1292,6 +1303,7 @@ def class_results(course: Course, out: Path, assignments: list[str] | None = Non
             r.timestamp, r.due, r.seconds_late = facts.submitted, facts.due, facts.seconds_late
             r.late_penalty = policy.penalty(r.score, r.max_score, r.seconds_late)
             r.notes = _late_mark_with_extension(r, dues.get(assignment))
+            r.notes = _with_extension_note(r, dues.get(assignment))
             if abs(r.late_penalty - facts.recorded_penalty) > 1e-9:
                 changed.append((sid, assignment, r.late_penalty))
             results.append(r)

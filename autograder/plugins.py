@@ -100,9 +100,11 @@ class FeedbackLateness(NbGraderPreprocessor):
         try:
             with Gradebook(info["db_url"]) as gb:
                 sub = gb.find_submission(info["assignment"], info["student"])
+                extended = sub.extension is not None and sub.extension.total_seconds() > 0 and sub.assignment.duedate
                 late = {"submitted": _when(sub.timestamp), "due": _when(sub.duedate),
                         "late": how_late(float(sub.total_seconds_late or 0)),
-                        "penalty": float(info.get("late_penalty") or 0)}
+                        "penalty": float(info.get("late_penalty") or 0),
+                        "class_due": _when(sub.assignment.duedate) if extended else ""}  # their own date: an extension
         except (KeyError, MissingEntry):
             return nb, resources
         resources["attn_late"] = late

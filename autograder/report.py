@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .lateness import LatePolicy, how_late
-from .outcomes import BY_HAND, GRADERS_OWN, REFUSED, Status, is_blank
+from .outcomes import BY_HAND, EXTENDED, GRADERS_OWN, REFUSED, Status, is_blank
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BINS = [0, 0.2, 0.4, 0.6, 0.8, 1.0001]  # fractions of an exercise's points, as the picture groups them
@@ -76,6 +76,7 @@ class _Cell:
     review: bool
     feedback: str  # relative link to the feedback page, or ""
     by_hand: bool = False  # a score or extra credit set in formgrader
+    extension: str = ""  # "due 2026-12-03 23:59 UTC" where the student's own due date is later than the class's
 
 
 def _cell(r, out: Path) -> _Cell:
@@ -84,7 +85,9 @@ def _cell(r, out: Path) -> _Cell:
         "blank" if is_blank(r) else r.status.value
     return _Cell(kind, max(r.score - r.late_penalty, 0.0), r.late_penalty, how_late(getattr(r, "seconds_late", 0.0)),
                  bool(r.review), page.relative_to(out).as_posix() if page.exists() else "",
-                 any(n.startswith(BY_HAND) for n in r.notes))
+                 any(n.startswith(BY_HAND) for n in r.notes),
+                 next((n.split(" (", 1)[0].removeprefix(EXTENDED + ": ") for n in r.notes
+                       if n.startswith(EXTENDED + ": ")), ""))
 
 
 NOT_ON_ROSTER = "not on the roster: graded all the same; add them to the roster, or check whose folder or file this is"

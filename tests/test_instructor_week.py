@@ -468,13 +468,25 @@ def test_an_extension_for_one_student_changes_their_lateness_everywhere_without_
     assert penalties() == {"ann": (0.0, "2025-12-04T23:59"), "ben": (3.4, "2025-12-01T23:59")}
     assert {r["student_id"]: r[A01] for r in csv.DictReader((out / "grades_wide.csv").open())} == \
         {"ann": "17", "ben": "13.6"}
-    assert "(Score: 17 / 17)" in (out / "feedback" / "ann" / f"{A01}.html").read_text()
+    page = (out / "feedback" / "ann" / f"{A01}.html").read_text()
+    assert "(Score: 17 / 17)" in page
+    # said where it shows (instructors' first weeks: only grades.csv's due column differed): ann's page, her row's
+    # notes, her cell of the report; not ben's
+    assert "(your own due date, an extension: the class's was 2025-12-01 23:59 UTC)" in page, page[:3000]
+    assert "an extension" not in (out / "feedback" / "ben" / f"{A01}.html").read_text()
+    notes = {r["student_id"]: r["notes"] for r in csv.DictReader((out / "grades.csv").open())}
+    assert "extension: due 2025-12-04 23:59 UTC (the class's: 2025-12-01 23:59 UTC)" in notes["ann"], notes
+    assert "extension" not in notes["ben"], notes
+    report = (out / "report.html").read_text()
+    ann = report[report.index('id="student-ann"'):]
+    assert "extension: due 2025-12-04 23:59 UTC" in ann[:ann.index("</tr>")]
 
     assert cli.main(["extend", str(out), "ann", A01, "--days", "1"]) == 0  # replaces the first: still 1 day late
     assert penalties()["ann"] == (1.7, "2025-12-02T23:59")
     assert cli.main(["extend", str(out), "ann", A01]) == 0  # taken back
     assert "ann 01_similarity_attention: no extension now" in capsys.readouterr().out
     assert penalties()["ann"] == (3.4, "2025-12-01T23:59")
+    assert "extension" not in {r["student_id"]: r["notes"] for r in csv.DictReader((out / "grades.csv").open())}["ann"]
 
     assert cli.main(["extend", str(out), "cat", A01, "--days", "2"]) == 2  # nobody of that id
     assert f"no student 'cat' in {out} (the ids are those of grades.csv" in capsys.readouterr().err

@@ -993,11 +993,36 @@ def split_dump(message: str) -> tuple[str, str, str]:
 _ONCE = ("  Where to look: ", "  Likely cause: ")
 
 
+def name_later_mistakes(job: Job, tests: list[TestCell], verdicts: dict[str, Verdict]) -> None:
+    """Where the first failing test of a graded function names no mistake and a later test of it does, the first
+    says so too, right under its first line: the test a student reads first said only "values differ" (a
+    wrong-code audit: softmax over dim=1 was named under the second test of masked_softmax only)."""
+    failing: dict[str, list[TestCell]] = {}
+    for t in sorted(tests, key=lambda t: job.test_cell_index[t.grade_id]):
+        v = verdicts.get(t.grade_id)
+        if t.checks and v is not None and not v.passed:
+            failing.setdefault(exercise(t.checks[0]).graded, []).append(t)
+    for cells in failing.values():
+        first = verdicts[cells[0].grade_id]
+        later = next((t for t in cells[1:] if verdicts[t.grade_id].mistake), None)
+        if first.mistake or later is None:
+            continue
+        named = verdicts[later.grade_id]
+        lines = named.message.split("\n")
+        hint = next((line for line in lines if line.startswith("  Where to look: ")), "")
+        head, _, rest = first.message.partition("\n")
+        first.message = (head + f"\n  {KNOWN_MISTAKE}{named.mistake} (recognised by {later.grade_id}, below)."
+                         + (f"\n{hint}" if hint else "") + ("\n" + rest if rest else ""))
+        first.mistake = named.mistake
+
+
 def condense(job: Job, tests: list[TestCell], verdicts: dict[str, Verdict]) -> None:
     """Say each thing once per notebook. In notebook order: a message identical to an earlier
     cell's becomes its first lines and a pointer; expected/received values are shown for the first
     failing cell of each graded function only (later ones keep the one-line difference and point
-    back); a hint line ('Where to look', 'Likely cause') already shown is not repeated."""
+    back); a hint line ('Where to look', 'Likely cause') already shown is not repeated. First, a mistake
+    named by a later test of a function is named under its first failing test too (`name_later_mistakes`)."""
+    name_later_mistakes(job, tests, verdicts)
     seen: dict[str, str] = {}
     dumped: dict[str, str] = {}
     hints: set[str] = set()

@@ -399,6 +399,25 @@ def test_a_message_repeated_in_a_later_cell_points_back_and_hints_are_said_once(
     assert verdicts["test_2"].message == "basic_self_attention gave a wrong result\n  more"
 
 
+def test_a_mistake_named_by_a_later_test_is_named_under_the_first_failing_test_too():
+    """A wrong-code audit: softmax over dim=1 in masked_softmax was named under its second failing test only, while
+    the first one, the test a student reads first, said "values differ". Another function's later test is no help."""
+    tests = [trusted.TestCell(f"test_{i}", 1.0, [ref]) for i, ref in enumerate((SOFTMAX, STABILITY, ATTENTION))]
+    job = trusted.Job(cells=[{"kind": "record", "test": t.grade_id} for t in tests],
+                      test_cell_index={t.grade_id: i for i, t in enumerate(tests)})
+    first = "softmax gave a wrong result on: x\n  output: values differ"
+    named = "softmax gave a wrong result on: y\n  This matches a known mistake: the wrong axis.\n  Where to look: dim=-1"
+    verdicts = {"test_0": Verdict(False, first), "test_1": Verdict(False, named, mistake="the wrong axis"),
+                "test_2": Verdict(False, "basic_self_attention gave a wrong result\n  values differ")}
+    trusted.condense(job, tests, verdicts)
+    assert verdicts["test_0"].message == ("softmax gave a wrong result on: x\n  This matches a known mistake: the wrong "
+                                          "axis (recognised by test_1, below).\n  Where to look: dim=-1\n"
+                                          "  output: values differ")
+    assert verdicts["test_0"].mistake == "the wrong axis"
+    assert "known mistake" not in verdicts["test_2"].message  # basic_self_attention's own: nothing named for it
+    assert verdicts["test_1"].message.startswith(named.split("\n  Where")[0])
+
+
 def test_split_dump_separates_the_expected_and_received_values():
     message = "f gave a wrong result\n    expected: [1 2]\n    received: [1 3]\n  Where to look: f"
     assert trusted.split_dump(message) == ("f gave a wrong result", "\n    expected: [1 2]\n    received: [1 3]",

@@ -410,7 +410,10 @@ def _half_precision(e: np.ndarray, g: np.ndarray) -> str:
     if finite.sum() < 4:
         return ""
     ee, gg = e[finite], g[finite]
-    relative = float(np.max(np.abs(gg - ee) / (np.abs(ee) + 0.1 * np.abs(ee).max())))
+    if not np.abs(ee).max() > 0:
+        return ""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = float(np.nanmax(np.abs(gg - ee) / (np.abs(ee) + 0.1 * np.abs(ee).max())))
     for kind, fits in sixteen_bit(gg).items():
         near = relative <= {"bfloat16": 1 / 16, "float16": 1 / 64}[kind]  # a few of its roundings, not another answer
         if near and fits.all() and sixteen_bit(ee)[kind].mean() <= 0.5:

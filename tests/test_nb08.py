@@ -596,25 +596,64 @@ def _floats(t):
 """)
 
 
-def test_debug_prints_inside_an_online_softmax_keep_the_memory_point(capsys):
-    """Printing is counted as numbers read out (a red team parsed q, k and v out of their printed text): what a
-    student prints to debug (the running max every block, a block's scores, summarised past 1000 numbers) is not."""
+@pytest.mark.parametrize("options", [{}, {"precision": 6}, {"sci_mode": False, "threshold": 10 ** 6}])
+def test_debug_prints_inside_an_online_softmax_keep_the_memory_point(capsys, options):
+    """While the memory case runs, printing shows a placeholder for a tensor's numbers (a red team parsed q, k and v
+    out of their printed text): a student's debug prints of every block cost nothing, whatever print options the
+    notebook set earlier (a reviewer: counting printed numbers took the point from such prints at precision 6)."""
     env = {"torch": torch, "math": math}
     exec(textwrap.dedent(nb08.ONLINE_SOURCE).replace("        m = m_new\n", "        m = m_new\n        print(m, s, p)\n"),
          env)
-    check_exercise(next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory"),
-                   env["online_softmax_attention"])
-    assert "tensor(" in capsys.readouterr().out
+    torch.set_printoptions(**options)
+    try:
+        check_exercise(next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory"),
+                       env["online_softmax_attention"])
+    finally:
+        torch.set_printoptions(profile="default")
+    assert nb08.NOT_PRINTED in capsys.readouterr().out
+    assert str(torch.ones(2)) == "tensor([1., 1.])"  # printing is itself again after the case
+
+
+READ_AS_PRINTED_INTEGERS = READ_AS_INTEGER_BITS.replace("""
+def _floats(t):
+    flat = t.detach().contiguous().reshape(-1).view(torch.int32)
+    return [struct.unpack('<f', struct.pack('<i', int(flat[i])))[0] for i in range(flat.shape[0])]
+""", """
+def _floats(t):
+    flat = torch.round(t.reshape(-1).double() * 1e9).long()   # every digit printed at the default options
+    found = []
+    for j in range(0, flat.shape[0], 500):
+        text = str(flat[j:j + 500])
+        found += [int(x) / 1e9 for x in __import__("re").findall(r"-?\\d+", text[text.index("[") + 1:text.rindex("]")])]
+    return found
+""")
+READ_FROM_ITS_BYTES = {
+    "torch.save": "buffer = __import__('io').BytesIO()\n    torch.save(t, buffer)\n    raw = buffer.getvalue()",
+    "pickle": "raw = __import__('pickle').dumps(t)",
+    "storage bytes": "raw = bytes(t.untyped_storage())",
+}
+
+
+@pytest.mark.parametrize("how", sorted(READ_FROM_ITS_BYTES))
+def test_reading_the_inputs_bytes_out_of_pytorch_is_refused_in_the_online_softmax(how):
+    """A reviewer: torch.save into a BytesIO, the floats read back with zipfile and struct, took the memory point
+    with plain attention (8/8 in real grading); pickling a tensor, or reading its storage byte by byte, as well."""
+    source = (f"def _raw(t):\n    {READ_FROM_ITS_BYTES[how]}\n    return raw\n\n"
+              + nb08.ONLINE_SOURCE.replace("    T_k = k.shape[-2]\n", "    T_k = k.shape[-2]\n    _raw(k)\n"))
+    env = {"torch": torch, "math": math}
+    exec(textwrap.dedent(source), env)
+    with pytest.raises(CheckFailed, match="not accepted, because it turns tensors into"):
+        check_exercise(nb08.EXERCISES[0], env["online_softmax_attention"])
 
 
 @pytest.mark.parametrize("source", [IN_A_SCRATCH_TENSOR, WITH_STORAGES_THAT_LIE, READ_AS_INTEGER_BITS,
-                                    READ_FROM_ITS_PRINTING],
-                         ids=["scratch tensor", "untyped_storage patched", "int32 bits", "printed"])
+                                    READ_FROM_ITS_PRINTING, READ_AS_PRINTED_INTEGERS],
+                         ids=["scratch tensor", "untyped_storage patched", "int32 bits", "printed", "printed ints"])
 def test_plain_attention_hidden_from_the_memory_probe_loses_the_memory_point(source):
     env = {"torch": torch, "math": math}
     exec(source, env)
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
-    with pytest.raises(CheckFailed, match=r"output\[1\]: .*expected True, got False"):
-        check_exercise(memory, env["online_softmax_attention"])
-    if source not in (READ_AS_INTEGER_BITS, READ_FROM_ITS_PRINTING):  # (no mask: the memory case's; the values are right, only this point goes)
+    with pytest.raises(CheckFailed, match=r"output\[1\]: .*expected True, got False|raised (IndexError|ValueError)"):
+        check_exercise(memory, env["online_softmax_attention"])  # (printed: the placeholder cannot be parsed)
+    if source not in (READ_AS_INTEGER_BITS, READ_FROM_ITS_PRINTING, READ_AS_PRINTED_INTEGERS):  # (no mask: the memory case's; the values are right, only this point goes)
         check_exercise(nb08.EXERCISES[0], env["online_softmax_attention"])

@@ -5,7 +5,6 @@ sliding-window mask.
 from __future__ import annotations
 
 import contextlib
-import math
 
 import numpy as np
 import torch
@@ -23,7 +22,6 @@ from .core import (
     raises_value_error,
     reference_guard,
     variant,
-    watching_calls,
 )
 from .tensors import FUSED_ATTENTION, as_float32, causal, random_mask, shape_text, tensor, torch_attention
 
@@ -40,7 +38,13 @@ LEAVES_TORCH = tuple((f, _LEAVES_WHY.format(what=what)) for f, what in (
     (torch.Tensor.__array__, "numpy arrays (np.asarray, np.array: Tensor.__array__)"),
     (torch.Tensor.__dlpack__, "another library's arrays (DLPack: np.from_dlpack, Tensor.__dlpack__)"),
     (torch.utils.dlpack.to_dlpack, "another library's arrays (DLPack: torch.utils.dlpack.to_dlpack)"),
-    (torch.Tensor.tolist, "Python lists (Tensor.tolist)")))
+    (torch.Tensor.tolist, "Python lists (Tensor.tolist)"),
+    # and the bytes under them, read without PyTorch's dispatcher (a reviewer's torch.save into a BytesIO, parsed
+    # back with zipfile and struct: 8/8): saving or pickling a tensor, a storage read byte by byte (bytes(s), s[i])
+    (torch.serialization.save, "bytes (torch.save)"),
+    (torch.Tensor.__reduce_ex__, "bytes (pickling a tensor: Tensor.__reduce_ex__)"),
+    (torch.UntypedStorage.__getitem__, "bytes (a storage read byte by byte: UntypedStorage.__getitem__)"),
+    (torch.UntypedStorage.tolist, "Python lists (UntypedStorage.tolist)")))
 # The memory is measured by a dispatch mode around the call: code that steps out of it is out of its sight (a
 # reviewer's plain attention under _disable_current_modes kept the memory point).
 _MODES_OFF_WHY = ("it switches PyTorch's dispatch modes off ({what}), which is how the grader measures the memory your "
@@ -270,28 +274,23 @@ class _Measurement:
             self.probe = None
 
 
-class _PrintedNumbers:
-    """A watcher of the case's guard (core.watching_calls): the numbers PyTorch's printing writes out count as read
-    one at a time. Printing formats a tensor with the dispatch modes off, so the probe never sees it; a red team's
-    answer printed q, k and v in full and to ten digits (set_printoptions) and did attention on the parsed text (8/8).
-    Only printing with more digits, or more numbers, than PyTorch's defaults counts: a debug print (4 digits, a summary
-    past 1000 numbers) cannot carry the inputs to within the tests' tolerance, and a student printing the running max,
-    the scores and the weights of every block would pass the budget."""
+NOT_PRINTED = "[the numbers are not printed while the grader measures your function's memory]"
 
-    def __init__(self, probe: "_Largest"):
-        import torch._tensor_str as printing
 
-        self.probe, self.code, self.options = probe, printing._tensor_str.__code__, printing.PRINT_OPTS
+@contextlib.contextmanager
+def _numbers_not_printed():
+    """PyTorch's printing shows a placeholder instead of a tensor's numbers while the memory case runs: printing
+    formats a tensor with the dispatch modes off, out of the probe's sight, and a red team did attention on q, k
+    and v parsed out of their printed text (8/8; then integer tensors, and chunks under the summary threshold,
+    printed every digit at the default options). A student's debug print still prints, and costs nothing."""
+    import torch._tensor_str as printing
 
-    def __call__(self, frame, event, arg) -> None:
-        if event == "call" and frame.f_code is self.code and (
-                self.options.precision > 4 or self.options.threshold > 1000 or self.options.edgeitems > 3):
-            t = frame.f_locals.get("self")
-            if isinstance(t, torch.Tensor):
-                shown = t.numel() if t.numel() <= self.options.threshold else math.prod(
-                    min(size, 2 * self.options.edgeitems) for size in t.shape)
-                self.probe.scalar_reads += int(shown)
-        return None
+    real = printing._tensor_str
+    printing._tensor_str = lambda self, indent: NOT_PRINTED
+    try:
+        yield
+    finally:
+        printing._tensor_str = real
 
 
 def _measured(f, q, k, v, block, mask, watch_keys=False, measurement: _Measurement | None = None):
@@ -304,7 +303,7 @@ def _measured(f, q, k, v, block, mask, watch_keys=False, measurement: _Measureme
     if probe is None:
         probe = _Largest(above=_keys_watched_above(q, k, v, block, watch_keys))
     with torch.no_grad(), (probe.mode if measurement is None or measurement.probe is None else contextlib.nullcontext()), \
-            watching_calls(_PrintedNumbers(probe)):
+            _numbers_not_printed():
         out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
     unseen = probe.unseen(out) or probe.scalar_reads > k.numel()  # attention in floats reads all of q, k and v
     return out, np.array([probe.largest, float(probe.all_keys), float(unseen)])

@@ -198,8 +198,8 @@ class CourseMoved(ValueError):
     """A grading course whose nbgrader settings cannot be pointed at its new place: the message says why."""
 
 
-_PLACE_LINES = ("exec(open(", "c.CourseDirectory.root =", *(f"c.CourseDirectory.{kind}_directory =" for kind in COURSE_FOLDERS),
-                "c.CourseDirectory.db_url =")
+_PLACE_LINES = ("exec(open(", "c.CourseDirectory.root =", "c.CourseDirectory.db_url =")
+_FOLDER_LINES = tuple(f"c.CourseDirectory.{kind}_directory =" for kind in COURSE_FOLDERS)
 
 
 def settle_course_config(course: Path, db_url: str) -> str | None:
@@ -213,16 +213,21 @@ def settle_course_config(course: Path, db_url: str) -> str | None:
     except OSError as err:
         raise CourseMoved(f"{config} cannot be read ({err.strerror}): this grading folder cannot be used here; "
                           f"grade the class into a new folder") from None
-    mine = _config_lines(Path(course), db_url)
+    written = _config_lines(Path(course), db_url)
+    mine = [line for line in written if line.startswith(_PLACE_LINES)]
     old_root = next((line.split("=", 1)[1].strip() for line in lines if line.startswith(_PLACE_LINES[1])), None)
     if old_root is None or not lines or not lines[0].startswith(_PLACE_LINES[0]):
         raise CourseMoved(f"{config} does not name its course root as `attn-course grade` writes it, so it cannot "
                           f"be pointed at {course}: grade the class into a new folder")
-    if [line for line in lines if line.startswith(_PLACE_LINES)] == mine:
+    # a folder setting the file has (an instructor's own, say) is kept; one it lacks (a grading folder made before
+    # they were written) is added
+    folders = [line for line, prefix in zip(written[2:2 + len(COURSE_FOLDERS)], _FOLDER_LINES, strict=True)
+               if not any(old.startswith(prefix) for old in lines)]
+    if [line for line in lines if line.startswith(_PLACE_LINES)] == mine and not folders:
         return None
     rest = [line for line in lines if not line.startswith(_PLACE_LINES)]
     tmp = config.with_suffix(".tmp")
-    tmp.write_text("\n".join([*mine, *rest]) + "\n")
+    tmp.write_text("\n".join([*mine[:2], *folders, *mine[2:], *rest]) + "\n")
     os.replace(tmp, config)
     return old_root.strip("'\"")
 

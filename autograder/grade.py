@@ -251,7 +251,8 @@ class Course:
             return None
         self._api = None
         if Path(old).resolve() == self.root.resolve():  # only the grader's own settings file moved (another checkout or venv)
-            return f"{self.root.parent}: its nbgrader settings were brought up to date for this grader's copy"
+            return (f"{self.root.parent}: its nbgrader settings were brought up to date (they name this grader's shared "
+                    "settings and the course's own folders)")
         return (f"{self.root.parent} was graded as {Path(old).parent} before (copied or moved): its nbgrader settings "
                 f"now name this folder, and nothing is read from or written to {Path(old).parent}")
 
@@ -1852,7 +1853,7 @@ def _unreadable_note(sub: StudentSubmission, assignment: str, folder: str, older
             "another score, set it by hand in formgrader")
     if older:
         return (f"an earlier upload, {where}{when} cannot be read ({why[:120]}): the grade of the notebook handed in "
-                f"after it stands, late penalty included ({keep})")
+                f"after it stands, with its own lateness if it was late ({keep})")
     return f"a newer upload, {where}{when} cannot be read ({why[:120]}): the earlier notebook's grade stands; ask " \
            f"the student for the file again ({keep})"
 

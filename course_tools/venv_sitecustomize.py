@@ -134,7 +134,7 @@ def own_tools_on_path(environ=os.environ) -> bool:
     `.venv/bin/nbgrader ...`, the environment not activated): nbgrader shells out to `alembic` when it makes a
     gradebook, and `attn-course` to `jupyter`, which then come from here. Returns whether PATH was changed."""
     own = os.path.join(sys.prefix, "bin")
-    entries = environ.get("PATH", "").split(os.pathsep)
+    entries = environ.get("PATH", os.defpath).split(os.pathsep)  # unset: the search path a process would use
     if sys.prefix == sys.base_prefix or not os.path.isdir(own) or any(
             e and os.path.realpath(e) == os.path.realpath(own) for e in entries):
         return False

@@ -195,7 +195,8 @@ def test_a_grading_folder_used_by_another_copy_of_the_grader_is_not_called_copie
     first, *rest = config.read_text().splitlines()
     config.write_text("\n".join(["exec(open('/elsewhere/autograder/nbgrader_config.py').read())", *rest]) + "\n")
     said = Course(root).settle()
-    assert said == f"{root.parent}: its nbgrader settings were brought up to date for this grader's copy"
+    assert said == (f"{root.parent}: its nbgrader settings were brought up to date (they name this grader's shared "
+                    "settings and the course's own folders)")
     assert config.read_text().splitlines()[0] == first
     assert Course(root).settle() is None
 
@@ -216,3 +217,8 @@ def test_a_grading_folder_made_before_its_settings_named_its_folders_is_brought_
     lines = config.read_text().splitlines()
     assert [line for line in lines if "_directory =" in line] == named and lines[-1] == "# the instructor's own line"
     assert Course(root).settle() is None
+    # a folder setting of the instructor's own is kept (a reviewer: the next run put the default back, unsaid)
+    config.write_text(config.read_text().replace("c.CourseDirectory.feedback_directory = 'feedback'",
+                                                 "c.CourseDirectory.feedback_directory = 'handed-back'"))
+    assert Course(root).settle() is None
+    assert "c.CourseDirectory.feedback_directory = 'handed-back'" in config.read_text().splitlines()

@@ -173,3 +173,8 @@ def test_the_venvs_own_tools_are_found_without_activating_it(tmp_path):
     assert not site.own_tools_on_path(environ) and environ["PATH"] == f"{sys.prefix}/bin:/usr/bin"
     environ = {"PATH": "/usr/bin"}
     assert site.own_tools_on_path(environ) and environ["PATH"] == f"{sys.prefix}/bin:/usr/bin"
+    environ = {}  # no PATH at all (env -i): the default search path stays behind the environment's bin (a reviewer)
+    assert site.own_tools_on_path(environ) and environ["PATH"] == os.pathsep.join([f"{sys.prefix}/bin", *filter(None, os.defpath.split(os.pathsep))])
+    listed = subprocess.run([sys.executable, "-c", "import subprocess; subprocess.run(['ls', '-d', '/'], check=True)"],
+                            env={}, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and listed.stdout.strip() == "/", listed.stderr[-2000:]

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import notebook_path
+from .course import hash_python_sources, library_dir, notebook_path
 from .grade import (
     GRADER_TRIES,
     INCIDENT_ADVICE,
@@ -55,10 +55,13 @@ class CourseIdentity:
 
     grader: str
     solutions: tuple[tuple[str, str], ...]
+    library: str = ""  # the course library as this Python imports it: the reference every check compares with
 
     def differences(self, other: CourseIdentity) -> list[str]:
         """What differs from `other` (the head's), in words ([] when the same course)."""
         found = ["the grader's code or nbgrader's version"] if self.grader != other.grader else []
+        if self.library != other.library:  # (a red team: a worker whose PYTHONPATH named another copy's library,
+            found.append(f"the course library it imports ({library_dir()})")  # its grader the same: 14/17 for 17/17)
         mine = dict(self.solutions)
         return found + [f"the solution of {a}" for a, digest in other.solutions if mine.get(a) != digest]
 
@@ -72,7 +75,9 @@ def course_identity(assignments: list[str], solutions: Path | None = None) -> Co
         path = notebook_path(assignment, solutions)
         return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
-    return CourseIdentity(grader_version(), tuple((a, digest(a)) for a in assignments))
+    library = hashlib.sha256()
+    hash_python_sources(library, library_dir())
+    return CourseIdentity(grader_version(), tuple((a, digest(a)) for a in assignments), library.hexdigest())
 
 
 def refusal(expected: CourseIdentity, weak_sandbox: bool) -> str:

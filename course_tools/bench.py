@@ -92,9 +92,12 @@ def grade_on_local_cluster(folder: Path, out: Path, workers: int, settings: Grad
     from distributed import LocalCluster
 
     from autograder.cluster import on_cluster
+    from autograder.course import CourseFolder
 
+    # its nannies live in this process: a worker they restart starts in this process's folder, which nbgrader's
+    # autograde changes for a moment; the course is named, not found from there
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster:
+                      dashboard_address=None, env={"ATTN_COURSE_ROOT": str(CourseFolder.find().root)}) as cluster:
         # the settings' own cluster options (tries, ATTN_SANDBOX's allowance of a weaker sandbox), on this cluster
         remote = on_cluster(replace(settings.cluster, scheduler=cluster.scheduler_address))
         started = time.perf_counter()

@@ -111,7 +111,10 @@ def leave_other_copies_out(argv: list[str], environ=os.environ, stderr=sys.stder
     and off PYTHONPATH, and named on stderr. Returns them (none where the install is not found)."""
     if not argv or os.path.basename(argv[0]) != COMMAND:
         return []
-    entries = [e for e in environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    # an empty entry (`PYTHONPATH=$PYTHONPATH:/x` with nothing before) is the current folder to Python: a red team
+    # ran the grader from inside an older clone so, and its grader and library graded the class (14/17 for 17/17)
+    entries = [e or "." for e in environ.get("PYTHONPATH", "").split(os.pathsep)] \
+        if environ.get("PYTHONPATH") else []
     holding = {os.path.realpath(e) for e in entries if _holds_the_course(e)}
     installed = _installed_root(holding) if holding else None
     others = sorted(holding - {installed}) if installed else []

@@ -64,13 +64,19 @@ def _table(results) -> list[tuple]:
                    tuple((c.grade_id, c.score, c.message, c.mistake) for c in r.cells)) for r in results)
 
 
+# A LocalCluster's nannies live in this process: a worker they restart starts in this process's folder, which
+# nbgrader's autograde changes for a moment (to the grading course), and found no course there (a grader incident
+# under load). The course is named instead, as a real worker finds it from the checkout it is started in.
+WORKER_ENV = {"ATTN_COURSE_ROOT": str(REPO)}
+
+
 @pytest.fixture(scope="module")
 def local_cluster():
     """Two worker processes of one thread each, on 127.0.0.1 (workers restart when killed)."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=None, env=WORKER_ENV) as cluster, Client(cluster) as client:
         yield cluster, client
 
 
@@ -120,12 +126,38 @@ def _finished(thread, box) -> list:
 
 
 # --------------------------------------------------------------------------- no cluster needed
+def test_a_worker_importing_another_copy_of_the_library_is_refused(tmp_path):
+    """A red team: a worker started in the course, as the README says, but with PYTHONPATH naming another clone
+    whose attention_course differed (its autograder/ byte for byte the same): accepted, and honest students scored
+    14/17 for 17/17, said nowhere. The worker's identity now holds the library it imports."""
+    import base64
+    import pickle
+    import shutil
+    import subprocess
+    import sys
+
+    expected = grading_cluster.course_identity([A01])
+    other = tmp_path / "oldlib"  # the grader the same byte for byte (its library is the one beside it), the library not
+    for package in ("autograder", "attention_course"):
+        shutil.copytree(REPO / package, other / package, ignore=shutil.ignore_patterns("__pycache__", "texts"))
+    similarity = other / "attention_course" / "similarity.py"
+    similarity.write_text(similarity.read_text() + "\n# an older copy\n")
+    code = ("import base64, pickle, sys\nfrom autograder import cluster\n"
+            "print(cluster.refusal(pickle.loads(base64.b64decode(sys.argv[1])), True))")
+    said = subprocess.run([sys.executable, "-c", code, base64.b64encode(pickle.dumps(expected)).decode()],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(other), "ATTN_COURSE_ROOT": str(REPO)},
+                          capture_output=True, text=True, timeout=300)  # (as a worker's command: not from the course's folder)
+    assert said.returncode == 0, said.stderr[-3000:]
+    assert "another course: the course library it imports" in said.stdout and str(other) in said.stdout, said.stdout
+
+
 def test_worker_refuses_another_course_and_a_weak_sandbox(monkeypatch):
     mine = grading_cluster.course_identity([A01])
     assert grading_cluster.refusal(mine, weak_sandbox=False) == "" or "bubblewrap" in grading_cluster.refusal(mine, False)
     other = replace(mine, solutions=((A01, "0" * 64),))
     assert "another course: the solution of 01_similarity_attention" in grading_cluster.refusal(other, True)
     assert "grader's code" in grading_cluster.refusal(replace(mine, grader="x"), True)
+    assert mine.library and "the course library it imports" in grading_cluster.refusal(replace(mine, library="x"), True)
     monkeypatch.setattr("autograder.sandbox.isolation_mode", lambda: "namespaces (user)")
     assert "not bubblewrap" in grading_cluster.refusal(mine, weak_sandbox=False)
     assert grading_cluster.refusal(mine, weak_sandbox=True) == ""
@@ -307,7 +339,7 @@ def test_the_run_goes_on_when_every_worker_restarts(course, tmp_path):
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=None, env=WORKER_ENV) as cluster, Client(cluster) as client:
         _grade_while_every_worker_restarts(course, cluster, client, tmp_path)
 
 

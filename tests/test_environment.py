@@ -178,3 +178,33 @@ def test_the_venvs_own_tools_are_found_without_activating_it(tmp_path):
     listed = subprocess.run([sys.executable, "-c", "import subprocess; subprocess.run(['ls', '-d', '/'], check=True)"],
                             env={}, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and listed.stdout.strip() == "/", listed.stderr[-2000:]
+
+
+def test_an_empty_pythonpath_entry_in_another_copy_of_the_course_is_left_out_too(tmp_path, monkeypatch):
+    """A red team: `PYTHONPATH=$PYTHONPATH:/x` with nothing before gives an empty entry, which Python reads as the
+    current folder; run from inside an older clone, that clone's grader and library graded the class (honest
+    students 14/17 for 17/17, "graded without problems"). The empty entry is that folder, and is left out."""
+    from course_tools import venv_sitecustomize as site
+
+    other, plain = tmp_path / "oldclone", tmp_path / "plain"
+    (other / "attention_course").mkdir(parents=True)
+    (other / "attention_course" / "__init__.py").write_text("")
+    plain.mkdir()
+    monkeypatch.chdir(other)
+    for pythonpath in (os.pathsep + str(plain), str(plain) + os.pathsep):
+        environ, said = {"PYTHONPATH": pythonpath}, io.StringIO()
+        saved = sys.path[:]
+        sys.path[:0] = ["", str(plain)]
+        try:
+            assert site.leave_other_copies_out(["/x/bin/attn-course", "grade"], environ, said) == \
+                [os.path.realpath(other)]
+            assert "" not in sys.path and str(plain) in sys.path
+        finally:
+            sys.path[:] = saved
+        assert environ["PYTHONPATH"] == str(plain) and str(other) in said.getvalue()
+    if Path(sys.prefix).resolve() == (REPO / ".venv").resolve():  # the real command, from inside the other copy
+        done = subprocess.run([str(Path(sys.prefix) / "bin" / "attn-course"), "--course", str(REPO), "--help"],
+                              cwd=other, env={**os.environ, "PYTHONPATH": os.pathsep + str(plain)},
+                              capture_output=True, text=True, timeout=300)
+        assert f"PYTHONPATH names another copy of the course, {os.path.realpath(other)}: left out" in done.stderr, \
+            done.stderr[-2000:]

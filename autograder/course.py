@@ -178,12 +178,18 @@ def _config_lines(course: Path, db_url: str | None = None) -> list[str]:
     gradebook, and its folders: nbgrader also reads the nbgrader_config.py of the folder it is started in, and the
     course checkout's keeps its folders under build/nbgrader/ (`nbgrader release_feedback ...
     --CourseDirectory.root=build/grading/course`, typed in the checkout as the README says, released nothing)."""
+    place = _place_lines(course, db_url)
+    return [*place[:2], *_FOLDER_SETTINGS, *place[2:]]
+
+
+def _place_lines(course: Path, db_url: str | None) -> list[str]:
+    """The lines naming the shared settings, the root and the gradebook (rewritten when a folder moves)."""
     lines = [f"exec(open({str(NBGRADER_CONFIG)!r}).read())", f"c.CourseDirectory.root = {str(course)!r}"]
-    lines += [f"c.CourseDirectory.{kind}_directory = {kind!r}" for kind in COURSE_FOLDERS]
     return lines + ([f"c.CourseDirectory.db_url = {db_url!r}"] if db_url else [])
 
 
 COURSE_FOLDERS = ("source", "release", "submitted", "autograded", "feedback")  # nbgrader's own names, in a course
+_FOLDER_SETTINGS = tuple(f"c.CourseDirectory.{kind}_directory = {kind!r}" for kind in COURSE_FOLDERS)
 
 
 def write_course_config(course: Path, db_url: str | None = None) -> Path:
@@ -199,7 +205,6 @@ class CourseMoved(ValueError):
 
 
 _PLACE_LINES = ("exec(open(", "c.CourseDirectory.root =", "c.CourseDirectory.db_url =")
-_FOLDER_LINES = tuple(f"c.CourseDirectory.{kind}_directory =" for kind in COURSE_FOLDERS)
 
 
 def settle_course_config(course: Path, db_url: str) -> str | None:
@@ -213,16 +218,14 @@ def settle_course_config(course: Path, db_url: str) -> str | None:
     except OSError as err:
         raise CourseMoved(f"{config} cannot be read ({err.strerror}): this grading folder cannot be used here; "
                           f"grade the class into a new folder") from None
-    written = _config_lines(Path(course), db_url)
-    mine = [line for line in written if line.startswith(_PLACE_LINES)]
+    mine = _place_lines(Path(course), db_url)
     old_root = next((line.split("=", 1)[1].strip() for line in lines if line.startswith(_PLACE_LINES[1])), None)
     if old_root is None or not lines or not lines[0].startswith(_PLACE_LINES[0]):
         raise CourseMoved(f"{config} does not name its course root as `attn-course grade` writes it, so it cannot "
                           f"be pointed at {course}: grade the class into a new folder")
     # a folder setting the file has (an instructor's own, say) is kept; one it lacks (a grading folder made before
     # they were written) is added
-    folders = [line for line, prefix in zip(written[2:2 + len(COURSE_FOLDERS)], _FOLDER_LINES, strict=True)
-               if not any(old.startswith(prefix) for old in lines)]
+    folders = [line for line in _FOLDER_SETTINGS if not any(old.startswith(line.split("=")[0]) for old in lines)]
     if [line for line in lines if line.startswith(_PLACE_LINES)] == mine and not folders:
         return None
     rest = [line for line in lines if not line.startswith(_PLACE_LINES)]

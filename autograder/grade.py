@@ -1246,26 +1246,18 @@ def _lateness(gb, assignment: str, student: str) -> _Lateness | None:
                      float(notebook.late_submission_penalty or 0.0) if notebook is not None else 0.0)
 
 
-def _late_mark_with_extension(r: NotebookResult, class_due: datetime | None) -> list[str]:
-    """`r.notes`, where a platform's late mark (Canvas's _LATE_) stands beside no lateness because the student's
-    own due date (an extension) is later than the class's: that note says so, not only that it was late."""
-    if r.seconds_late > 0 or not r.due or class_due is None:
-        return r.notes
-    own = _utc_iso(r.due)
-    if own <= class_due or own.year == datetime.max.year:  # not later, or no readable date
-        return r.notes
-    said = f"; on time all the same: their own due date (an extension) is {own:%Y-%m-%d %H:%M} UTC"
-    return [n + said if n.startswith(f"{r.notebook} (late): ") and not n.endswith(said) else n for n in r.notes]
-
-
-def _with_extension_note(r: NotebookResult, class_due: datetime | None) -> list[str]:
-    """`r.notes`, and one saying that the due date in force is the student's own (an extension), later than the
-    class's: grades.csv and the report said nothing of it (two instructors' first weeks)."""
+def _extension_notes(r: NotebookResult, class_due: datetime | None) -> list[str]:
+    """`r.notes` where the student's own due date (an extension) is later than the class's: a note saying so
+    (grades.csv and the report said nothing of it: two instructors' first weeks), and a platform's late mark
+    (Canvas's _LATE_) beside no lateness says it was on time all the same."""
     own = _utc_iso(r.due) if r.due else None
-    if own is None or class_due is None or own <= class_due or own.year == datetime.max.year:
+    if own is None or class_due is None or own <= class_due or own.year == datetime.max.year:  # none, or unreadable
         return r.notes
-    note = f"{EXTENDED}: due {own:%Y-%m-%d %H:%M} UTC (the class's: {class_due:%Y-%m-%d %H:%M} UTC)"
-    return [*[n for n in r.notes if not n.startswith(EXTENDED + ": ")], note]
+    notes = [n for n in r.notes if not n.startswith(EXTENDED + ": ")]
+    if r.seconds_late <= 0:
+        said = f"; on time all the same: their own due date (an extension) is {own:%Y-%m-%d %H:%M} UTC"
+        notes = [n + said if n.startswith(f"{r.notebook} (late): ") and not n.endswith(said) else n for n in notes]
+    return [*notes, f"{EXTENDED}: due {own:%Y-%m-%d %H:%M} UTC (the class's: {class_due:%Y-%m-%d %H:%M} UTC)"]
 
 
 def class_results(course: Course, out: Path, assignments: list[str] | None = None) -> list[NotebookResult]:
@@ -1303,8 +1295,7 @@ def class_results(course: Course, out: Path, assignments: list[str] | None = Non
                 _take_saved(r, saved)
             r.timestamp, r.due, r.seconds_late = facts.submitted, facts.due, facts.seconds_late
             r.late_penalty = policy.penalty(r.score, r.max_score, r.seconds_late)
-            r.notes = _late_mark_with_extension(r, dues.get(assignment))
-            r.notes = _with_extension_note(r, dues.get(assignment))
+            r.notes = _extension_notes(r, dues.get(assignment))
             if abs(r.late_penalty - facts.recorded_penalty) > 1e-9:
                 changed.append((sid, assignment, r.late_penalty))
             results.append(r)
@@ -1523,22 +1514,17 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 held.append(_held_line(sub, assignment))
                 continue
             why = _keep_recorded(sub, assignment, recorded.get(assignment, ""))
-            if why is not None and _grade_over_an_unreadable_file(record, sub, assignment):  # --force or not: a file
-                note = _unreadable_note(sub, assignment, submissions.name, older=bool(why))  # that is no notebook
-                _note_on_record(_record_path(out, sub.student_id, assignment), note)  # never replaces the grade of one
-                unreadable_newer.append(f"{sub.student_id} {assignment}: {note}")  # that was (its score stayed, its
-                continue                                                           # status became 'unreadable')
+            if _grade_over_an_unreadable_file(record, sub, assignment):  # --force or not: a file that is no notebook
+                note = _unreadable_note(sub, assignment, submissions.name, older=bool(why))  # never replaces the grade
+                _note_on_record(_record_path(out, sub.student_id, assignment), note)  # of one that was (forced, its
+                unreadable_newer.append(f"{sub.student_id} {assignment}: {note}")  # score stayed beside an
+                continue                                                           # 'unreadable' status): said, noted
             if overriding and why:  # the instructor's choice: this folder's file over the newer one graded before
                 why = None
             if why is None and not force and _graded_before_the_newer(record, sub, assignment, content):
                 note = _older_again_note(sub, assignment, submissions.name)  # a copy of an older folder, most likely:
                 _note_on_record(_record_path(out, sub.student_id, assignment), note)  # said, and noted on the row
                 kept.append(f"{sub.student_id} {assignment}: {note}")
-                continue
-            if why is None and _grade_over_an_unreadable_file(record, sub, assignment):  # gone wrong, --force or not
-                note = _unreadable_note(sub, assignment, submissions.name)  # takes no grade away: kept, said, noted
-                _note_on_record(_record_path(out, sub.student_id, assignment), note)
-                unreadable_newer.append(f"{sub.student_id} {assignment}: {note}")
                 continue
             if why is None:
                 left.append(assignment)

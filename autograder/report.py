@@ -76,7 +76,7 @@ class _Cell:
     review: bool
     feedback: str  # relative link to the feedback page, or ""
     by_hand: bool = False  # a score or extra credit set in formgrader
-    extension: str = ""  # "due 2026-12-03 23:59 UTC" where the student's own due date is later than the class's
+    extension: str = ""  # the row's extension note, where the student's own due date is later than the class's
 
 
 def _cell(r, out: Path) -> _Cell:
@@ -86,8 +86,7 @@ def _cell(r, out: Path) -> _Cell:
     return _Cell(kind, max(r.score - r.late_penalty, 0.0), r.late_penalty, how_late(getattr(r, "seconds_late", 0.0)),
                  bool(r.review), page.relative_to(out).as_posix() if page.exists() else "",
                  any(n.startswith(BY_HAND) for n in r.notes),
-                 next((n.split(" (", 1)[0].removeprefix(EXTENDED + ": ") for n in r.notes
-                       if n.startswith(EXTENDED + ": ")), ""))
+                 next((n for n in r.notes if n.startswith(EXTENDED + ": ")), ""))
 
 
 NOT_ON_ROSTER = "not on the roster: graded all the same; add them to the roster, or check whose folder or file this is"

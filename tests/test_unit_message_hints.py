@@ -16,16 +16,23 @@ SDPA = next(e for e in nb02.EXERCISES if e.name == "scaled_dot_product_attention
 LIKELY_16 = "Likely cause: every number you returned is a {} number"
 
 
+CORRECT = nb02._sdpa(nb02.GOOD_SCORES)  # the catalogue's correct scaled_dot_product_attention, as source
+
+
+def _written(source: str):
+    """The function a student's cell `source` defines."""
+    env = {"torch": torch, "math": math}
+    exec(source, env)
+    return env["scaled_dot_product_attention"]
+
+
 def _attention(dtype):
+    """The correct attention computed in `dtype`, returned as float32 (a student's .half() and back)."""
+    correct = _written(CORRECT)
+
     def scaled_dot_product_attention(q, k, v, mask=None):
-        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores.float(), dim=-1).to(dtype)
-        if mask is not None:
-            weights = weights.masked_fill(~mask, 0.0)
-        return (weights @ v).float(), weights.float()
+        out, weights = correct(q.to(dtype), k.to(dtype), v.to(dtype), mask)
+        return out.float(), weights.float()
     return scaled_dot_product_attention
 
 
@@ -57,16 +64,8 @@ def test_a_wrong_answer_that_is_not_16_bit_gets_no_precision_hint(wrong, expecte
 
 
 def test_an_input_scaled_in_place_is_told_to_make_a_new_tensor():
-    def scaled_dot_product_attention(q, k, v, mask=None):
-        q.div_(math.sqrt(q.shape[-1]))
-        scores = q @ k.transpose(-2, -1)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        if mask is not None:
-            weights = weights.masked_fill(~mask, 0.0)
-        return weights @ v, weights
-
-    message = _message(scaled_dot_product_attention)
+    in_place = _written(CORRECT.replace("    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+                                        "    q.div_(math.sqrt(q.shape[-1]))\n    scores = q @ k.transpose(-2, -1)"))
+    message = _message(in_place)
     assert "in-place operation" in message and "Likely cause: a tensor you were given, changed in place" in message, \
         message

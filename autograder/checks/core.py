@@ -414,9 +414,10 @@ def _half_precision(e: np.ndarray, g: np.ndarray) -> str:
         return ""  # fewer distinct numbers than expected: another answer (uniform weights 1/T), not a rounding
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = float(np.nanmax(np.abs(gg - ee) / (np.abs(ee) + 0.1 * np.abs(ee).max())))
+    expected_fits = sixteen_bit(ee)
     for kind, fits in sixteen_bit(gg).items():
         near = relative <= {"bfloat16": 1 / 16, "float16": 1 / 64}[kind]  # a few of its roundings, not another answer
-        if near and fits.all() and sixteen_bit(ee)[kind].mean() <= 0.5:
+        if near and fits.all() and expected_fits[kind].mean() <= 0.5:
             return (f"\n    Likely cause: every number you returned is a {kind} number (about {3 if kind == 'float16' else 2} significant digits): "
                     f"the computation ran in 16-bit floats ({'.half(), torch.float16' if kind == 'float16' else '.bfloat16()'}"
                     ", or autocast) and was cast back. Compute in float32.")

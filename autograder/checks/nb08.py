@@ -226,17 +226,17 @@ class _Largest:
                     owner.scalar_reads += 1         # of the floats' bits: a red team's); a bool test is not
                 # the inputs' storages before the call: an `out=` tensor it resizes (an empty one given to
                 # torch.matmul to hold the whole score matrix) is new memory, and counted
-                inputs = {_storage(t)[0] for t in tree_flatten((args, kwargs))[0]
-                          if isinstance(t, torch.Tensor) and _storage(t)[1]}
+                inputs = {address for address, size in (_storage(t) for t in tree_flatten((args, kwargs))[0]
+                                                        if isinstance(t, torch.Tensor)) if size}
                 out = func(*args, **(kwargs or {}))
                 for t in _written(func, args, kwargs):  # memory made before the call and written now (a scratch
                     address, size = _storage(t)        # tensor of the answer's cell holding the whole score matrix)
                     if address not in owner.created:
                         owner.largest = max(owner.largest, size)
-                for t in tree_flatten(out)[0]:
-                    if isinstance(t, torch.Tensor) and _storage(t)[0] not in inputs:
-                        owner.largest = max(owner.largest, _storage(t)[1])
-                        owner.created.add(_storage(t)[0])
+                for address, size in (_storage(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)):
+                    if address not in inputs:
+                        owner.largest = max(owner.largest, size)
+                        owner.created.add(address)
                 return out
 
         self.largest, self.all_keys, self.scalar_reads, self.created = 0, False, 0, set()

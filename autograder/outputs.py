@@ -124,14 +124,19 @@ SOURCE_SHOWN = "*[the grader shows this cell as its source: it held HTML that co
 # host (`![](https://tracker/...)`) is never fetched and never tells its host when, or from where, an
 # instructor opened the submission. formgrader's server sends it as a header (course_tools.cli and
 # hub_formgrader); the feedback page, which loads no script at all, carries a stricter one of its own.
+# A student's link that is followed tells its host nothing either: no Referer (REFERRER_POLICY), which would
+# name the page it was clicked on (formgrader's address, its token in the query where the instructor opened
+# it so; a feedback page's place on a course's web server).
 FORMGRADER_POLICY = "frame-ancestors 'self'; img-src 'self' data:"
+REFERRER_POLICY = "no-referrer"
 
 
 def formgrader_policy_option() -> str:
-    """The `jupyter server` option that sends FORMGRADER_POLICY with every page."""
+    """The `jupyter server` option that sends FORMGRADER_POLICY and REFERRER_POLICY with every page."""
     import json
 
-    return "--ServerApp.tornado_settings=" + json.dumps({"headers": {"Content-Security-Policy": FORMGRADER_POLICY}})
+    headers = {"Content-Security-Policy": FORMGRADER_POLICY, "Referrer-Policy": REFERRER_POLICY}
+    return "--ServerApp.tornado_settings=" + json.dumps({"headers": headers})
 
 
 def _safe_url(tag: str, name: str, value: str) -> bool:

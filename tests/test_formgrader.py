@@ -8,6 +8,7 @@
   formgrader on.
 * A student's picture from another host is fetched neither by formgrader's page nor by the feedback
   page (a tracking pixel): the browser is told so (a Content-Security-Policy).
+* A student's link followed from either page sends its host no Referer (the page's address).
 * End to end in a real browser (Debian's chromium, as in test_browser.py): a class of three is
   graded, formgrader is started with the command, a submission opened from the list of
   submissions, a manual grade, extra credit and a comment entered; they are in the gradebook, in
@@ -159,13 +160,17 @@ class Tracker:
 
     def __init__(self) -> None:
         self.asked: list[str] = []
+        self.followed: dict[str, str | None] = {}  # a student's link followed -> the Referer it came with
         self.pages: dict[str, bytes] = {}
         tracker = self
 
         class Answer(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 page = tracker.pages.get(self.path.removeprefix("/pages/"))
-                if page is None and self.path != "/favicon.ico":  # the browser's own ask of a page's server
+                if self.path.startswith("/link-"):
+                    tracker.followed[self.path] = self.headers.get("Referer")
+                    page = b"<p>a student's page</p>"
+                elif page is None and self.path != "/favicon.ico":  # the browser's own ask of a page's server
                     tracker.asked.append(self.path)
                 self.send_response(200)
                 self.send_header("Content-Type", "image/gif" if page is None else "text/html; charset=utf-8")
@@ -188,6 +193,10 @@ class Tracker:
         """A markdown cell's text with a picture from this host in both spellings a student has."""
         return f"Look: ![a plot]({self.url}/{tag}-markdown.gif)\n\n<img src=\"{self.url}/{tag}-html.gif\" alt=\"a plot\">\n"
 
+    def link(self, tag: str) -> str:
+        """A markdown cell's text with a link to this host (followed: recorded with its Referer)."""
+        return f"More in [my notes {tag}]({self.url}/link-{tag})\n"
+
 
 @pytest.fixture(scope="module")
 def tracker():
@@ -205,6 +214,7 @@ def graded(tracker):
         subs, out = folder / "submissions", folder / "out"
         mistake = json.loads(notebooks["mistake"].read_text())
         mistake["cells"].append({"cell_type": "markdown", "metadata": {}, "source": tracker.pictures("page")})
+        mistake["cells"].append({"cell_type": "markdown", "metadata": {}, "source": tracker.link("page")})
         notebooks["mistake"].write_text(json.dumps(mistake))
         results = {r.student_id: r for r in grade(subs, out, progress=False, workers=2, assignments=[A01])}
         failed = {c.grade_id: c.score for c in results["mistake"].cells if c.score < c.max_score}
@@ -357,6 +367,32 @@ def test_a_students_picture_from_another_host_is_never_fetched_by_formgrader_or_
 
     page.goto(tracker.page("control.html", tracker.pictures("control").split("\n\n")[1].encode()), wait_until="load")
     assert tracker.asked == ["/control-html.gif"]  # without the rule the very same tag is fetched
+
+
+@pytest.mark.slow
+def test_a_students_link_followed_from_formgrader_or_feedback_tells_its_host_no_page(graded, formgrader, page,
+                                                                                   tracker):
+    """A student's link, clicked by the instructor in formgrader or by a student on a feedback page put on a web
+    server, would send its host the page's address (a Referer: formgrader's, with its token where the
+    instructor opened it so). The browser is told to send none; from a page without the rule the same click
+    sends one."""
+    _, out, _ = graded
+    base, token = formgrader.split("/formgrader?token=")
+    opened = [(f"{base}/formgrader/submissions/{_submission_id(out, 'mistake')}?token={token}", "/link-page")]
+    feedback = (out / "feedback" / "mistake" / f"{A01}.html").read_text()
+    assert "/link-page" in feedback
+    opened.append((tracker.page("feedback-link.html", feedback.replace("/link-page", "/link-feedback").encode()),
+                   "/link-feedback"))
+    control = f'<meta charset="utf-8"><p><a href="{tracker.url}/link-control">my notes control</a></p>'
+    opened.append((tracker.page("control-link.html", control.encode()), "/link-control"))
+    for address, path in opened:
+        page.goto(address, wait_until="load")
+        with page.expect_navigation(url=f"{tracker.url}{path}"):
+            page.locator(f"a[href='{tracker.url}{path}']").first.click()
+        assert path in tracker.followed, f"the click on {address} did not reach the link's host"
+    assert tracker.followed["/link-page"] is None, f"formgrader sent {tracker.followed['/link-page']}"
+    assert tracker.followed["/link-feedback"] is None, f"the feedback page sent {tracker.followed['/link-feedback']}"
+    assert tracker.followed["/link-control"], "without the rule the very same click sends the page's address"
 
 
 def _submission_id(out: Path, student: str) -> str:

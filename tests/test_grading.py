@@ -59,6 +59,11 @@ def test_class_report_has_pictures_and_mistakes(demo):
     page = (out / "graded" / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 3
     assert "softmax without subtracting the max" in page  # the typical mistake, recognised
+    # the browser's rule behind the escaping: nothing runs or is fetched (the pictures still draw under it:
+    # test_browser.test_class_report_shows_the_per_exercise_picture), links leave without a Referer
+    policy = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', page)
+    assert policy and "default-src 'none'" in policy.group(1) and "img-src data:" in policy.group(1), page[:600]
+    assert '<meta name="referrer" content="no-referrer">' in page
 
 
 def test_feedback_never_shows_hidden_tests(demo):

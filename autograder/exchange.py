@@ -18,6 +18,12 @@ than that by more than `CLOCK_SLACK` is replaced, in the record collect decides 
 
 Configured for the course's collect by `c.ExchangeFactory.collect` (the checkout's nbgrader_config.py,
 the JupyterHub's deploy/jupyterhub/jupyter/nbgrader_config.py).
+
+`ListWithoutExchangeSaidOnce` is nbgrader's `list` that says once per process, not at every page, that there
+is no exchange: formgrader lists the exchange for each page it serves, and a class graded from an LMS's
+zip has none (nbgrader logged "CRITICAL Unwritable directory, please contact your instructor" over and
+over in the instructor's console, a student-facing line). Configured by `c.ExchangeFactory.list` in the
+shared settings (autograder/nbgrader_config.py).
 """
 from __future__ import annotations
 
@@ -26,7 +32,10 @@ import os
 import stat
 from datetime import datetime, timedelta, timezone
 
+from nbgrader.exchange.abc.exchange import ExchangeError
 from nbgrader.exchange.default.collect import ExchangeCollect
+from nbgrader.exchange.default.list import ExchangeList
+from nbgrader.utils import check_directory
 
 try:
     import pwd
@@ -84,6 +93,104 @@ def changed_at(path: str) -> datetime | None:
     return datetime.fromtimestamp(max(times), timezone.utc).replace(tzinfo=None)
 
 
+_DIR_MODE, _FILE_MODE = 0o755, 0o644  # what collect writes: the collecting user's alone to change
+_NO_FOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+
+
+def copy_own_files(src: str, dest: str, coursedir, log) -> None:
+    """Copy submission folder `src` to `dest` (a new folder), taking only the regular files and folders in it:
+    never what a symbolic link names (nbgrader's copytree followed them, as the collecting instructor: a
+    student's link to a classmate's collected notebook, or to the instructor's files, came back as theirs),
+    nor a FIFO, socket or device. Each is opened without following links (O_NOFOLLOW, relative to its opened
+    folder), so a link swapped in during the copy is refused too. nbgrader's own limits hold, counted on what
+    is copied (its size check skipped links): CourseDirectory.ignore / include globs, max_file_size, and
+    max_dir_size for the whole (RuntimeError past it, as nbgrader's). What is copied is made writable by the
+    collecting user alone (folders 0755, files 0644): `nbgrader submit` leaves its folders writable by all,
+    and copytree kept that, so any student could rewrite a classmate's collected notebook or timestamp.txt.
+    A file that cannot be read is left out and named."""
+    import fnmatch
+    import shutil
+
+    budget = [1000 * coursedir.max_dir_size]
+    dir_mode, file_mode = (0o2775, 0o664) if coursedir.groupshared else (_DIR_MODE, _FILE_MODE)  # nbgrader's g+rw
+
+    def refuse(path: str, why: str) -> None:
+        log.warning("%s: not collected (%s)", path, why)
+
+    def copy_folder(fd: int, path: str, to: str) -> None:
+        os.mkdir(to)
+        os.chmod(to, dir_mode)  # not the umask's: exactly this
+        fill_folder(fd, path, to)
+
+    def fill_folder(fd: int, path: str, to: str) -> None:
+        with os.scandir(fd) as entries:
+            names = sorted(entry.name for entry in entries)
+        for name in names:
+            here = os.path.join(path, name)
+            if any(fnmatch.fnmatch(name, glob) for glob in coursedir.ignore):
+                continue
+            try:
+                info = os.lstat(name, dir_fd=fd)
+            except OSError as err:
+                refuse(here, err.strerror)
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                try:
+                    inner = os.open(name, _NO_FOLLOW | os.O_DIRECTORY, dir_fd=fd)
+                except OSError as err:
+                    refuse(here, err.strerror)
+                    continue
+                try:
+                    copy_folder(inner, here, os.path.join(to, name))
+                finally:
+                    os.close(inner)
+            elif not stat.S_ISREG(info.st_mode):
+                refuse(here, "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file")
+            elif coursedir.include and not any(fnmatch.fnmatch(name, glob) for glob in coursedir.include):
+                continue
+            elif coursedir.max_file_size and info.st_size > 1000 * coursedir.max_file_size:
+                refuse(here, f"{info.st_size} bytes, over CourseDirectory.max_file_size")
+            else:
+                copy_file(fd, name, here, os.path.join(to, name))
+
+    def copy_file(fd: int, name: str, path: str, to: str) -> None:
+        try:
+            source = os.open(name, _NO_FOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
+        except OSError as err:
+            refuse(path, err.strerror)
+            return
+        with os.fdopen(source, "rb") as reader:
+            if not stat.S_ISREG(os.fstat(source).st_mode):  # swapped for something else since it was looked at
+                refuse(path, "not a regular file")
+                return
+            made = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode)
+            os.fchmod(made, file_mode)
+            with open(made, "wb") as writer:
+                while chunk := reader.read(1 << 20):
+                    budget[0] -= len(chunk)
+                    if budget[0] < 0:
+                        raise RuntimeError(f"Directory size is too big: over CourseDirectory.max_dir_size "
+                                           f"({coursedir.max_dir_size} kB)")
+                    writer.write(chunk)
+            info = os.fstat(source)
+        os.utime(to, ns=(info.st_atime_ns, info.st_mtime_ns))  # its time, as nbgrader's copy kept it; not its mode
+
+    top = os.open(src, _NO_FOLLOW | os.O_DIRECTORY)
+    try:
+        os.mkdir(dest)  # a new folder: nothing that was there is removed below
+    except BaseException:
+        os.close(top)
+        raise
+    try:
+        os.chmod(dest, dir_mode)
+        fill_folder(top, src, dest)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)  # never half a submission where the grader reads one
+        raise
+    finally:
+        os.close(top)
+
+
 class OwnerCheckedCollect(ExchangeCollect):
     """nbgrader's ExchangeCollect; a submission whose folder another user owns is never collected as a
     student's who has folders of their own, and none is dated earlier than its folder was made."""
@@ -106,18 +213,41 @@ class OwnerCheckedCollect(ExchangeCollect):
         return record
 
     def do_copy(self, src, dest, log=None):
-        super().do_copy(src, dest, log)
+        """The student's own files and folders only (`copy_own_files`), then the time decided here written as
+        the collected timestamp.txt, never the one the student's process wrote (it may say another time than
+        the folder's name)."""
+        copy_own_files(src, dest, self.coursedir, self.log)
         when = getattr(self, "_dated", {}).get(os.path.basename(src))
-        if when is not None:  # what the grader reads as the submission time: the one decided here, never the
-            # timestamp.txt the student's process wrote (it may say another time than the folder's name)
-            with open(os.path.join(dest, "timestamp.txt"), "w") as fh:
+        if when is not None:
+            stamp = os.path.join(dest, "timestamp.txt")
+            if os.path.lexists(stamp):
+                os.unlink(stamp)
+            fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE)
+            with os.fdopen(fd, "w") as fh:
                 fh.write(when.replace(tzinfo=timezone.utc).strftime(TIMESTAMP_FORMAT))
 
     def copy_files(self):
         if pwd is not None and self.check_owner and self.src_records:
             owners = self._owners()
             self.src_records = [r for r in (self._own_record(r, owners) for r in self.src_records) if r is not None]
-        super().copy_files()
+        records, failed = self.src_records, []
+        try:  # one student's folder that cannot be copied never stops the others' (nbgrader's loop stops there)
+            for record in records:
+                self.src_records = [record]
+                try:
+                    super().copy_files()
+                except Exception as err:  # noqa: BLE001 - reported below, and collect then fails
+                    self.log.error("%s: not collected (%s); the other students' submissions are. Collect again once it "
+                                   "is fixed (the exchange keeps it).",
+                                   os.path.join(self.inbound_path, record["filename"]), err)
+                    failed.append(record["filename"])
+        finally:
+            self.src_records = records
+        if failed:
+            message = (f"{len(failed)} submission(s) could not be collected: {', '.join(failed)} (the errors above "
+                       "say why); every other one was")
+            self.log.error(message)  # nbgrader's app says only "nbgrader collect failed"
+            raise ExchangeError(message)
 
     def _owners(self) -> dict[str, str | None]:
         """Each inbound entry (any student, any assignment) -> its owner (None: not a real folder)."""
@@ -146,3 +276,21 @@ class OwnerCheckedCollect(ExchangeCollect):
                            self.coursedir.assignment_id)
             return None
         return self._sort_by_timestamp(own)[0]
+
+
+class ListWithoutExchangeSaidOnce(ExchangeList):
+    """nbgrader's list; a missing or unwritable exchange folder is said once per process and folder, as a
+    warning naming what is off and that grading needs none. It still fails as nbgrader's does (ExchangeError):
+    formgrader turns its release and collect off, a student's Assignments tab shows nbgrader's own text."""
+
+    _said: set[str] = set()
+
+    def ensure_root(self) -> None:
+        if check_directory(self.root, write=True, execute=True):
+            return
+        if self.root not in self._said:
+            self._said.add(self.root)
+            self.log.warning("No exchange folder at %s (missing, or not writable by this user): releasing and "
+                             "collecting through the exchange are off. Grading needs none; to use one, see the "
+                             "README (Exchange.root).", self.root)
+        raise ExchangeError(f"Unwritable directory, please contact your instructor: {self.root}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -22,6 +23,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -76,7 +78,7 @@ from .sandbox import (
     run_notebook_job,
 )
 from .settings import GradingSettings, Limits
-from .submissions import TIMESTAMP_FILE, StudentSubmission, collect_all, match_assignment, parse_notebook
+from .submissions import STUDENT_ID, TIMESTAMP_FILE, StudentSubmission, collect_all, match_assignment, parse_notebook
 
 # Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
 # their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
@@ -1067,10 +1069,19 @@ def read_roster(roster: Path) -> list[dict[str, str]]:
         dialect = csv.Sniffer().sniff(text.split("\n", 1)[0] or ",", delimiters=",;\t")
     except csv.Error:
         dialect = csv.excel  # one column, or nothing to tell: commas
-    try:
-        lines = list(csv.reader(text.splitlines(), delimiter=dialect.delimiter))
+    try:  # lines end at CR/LF only (str.splitlines also broke them at U+2028 and the like, inside quotes too:
+        # a student's name from the LMS could add a roster row of its own)
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=dialect.delimiter)
+        numbered = [(reader.line_num, fields) for fields in reader]
     except csv.Error as err:
         raise RosterError(f"{roster} is not a readable CSV file ({err})") from None
+    for number, fields in numbered:
+        odd = next((c for f in fields for c in f if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+        if odd is not None:
+            raise RosterError(f"{roster}: line {number} holds a control character or line break inside a field "
+                              f"(U+{ord(odd):04X}, in {dialect.delimiter.join(fields)!r}): remove it, one student "
+                              f"per line")
+    lines = [fields for _, fields in numbered]
     header = [c.strip() for c in lines[0]] if lines else []
     columns = [c.lower() for c in header]
     if "id" not in columns:
@@ -1079,8 +1090,8 @@ def read_roster(roster: Path) -> list[dict[str, str]]:
                           f"of student ids 'id' (the name of each student's folder or zip), e.g. "
                           f"id,first_name,last_name,email")
     where = {name: columns.index(name) for name in ROSTER_COLUMNS if name in columns}
-    students, first_seen = [], {}
-    for number, fields in enumerate(lines[1:], start=2):
+    students, first_seen, emails = [], {}, {}
+    for number, fields in numbered[1:]:
         if not any(f.strip() for f in fields):
             continue  # a blank line
         row = {name: (fields[k].strip() if k < len(fields) else "") for name, k in where.items()}
@@ -1088,10 +1099,19 @@ def read_roster(roster: Path) -> list[dict[str, str]]:
         if not sid:
             raise RosterError(f"{roster}: line {number} has no student id ({dialect.delimiter.join(fields)!r}): "
                               f"fill in its 'id' column or delete the line")
+        if not STUDENT_ID.match(sid):
+            raise RosterError(f"{roster}: line {number}: {sid!r} is not a student id the grader can have (letters, "
+                              f"digits and _ . @ -, starting with a letter or digit, at most 64): give the id each "
+                              f"student's folder or zip is named by, as the grader writes it in grades.csv")
         if sid in first_seen:
             raise RosterError(f"{roster}: line {number} repeats student id {sid!r} (first on line {first_seen[sid]}): "
                               f"keep one line per student")
         first_seen[sid] = number
+        email = row.get("email", "").casefold()
+        if "@" in email and email in emails:  # an LMS import gives the grade of both lines to one account
+            raise RosterError(f"{roster}: line {number} repeats the email {row['email']!r} of line {emails[email]}: "
+                              f"keep one line per student, each with their own email")
+        emails.setdefault(email, number)
         students.append(row)
     return students
 

@@ -4,6 +4,8 @@
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads the file
 
 c.CourseDirectory.course_id = "attention-step-by-step"
+# No exchange (a class graded from an LMS's zip) is said once, not at every formgrader page (autograder.exchange)
+c.ExchangeFactory.list = "autograder.exchange.ListWithoutExchangeSaidOnce"
 
 # Student stubs: a clear instruction, and an exception the checks recognise as "not attempted".
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

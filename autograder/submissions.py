@@ -64,6 +64,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import struct
 import unicodedata
 import warnings
@@ -296,6 +297,36 @@ def export_of(name: str, assignments: dict[str, set[str]]) -> tuple[str, str] | 
 
 
 # --------------------------------------------------------------------------- submission times
+def _open_to_others(paths: list[Path]) -> str | None:
+    """Why files of nbgrader's submitted/ tree (a timestamp.txt, a notebook, their folders up to submitted/) are
+    not the collecting instructor's record: one that others may write (`nbgrader submit` leaves its folders so,
+    and nbgrader's own collect copied that: any student could rewrite a classmate's notebook or timestamp.txt),
+    or a file owned by someone else than the grader, root or the owner of submitted/. None when all are fine."""
+    try:
+        trusted = {os.geteuid(), 0, os.lstat(paths[-1]).st_uid}
+    except OSError:
+        return None  # read as usual: what cannot be read is said there
+    for path in paths:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue  # a timestamp.txt that is not there
+        if info.st_mode & stat.S_IWOTH and not (stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX):
+            return f"{path.name} can be written by every user (mode {stat.S_IMODE(info.st_mode):04o})"
+        if not stat.S_ISDIR(info.st_mode) and info.st_uid not in trusted:
+            return f"{path.name} belongs to {_user_name(info.st_uid)}, not to whoever collected the submissions"
+    return None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
 def parse_timestamp(raw: bytes | str) -> datetime | None:
     """The time in nbgrader's timestamp.txt ('2026-11-20 14:03:11.123456 UTC'), aware and in UTC,
     or None for anything unreadable. A time without a zone is read as UTC, as nbgrader does."""
@@ -960,7 +991,15 @@ class _Intake:
         on the student's row too when their timestamp.txt could not be read: `sub`)."""
         if top is not None and top not in self.stamps:
             stamp, when = top / TIMESTAMP_FILE, None
-            if stamp.is_file() and not stamp.is_symlink():
+            open_to_others = _open_to_others([stamp, path, top, top.parent, top.parent.parent])
+            if open_to_others:
+                why = (f"{open_to_others}: another user could have changed this submission or its time. Its "
+                       f"timestamp.txt is not used (the file times are, theirs to set too); collect with the course's "
+                       f"collect (writes the tree for you alone) or `chmod -R go-w` the submitted folder")
+                self.ignore(self.rel(stamp), why)
+                if sub is not None:
+                    self.note(sub, self.rel(top), why)
+            elif stamp.is_file() and not stamp.is_symlink():
                 try:
                     raw = _head(stamp, MAX_TIMESTAMP_BYTES + 1)
                     when = parse_timestamp(raw)

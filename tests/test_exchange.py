@@ -213,3 +213,84 @@ def test_a_folder_is_dated_by_the_last_change_of_anything_in_it(tmp_path):
     time.sleep(1.1)
     outside.write_text('{"cells": [1]}')
     assert changed_at(str(folder)) == datetime.fromtimestamp(os.stat(outside).st_ctime, timezone.utc).replace(tzinfo=None)
+
+
+def _collect(tmp_path: Path, teaching: Path, exchange: Path, *options: str) -> subprocess.CompletedProcess:
+    """The course's collect (the JupyterHub's settings) of A01 into `teaching`, as the instructor runs it."""
+    (teaching / "nbgrader_config.py").write_text(
+        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
+    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    return subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01, *options,
+                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
+def test_collect_copies_a_students_own_files_never_what_their_links_name(tmp_path):
+    """A red team's: in her own inbound folder 'nobody' replaced her notebook with a link to daemon's collected one
+    (which she cannot read) and added links to the instructor's secret and to her folder itself. nbgrader's copytree
+    followed them as the instructor: she was graded 17/17 on daemon's notebook, the secret came back in her
+    feedback, and the loop stopped the whole collect ("Too many levels of symbolic links"), daemon's newer
+    submission never collected. Links, FIFOs and the like are now left out, named; the copies are writable by the
+    instructor alone (nbgrader submit's folders are writable by all, and copytree kept that)."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    (teaching / "submitted" / "daemon" / A01).mkdir(parents=True)
+    theirs = teaching / "submitted" / "daemon" / A01 / f"{A01}.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("daemon's first")]), theirs)
+    (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").write_text(f"{_at(0)} UTC")
+    theirs.chmod(0o600)
+    secret = teaching / "secret.txt"
+    secret.write_text("sk-TOPSECRET-42")
+    secret.chmod(0o600)
+    _submit(inbound, "nobody", "nobody", _at(1), "nobody's own")
+    hers = next(inbound.glob("nobody+*"))
+    (hers / f"{A01}.ipynb").unlink()
+    (hers / f"{A01}.ipynb").symlink_to(theirs)
+    (hers / "secret.txt").symlink_to(secret)
+    (hers / "loop").symlink_to(".")
+    os.mkfifo(hers / "pipe")
+    (hers / "notes").mkdir()
+    (hers / "notes" / "plain.txt").write_text("her own words")
+    for path in (hers / "notes", hers / "notes" / "plain.txt"):
+        shutil.chown(path, "nobody")
+    for path in (hers, hers / "notes"):
+        path.chmod(0o777)  # as `nbgrader submit` leaves them
+    _submit(inbound, "daemon", "daemon", _at(2), "daemon's newer")
+    done = _collect(tmp_path, teaching, exchange, "--update")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    got = teaching / "submitted" / "nobody" / A01
+    assert sorted(p.name for p in got.rglob("*")) == ["notes", "plain.txt", "timestamp.txt"], list(got.rglob("*"))
+    assert (got / "notes" / "plain.txt").read_text() == "her own words"
+    for name in (f"{A01}.ipynb", "secret.txt", "loop"):
+        assert f"{hers / name}: not collected (a symbolic link)" in done.stderr, done.stderr[-3000:]
+    assert f"{hers / 'pipe'}: not collected (not a regular file)" in done.stderr
+    assert nbformat.read(theirs, as_version=4).cells[0].source == "daemon's newer"  # the rest of the class: collected
+    for path in [got, *got.rglob("*")]:
+        assert path.stat().st_mode & 0o7777 == (0o755 if path.is_dir() else 0o644), (path, oct(path.stat().st_mode))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
+def test_one_submission_that_cannot_be_collected_never_stops_the_others(tmp_path):
+    """nbgrader's collect stopped at the first folder it could not copy (one too big here): every student after it,
+    in its order, was not collected. Now each is, the one that failed is named, and collect still fails."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    for user in ("bin", "daemon", "nobody"):
+        _submit(inbound, user, user, _at(1), f"{user}'s own")
+    big = next(inbound.glob("bin+*")) / "data.bin"
+    big.write_bytes(os.urandom(600_000))
+    shutil.chown(big, "bin")
+    done = _collect(tmp_path, teaching, exchange, "--CourseDirectory.max_dir_size=500")
+    assert done.returncode != 0
+    assert "bin+" in done.stderr and "not collected (Directory size is too big" in done.stderr, done.stderr[-3000:]
+    assert "1 submission(s) could not be collected" in done.stderr
+    assert not (teaching / "submitted" / "bin" / A01).exists()  # never half of it
+    for user in ("daemon", "nobody"):
+        assert nbformat.read(teaching / "submitted" / user / A01 / f"{A01}.ipynb", as_version=4).cells[0].source \
+            == f"{user}'s own"

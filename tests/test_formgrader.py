@@ -9,6 +9,7 @@
 * A student's picture from another host is fetched neither by formgrader's page nor by the feedback
   page (a tracking pixel): the browser is told so (a Content-Security-Policy).
 * A student's link followed from either page sends its host no Referer (the page's address).
+* Without an exchange folder formgrader says so once, not at every page.
 * End to end in a real browser (Debian's chromium, as in test_browser.py): a class of three is
   graded, formgrader is started with the command, a submission opened from the list of
   submissions, a manual grade, extra credit and a comment entered; they are in the gradebook, in
@@ -286,6 +287,27 @@ def test_formgrader_pages_take_mathjax_from_the_server_not_a_cdn(graded, formgra
     with urllib.request.urlopen(f"{base.split('/', 3)[0]}//{base.split('/', 3)[2]}{local.group(1).decode()}"
                                 f"&token={token}") as answer:
         assert answer.status == 200 and b"MathJax" in answer.read(2000)
+
+
+@pytest.mark.slow
+def test_formgrader_without_an_exchange_says_so_once_not_at_every_page(graded, formgrader, tmp_path):
+    """A class graded from an LMS's zip has no exchange folder: nbgrader's formgrader lists the exchange for each
+    page it serves and logged "CRITICAL Unwritable directory, please contact your instructor" each time (15 times
+    in two minutes of an instructor's walkthrough). It is said once, as a warning naming what is off."""
+    from nbgrader.exchange.default.exchange import Exchange
+    from nbgrader.utils import check_directory
+
+    root = Exchange().root
+    if check_directory(root, write=True, execute=True):
+        pytest.skip(f"this machine has an exchange at nbgrader's default {root}")
+    base, token = formgrader.split("/formgrader?token=")
+    for _ in range(3):
+        for page in ("manage_assignments", "manage_students", f"api/submitted_notebooks/{A01}/{A01}"):
+            with urllib.request.urlopen(f"{base}/formgrader/{page}?token={token}") as answer:
+                assert answer.status == 200, page
+    log = (tmp_path / "formgrader.log").read_text(errors="replace")
+    assert "Unwritable directory" not in log, log[-3000:]
+    assert log.count(f"No exchange folder at {root}") == 1, log[-3000:]
 
 
 def _saved(page, kind: str, field, value: str) -> None:

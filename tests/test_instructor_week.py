@@ -212,6 +212,13 @@ def test_an_empty_submissions_folder_is_an_error_naming_it_and_the_layouts(tmp_p
     ("id\nann\nben\nann\n", "line 4 repeats student id 'ann' (first on line 2): keep one line per student"),
     ("id,first_name\nann,Ann\n,Ben\n", "line 3 has no student id"),
     ("student_id,name\nann,A\n", "needs a header row with an 'id' column (found: student_id, name) on line 1"),
+    # a red team's: a last name from the LMS holding U+2028 added a roster row, bob's email on a phantom's line
+    ("id,first_name,last_name,email\nbob,Bob,Jones,bob@uni.example\n"
+     "mal,Mal,\"Lory\u2028zz-bob,Bob,Jones,bob@uni.example\",mal@uni.example\n",
+     "line 3 holds a control character or line break inside a field (U+2028"),
+    ("id,first_name\nann,\"An\nn\"\n", "line 3 holds a control character or line break inside a field (U+000A"),
+    ("id,email\nann,a@uni.example\nben,A@uni.example\n", "line 3 repeats the email 'A@uni.example' of line 2"),
+    ("id\nann\n=2+2\n", "line 3: '=2+2' is not a student id the grader can have"),
 ])
 def test_a_bad_roster_is_an_error_naming_the_line_and_what_to_do(tmp_path, capsys, never_grade, text, message):
     roster = tmp_path / "roster.csv"

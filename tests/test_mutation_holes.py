@@ -3,12 +3,15 @@ through `attn-course check`) found taking full points, each now failing its exer
 reference with one change, re-created from source (the honesty guard refuses the reference's own objects)."""
 from __future__ import annotations
 
+import itertools
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from attention_course import attention, efficient, layers, multihead, positional, similarity, translate
+from attention_course import attention, efficient, layers, model, multihead, positional, similarity, translate
 from autograder.checks import nb01, nb02, nb03, nb04, nb05, nb06, nb07
 from autograder.checks.core import CheckFailed, check_exercise
 
@@ -19,9 +22,18 @@ def mutated(module, old: str, new: str) -> dict:
     """`module`'s source with `old` replaced by `new` (exactly once), executed as a student's copy."""
     source = Path(module.__file__).read_text()
     assert source.count(old) == 1, f"{old!r} is not in {module.__name__} once"
-    namespace: dict = {"__name__": "student_copy"}
-    exec(compile(source.replace(old, new), "<student copy>", "exec"), namespace)
-    return namespace
+    return _executed(source.replace(old, new))
+
+
+def _executed(source: str) -> dict:
+    """`source` run as a module of its own (a dataclass in it looks its module up in sys.modules)."""
+    copy = types.ModuleType(f"student_copy_{next(_copies)}")
+    sys.modules[copy.__name__] = copy
+    exec(compile(source, "<student copy>", "exec"), copy.__dict__)
+    return copy.__dict__
+
+
+_copies = itertools.count()
 
 
 HOLES = [  # (id, checks, exercise, module, old, new, what the failure must say)
@@ -64,6 +76,29 @@ HOLES = [  # (id, checks, exercise, module, old, new, what the failure must say)
     ("GroupedQueryAttention ignores bias=False", nb07, "GroupedQueryAttention", efficient,
      "self.q_proj = nn.Linear(d_model, num_heads * self.head_dim, bias=bias)",
      "self.q_proj = nn.Linear(d_model, num_heads * self.head_dim, bias=True)", "bias=False"),
+    # a wrong-code audit's: dropout only ever at p = 0.5, where p and 1 - p are one number
+    ("MultiHeadAttention's dropout given the keep probability", nb03, "MultiHeadAttention", multihead,
+     "self.dropout = nn.Dropout(dropout)", "self.dropout = nn.Dropout(1 - dropout)", "fraction p = 0.3"),
+    ("FeedForward's dropout given the keep probability", nb05, "FeedForward", layers,
+     "self.dropout = nn.Dropout(dropout)", "self.dropout = nn.Dropout(1 - dropout)", "fraction p = 0.3"),
+    # ... and layers that build their attention and feed-forward without passing dropout on (evaluation mode only)
+    ("EncoderLayer's sublayers built without dropout", nb05, "EncoderLayer", layers,
+     "self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)\n        self.ff = FeedForward(d_model, d_ff, dropout)",
+     "self.self_attn = MultiHeadAttention(d_model, num_heads)\n        self.ff = FeedForward(d_model, d_ff)",
+     "whether its two outputs differ"),
+    ("DecoderLayer's cross-attention built without dropout", nb05, "DecoderLayer", layers,
+     "self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)",
+     "self.cross_attn = MultiHeadAttention(d_model, num_heads)", "whether its two outputs differ"),
+    ("Seq2SeqTransformer's encoder layers built without dropout", nb06, "Seq2SeqTransformer", model,
+     "EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for",
+     "EncoderLayer(d_model, num_heads, d_ff, 0.0, norm_first) for", "whether its two outputs differ"),
+    ("greedy_decode with a [B, S] source mask", nb06, "greedy_decode", translate,
+     "        src_mask, _ = make_masks(src, ys, pad_id)\n        memory = model.encode(src, src_mask)                           # once",
+     "        src_mask = src != pad_id\n        memory = model.encode(src, src_mask)                           # once",
+     "the source mask has shape"),
+    ("normalize_rows by the sum of absolute values", nb01, "normalize_rows", similarity,
+     "return S / S.sum(axis=1, keepdims=True)", "return S / np.abs(S).sum(axis=1, keepdims=True)",
+     "negative similarities"),
     ("KVCache.nbytes counts 4 bytes a number", nb07, "KVCache", efficient,
      "return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)",
      "return sum(t.numel() * 4 for t in self.keys + self.values if t is not None)", "float16"),
@@ -74,7 +109,8 @@ HOLES = [  # (id, checks, exercise, module, old, new, what the failure must say)
 def test_a_wrong_implementation_that_took_full_points_fails_now(hole):
     _, checks, exercise_name, module, old, new, says = hole
     exercise = next(e for e in checks.EXERCISES if e.name == exercise_name)
-    right, wrong = fresh_copy(module)[exercise.graded], mutated(module, old, new)[exercise.graded]
+    right = _executed(Path(module.__file__).read_text())[exercise.graded]
+    wrong = mutated(module, old, new)[exercise.graded]
     check_exercise(exercise, right)  # the reference, re-created, still passes every case
     with pytest.raises(CheckFailed, match=re.escape(says)):
         check_exercise(exercise, wrong)

@@ -260,7 +260,7 @@ def test_dropout_verdict_cannot_be_patched_in_the_sandbox(name):
 
 def test_the_dropout_cases_say_what_they_check():
     assert "training mode changes the output" in DROPOUT_CASES[0] and "weights before dropout" in DROPOUT_CASES[0]
-    assert "fraction p = 0.5" in DROPOUT_CASES[1] and "weight / (1 - p)" in DROPOUT_CASES[1]
+    assert "fraction p = 0.3" in DROPOUT_CASES[1] and "weight / (1 - p)" in DROPOUT_CASES[1]
 
 
 def test_dropout_on_the_weights_drawn_otherwise_passes():

@@ -138,6 +138,11 @@ def _normalize_cases(rng):
         cases.append(Case(f"S of shape {S.shape} with rows of different sums", lambda f, S=S: f(S.copy())))
     S = rng.uniform(0.05, 2.0, size=(3, 4))
     cases.append(keeps_inputs(f"S of shape {S.shape}", lambda f, S: f(S), S))
+    # similarities can be negative (dot products): each row is still divided by its own sum, not by the sum
+    # of its absolute values (F.normalize's 1-norm), which only agree on non-negative rows
+    S = np.array([[1.0, -0.5, 0.5], [0.2, 1.0, -0.4], [-0.3, 0.6, 0.9]])
+    cases.append(Case(f"S = {S.tolist()}: negative similarities, each row's sum still positive",
+                      lambda f, S=S: f(S.copy())))
     return cases
 
 

@@ -263,7 +263,7 @@ def _mha_cases(rng):
     ]
 
 
-def _mha_dropout_structure_case(rng, H=2, T_k=5, T_q=40, B=2, p=0.5):
+def _mha_dropout_structure_case(rng, H=2, T_k=5, T_q=40, B=2, p=0.3):
     """Dropout in training mode, seen through the output: v_proj and out_proj are the identity and the
     value vectors one-hot per key plus a column of ones, so head h's output for query t is
     [w'_1, ..., w'_T_k, sum of w'] with w' the weights after dropout. Dropout on the weights gives 0 or

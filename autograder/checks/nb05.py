@@ -295,7 +295,7 @@ def _ff_cases(rng):
     return cases
 
 
-def _ff_dropout_case(rng, d_ff=8, B=4, T=50, p=0.5):
+def _ff_dropout_case(rng, d_ff=8, B=4, T=50, p=0.3):
     """FeedForward in training mode, seen through the output: linear2 is [identity; a row of ones] with no
     bias, so the output is [the hidden units after dropout, their sum]. Dropout after the ReLU gives, per
     hidden unit, 0 or relu(h) / (1 - p), and their sum in the last place; dropout after linear2 zeroes
@@ -345,6 +345,36 @@ def _ff_dropout_verdict(p: float, d_ff: int):
         return out, np.array([changed, pattern, fraction])
 
     return verdict
+
+
+def dropout_in_every_sublayer(built: str, make, paths: tuple[str, ...], x: torch.Tensor, p: float) -> Case:
+    """A case: the module `make(cls)` returns (built with dropout `p`), in training mode, calls each sublayer
+    the graded API names (`paths`, dotted: 'ff', 'encoder_layers.0.self_attn') twice on x and returns the
+    outputs; the verdict, in the trusted process, is whether each gave two different outputs. A layer that
+    builds its attention or feed-forward without passing `dropout` on has deterministic sublayers, which no
+    evaluation-mode case and no dropout=1.0 case (the residual dropout hides them) can tell."""
+    def run(cls):
+        module = make(cls).train()
+        outputs = []
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            for path in paths:
+                sublayer = module.get_submodule(path)
+                for _ in range(2):
+                    out = sublayer(x.clone())
+                    outputs.append(out[0] if isinstance(out, tuple) else out)
+        return outputs   # compared after the verdict below, in the trusted process
+
+    def verdict(outputs):
+        if not isinstance(outputs, (tuple, list)) or len(outputs) != 2 * len(paths):
+            raise TypeError(f"expected two outputs of each of {len(paths)} sublayers, got {type(outputs).__name__}")
+        twice = [(numbers(outputs[2 * i]), numbers(outputs[2 * i + 1])) for i in range(len(paths))]
+        return np.array([a.shape != b.shape or not np.allclose(a, b, rtol=1e-5, atol=1e-8) for a, b in twice])
+
+    named = ", ".join(f"{built.split('(')[0].lower()}.{path}" for path in paths)
+    return Case(f"{built} in training mode, dropout={p}: {named} each called twice on x {list(x.shape)} (returns, "
+                f"for each, whether its two outputs differ: dropout inside every sublayer, the layer passing "
+                f"`dropout` on to the attention and feed-forward it builds)", run, derive=verdict)
 
 
 def _no_grad(fn):
@@ -408,6 +438,9 @@ def _encoder_cases(rng, norm_first):
     state, x = random_state(ref.EncoderLayer(16, 4, 32, norm_first=norm_first), rng), tensor(rng, 2, 5, 16)
     cases.append(_drop_all_case("EncoderLayer", norm_first, state, lambda cls, c=cfg, s=state, x=x:
                                 _encode(cls, c, s, x, None, training=True), "x [2, 5, 16], no mask", 2))
+    built = f"EncoderLayer(d_model=16, num_heads=4, d_ff=32, dropout=0.5, norm_first={norm_first})"
+    cases.append(dropout_in_every_sublayer(built, lambda cls, s=state: _load(cls(16, 4, 32, dropout=0.5,
+                                           norm_first=norm_first), s), ("self_attn", "ff"), x, 0.5))
     return cases
 
 
@@ -488,6 +521,9 @@ def _decoder_cases(rng, norm_first):
     cases.append(_drop_all_case("DecoderLayer", norm_first, state, lambda cls, c=cfg, s=state, x=x, mem=memory, m=causal:
                                 _decode(cls, c, s, x, mem, m, None, training=True),
                                 "x [2, 5, 16], memory [2, 6, 16], a causal tgt_mask", 3))
+    built = f"DecoderLayer(d_model=16, num_heads=4, d_ff=32, dropout=0.5, norm_first={norm_first})"
+    cases.append(dropout_in_every_sublayer(built, lambda cls, s=state: _load(cls(16, 4, 32, dropout=0.5,
+                                           norm_first=norm_first), s), ("self_attn", "cross_attn", "ff"), x, 0.5))
     return cases
 
 

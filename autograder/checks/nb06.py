@@ -52,6 +52,7 @@ from .core import (
     variant,
     watching_calls,
 )
+from .nb05 import dropout_in_every_sublayer
 from .tensors import load_state, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
@@ -469,6 +470,7 @@ class ToyModel(nn.Module):
 
     def _context(self, memory, memory_mask):
         """The mean of the memory over the keys memory_mask allows (None: all keys). [B, d]"""
+        _require_source_mask_shape(memory_mask, memory.size(0), memory.size(1))
         keep = _allowed_keys(memory_mask, memory.size(0), memory.size(1), memory.dtype)
         return (memory * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
 
@@ -501,8 +503,7 @@ class MaskedToyModel(ToyModel):
             return super().encode(src, src_mask)
         B, S = src.shape
         x = torch.tanh(self.src_embed[src] + self.pos[:S])                                     # [B, S, d]
-        if src_mask is not None and src_mask.dim() == 2:  # [B, S]: the keys' padding
-            src_mask = src_mask[:, None, :]
+        _require_source_mask_shape(src_mask, B, S)
         allowed = _allowed_pairs(src_mask, B, S, x.dtype)                                      # [B, S_q, S_k]
         summary = allowed @ x / allowed.sum(-1, keepdim=True).clamp(min=1)                     # [B, S, d]
         return torch.tanh(x + summary @ self.src_mix)
@@ -542,6 +543,20 @@ class TableModel(nn.Module):
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+
+
+def _require_source_mask_shape(mask, B: int, S: int) -> None:
+    """The test models take a source (memory) mask only as the course's Seq2SeqTransformer does: [B, 1, 1, S] (or
+    [B, 1, T, S]; None: every key). A [B, S] mask from `src != pad_id` passed the permissive test models, and
+    against the real model's scores [B, H, T, S] it is broadcast along the wrong axes: an error, or, where B
+    equals T, a silently wrong translation (an audit's greedy_decode, 4 / 4)."""
+    if mask is None:
+        return
+    shape = list(mask.shape)
+    if len(shape) != 4 or shape[1] != 1 or shape[0] not in (1, B) or shape[-1] != S:
+        raise ValueError(f"the source mask has shape {shape}: the Seq2SeqTransformer takes it as [B, 1, 1, S] = "
+                         f"{[B, 1, 1, S]}, make_masks' src_mask (a [B, S] mask is broadcast against the attention "
+                         f"scores [B, H, T, S] along the wrong axes)")
 
 
 def _allowed_keys(mask, B: int, S: int, dtype) -> torch.Tensor:
@@ -1581,6 +1596,13 @@ def _model_cases(rng):
                       lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
                       _model_forward(cls, c, s, a, b, m, t, with_state=True),
                       derive=_loads_into_library(cfg, src, tgt, src_mask, tgt_mask)))
+    kwargs = {**_model_kwargs(cfg), "dropout": 0.5}
+    built = f"Seq2SeqTransformer({cfg[0]}, {cfg[1]}, {', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+    x = torch.as_tensor(rng.normal(size=(2, 4, kwargs["d_model"])), dtype=torch.float32)
+    cases.append(dropout_in_every_sublayer(
+        built, lambda cls, s=state: load_state(cls(cfg[0], cfg[1], **kwargs), s, check_shapes=False),
+        ("encoder_layers.0.self_attn", "encoder_layers.0.ff", "decoder_layers.0.self_attn",
+         "decoder_layers.0.cross_attn", "decoder_layers.0.ff"), x, 0.5))
     return cases
 
 

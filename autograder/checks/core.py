@@ -210,6 +210,37 @@ class Unreadable(str):
     """What a case's `derive` made of an output it could not read: never equal to anything expected."""
 
 
+class Told(Unreadable):
+    """What a case's `derive` found wrong with an output before comparing it, in words for the student (shown as
+    it is, not as "could not be read")."""
+
+
+RANDOM_IN_EVAL = ("your output changed from one call to the next in evaluation mode (after .eval(), on the same "
+                  "input, with the same weights): something random is still on. Likely cause: F.dropout(x, p) "
+                  "without training=self.training, or an nn.Dropout made inside forward, where .eval() cannot "
+                  "reach it; make each nn.Dropout once, in __init__, and call it in forward")
+
+
+def called_twice(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A case's `run` for a module in evaluation mode, run twice (a fresh module each time, built and loaded the
+    same): its two results, for `same_both_times` to compare in the trusted process."""
+    return lambda impl: (run(impl), run(impl))
+
+
+def same_both_times(derive: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
+    """`derive` for a `called_twice` case: the first result (through `derive`, if given) when the second equals it,
+    else Told(RANDOM_IN_EVAL): an evaluation-mode module is deterministic, and "values differ" by 0.016 reads
+    like a rounding, not like dropout left on."""
+    def verdict(value):
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise TypeError(f"expected two results of the same call, got {type(value).__name__}")
+        first, second = value
+        if difference(first, second, rtol=1e-6, atol=1e-7) is not None:
+            return Told(RANDOM_IN_EVAL)
+        return derive(first) if derive else first
+    return verdict
+
+
 def derived(case: Case, value):
     """`case.derive(value)` (or `value` itself for a case without one); never raises. Some derive
     build a model (torch's random generator): they take the trusted turn."""
@@ -1510,7 +1541,8 @@ def _value_failure(exercise: Exercise, case: Case, outcome: tuple, expected) -> 
     if isinstance(want, Unreadable):
         return Failure(f"{name}: the grader could not read the reference's result on: {case.description} "
                        f"(a course bug: tell your instructor): {want}")
-    problem = (Difference(f"output: could not be read ({got})") if isinstance(got, Unreadable)
+    problem = (Difference(str(got)) if isinstance(got, Told)
+               else Difference(f"output: could not be read ({got})") if isinstance(got, Unreadable)
                else difference(want, got, *tolerances(exercise, case)))
     if not problem:
         return None

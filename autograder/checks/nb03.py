@@ -577,7 +577,8 @@ MHA_MISTAKES = (
         return self.dropout(self.out_proj(out)), w
 """)),
     Mistake("dropout applied in eval mode too",
-            "use nn.Dropout (a module: it is switched off by .eval()) rather than F.dropout(..., training=True)",
+            "dropout must switch off with .eval(): make one nn.Dropout in __init__ and call it in forward (a module "
+            "that .eval() reaches); F.dropout(..., training=True), or an nn.Dropout made inside forward, stays on",
             _mha(attention="""\
         _, w = _attend(q, k, v, mask)
         out = F.dropout(w, self.dropout.p, training=True) @ v

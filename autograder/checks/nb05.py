@@ -14,7 +14,19 @@ from torch import nn
 from attention_course import layers as ref
 from attention_course.multihead import MultiHeadAttention
 
-from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, numbers, random_state, reference_guard, variant
+from .core import (
+    Case,
+    Exercise,
+    Mistake,
+    called_twice,
+    keeps_inputs,
+    make_checker,
+    numbers,
+    random_state,
+    reference_guard,
+    same_both_times,
+    variant,
+)
 from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, require_names, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
@@ -288,9 +300,9 @@ def _ff_cases(rng):
                               (8, 16, 0.0, (5, 8))]:
         state = random_state(ref.FeedForward(d, d_ff), rng)
         x = tensor(rng, *shape)
-        cases.append(Case(f"FeedForward({d}, {d_ff}, dropout={p}) in evaluation mode on x of shape {list(shape)}",
-                          lambda cls, d=d, d_ff=d_ff, p=p, s=state, x=x: _no_grad(
-                              lambda: _load(cls(d, d_ff, dropout=p), s)(x.clone()))))
+        run = (lambda cls, d=d, d_ff=d_ff, p=p, s=state, x=x: _no_grad(lambda: _load(cls(d, d_ff, dropout=p), s)(x.clone())))
+        cases.append(_in_evaluation_mode(f"FeedForward({d}, {d_ff}, dropout={p}) in evaluation mode on x of shape "
+                                         f"{list(shape)}", run, p))
     cases.append(_ff_dropout_case(rng))
     return cases
 
@@ -345,6 +357,14 @@ def _ff_dropout_verdict(p: float, d_ff: int):
         return out, np.array([changed, pattern, fraction])
 
     return verdict
+
+
+def _in_evaluation_mode(description: str, run, p: float) -> Case:
+    """A case of a module in evaluation mode; with dropout on (p > 0), run twice and told apart from a wrong value
+    when its two results differ (core.same_both_times: dropout left on in evaluation mode)."""
+    if p == 0:
+        return Case(description, run)
+    return Case(description, called_twice(run), derive=same_both_times())
 
 
 def dropout_in_every_sublayer(built: str, make, paths: tuple[str, ...], x: torch.Tensor, p: float) -> Case:
@@ -420,8 +440,8 @@ def _encoder_cases(rng, norm_first):
                 "causal": torch.ones(T, T, dtype=torch.bool).tril()}[kind]
         what = {None: "no mask", "padding": f"a padding mask [{B}, 1, 1, {T}]",
                 "random": f"a random mask [{B}, 1, {T}, {T}]", "causal": f"a causal mask [{T}, {T}]"}[kind]
-        cases.append(Case(f"{_cfg_text('EncoderLayer', cfg)}, x [{B}, {T}, {d}], {what}",
-                          lambda cls, c=cfg, s=state, x=x, m=mask: _encode(cls, c, s, x, m)))
+        cases.append(_in_evaluation_mode(f"{_cfg_text('EncoderLayer', cfg)}, x [{B}, {T}, {d}], {what}",
+                                         lambda cls, c=cfg, s=state, x=x, m=mask: _encode(cls, c, s, x, m), p))
     # agreement with PyTorch's layer (weights mapped in, masks converted to its True = blocked)
     d, H, d_ff, B, T = 16, 2, 24, 3, 6
     torch_layer = _fill_torch(nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, batch_first=True,
@@ -499,9 +519,10 @@ def _decoder_cases(rng, norm_first):
             tgt_mask = causal & _keep(rng, B, T)[:, None, None, :]
             memory_mask = _keep(rng, B, S)[:, None, None, :]
             what = f"tgt_mask = causal AND target padding [{B}, 1, {T}, {T}], a padding memory_mask"
-        cases.append(Case(f"{_cfg_text('DecoderLayer', cfg)}, x [{B}, {T}, {d}], memory [{B}, {S}, {d}], {what}",
-                          lambda cls, c=cfg, s=state, x=x, mem=memory, tm=tgt_mask, mm=memory_mask:
-                          _decode(cls, c, s, x, mem, tm, mm)))
+        cases.append(_in_evaluation_mode(f"{_cfg_text('DecoderLayer', cfg)}, x [{B}, {T}, {d}], memory [{B}, {S}, "
+                                         f"{d}], {what}",
+                                         lambda cls, c=cfg, s=state, x=x, mem=memory, tm=tgt_mask, mm=memory_mask:
+                                         _decode(cls, c, s, x, mem, tm, mm), p))
     d, H, d_ff, B, T, S = 16, 2, 24, 2, 5, 7
     torch_layer = _fill_torch(nn.TransformerDecoderLayer(d, H, d_ff, dropout=0.0, batch_first=True,
                                                          norm_first=norm_first), rng)

@@ -42,6 +42,7 @@ from .core import (
     Exercise,
     ForbiddenCall,
     Mistake,
+    called_twice,
     flag,
     make_checker,
     op_call_codes,
@@ -49,6 +50,7 @@ from .core import (
     raises,
     random_state,
     reference_guard,
+    same_both_times,
     variant,
     watching_calls,
 )
@@ -1581,12 +1583,12 @@ def _model_cases(rng):
         src, tgt, src_mask, tgt_mask = _model_inputs(rng, cfg)
         what = f"src {list(src.shape)} and tgt {list(tgt.shape)} with padding, src_mask and tgt_mask from make_masks"
         cases.append(Case(f"{_model_text(cfg)}, forward(src, tgt, src_mask, tgt_mask): the logits ({what})",
-                          lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
-                          _model_forward(cls, c, s, a, b, m, t)))
+                          called_twice(lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
+                                       _model_forward(cls, c, s, a, b, m, t)), derive=same_both_times()))
         cases.append(Case(f"{_model_text(cfg)}: memory = encode(src, src_mask), then decode(tgt, memory, tgt_mask, "
                           f"src_mask) ({what})",
-                          lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
-                          _model_encode_decode(cls, c, s, a, b, m, t)))
+                          called_twice(lambda cls, c=cfg, s=state, a=src, b=tgt, m=src_mask, t=tgt_mask:
+                                       _model_encode_decode(cls, c, s, a, b, m, t)), derive=same_both_times()))
     cfg = MODEL_CONFIGS[1]
     state = _model_state(cfg, rng)
     src, tgt, src_mask, tgt_mask = _model_inputs(rng, cfg)

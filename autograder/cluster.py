@@ -247,9 +247,14 @@ class _Membership:
         self.client, self.expected, self.weak_sandbox = client, expected, weak_sandbox
         self.good: list[str] = []
         self.refused: dict[str, str] = {}
+        self.lost: list[str] = []  # workers that graded and left during the run (died, or were stopped)
 
     def refresh(self) -> None:
         present = set(self.client.scheduler_info().get("workers", {}))
+        for worker in [w for w in self.good if w not in present]:
+            self.lost.append(worker)
+            print(f"cluster: lost worker {worker} (it died or was stopped): the notebooks it was grading go to "
+                  f"another worker, each recorded once", file=sys.stderr, flush=True)
         self.good = [w for w in self.good if w in present]
         new = sorted(present - set(self.good) - set(self.refused))
         if not new:
@@ -277,21 +282,28 @@ class _Membership:
         its new address), else the workers that may grade."""
         return list(self.good) if self.refused else None
 
-    def wait_for_one(self, address: str, progress: bool, wait_s: float = WAIT_FOR_WORKERS_S) -> bool:
+    def wait_for_one(self, address: str, progress: bool, wait_s: float | None = None) -> bool:
         """At least one worker that may grade, waited for (and said so) up to `wait_s` while the cluster has none at
         all (workers that refuse are not waited out: they stay what they are until restarted)."""
         import time
 
+        wait_s = WAIT_FOR_WORKERS_S if wait_s is None else wait_s
         self.refresh()
         deadline, said = time.monotonic() + wait_s, False
         while not self.good and not self.refused and time.monotonic() < deadline:
             if not said:
-                print(f"cluster: no worker that may grade yet; waiting up to {wait_s:.0f} s for one "
-                      f"(start workers with `dask worker {address}`)", file=sys.stderr, flush=True)
+                print(f"cluster: no worker that may grade{' left' if self.lost else ' yet'}; waiting up to "
+                      f"{wait_s:.0f} s for one (start workers from the course folder: {worker_command(address)})",
+                      file=sys.stderr, flush=True)
                 said = True
             time.sleep(1.0)
             self.refresh()
         return bool(self.good)
+
+
+def worker_command(address: str) -> str:
+    """How to start a worker that may grade, as the README says: this environment's dask, one thread per process."""
+    return f"`{Path(sys.executable).parent / 'dask'} worker {address} --nthreads 1`"
 
 
 def usable_workers(client, expected: CourseIdentity, weak_sandbox: bool,
@@ -331,7 +343,7 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
         if work and not members.wait_for_one(address, progress):
             reasons = "; ".join(sorted(set(members.refused.values())))
             why = (f"no worker may grade: {reasons}" if reasons else
-                   f"the cluster at {address} has no workers: start some (`dask worker {address}`), then grade again")
+                   f"the cluster at {address} has no workers: start some ({worker_command(address)}), then grade again")
             for sub, assignment in work:
                 finish(sub, assignment, _incident(sub.student_id, assignment, why))
             return 0
@@ -361,6 +373,16 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                     future = finished.get(timeout=STALLED_S)
                 except queue.Empty:
                     _look_again(members, running, submit)
+                    if not members.good and not members.wait_for_one(address, progress):  # every worker gone
+                        why = (f"the cluster at {address} lost every worker during the run and none came back in "
+                               f"{WAIT_FOR_WORKERS_S:.0f} s")
+                        for future in list(running):
+                            future.cancel()
+                        for sub, assignment in [*running.values(), *waiting]:
+                            finish(sub, assignment, _incident(sub.student_id, assignment, why))
+                            bar.update()
+                        running.clear()
+                        waiting.clear()
                     continue
                 if future not in running:  # handed out again (_look_again) and cancelled here
                     continue
@@ -375,6 +397,10 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                 graded_by.add(judged.worker)
                 finish(sub, assignment, record(sub, judged))
                 bar.update()
+        if members.lost:
+            print(f"cluster: {len(members.lost)} worker(s) lost during the run ({', '.join(members.lost)}); each "
+                  f"notebook they held was graded again elsewhere (one whose workers died {settings.tries} times is "
+                  f"its student's crash)", file=sys.stderr, flush=True)
         return len(members.good) or len(graded_by)
 
 

@@ -571,7 +571,8 @@ NOT_YET = "not handed in yet: due {due}"  # ... while its due date has not passe
 STOPPING = ("\nstopping (Ctrl-C): no other notebook is started; the ones in their sandboxes now finish first, within "
             "their time limits (Ctrl-C again not to wait for their grades)")
 INCIDENT_ADVICE = ("the grader's own problem, not the student's: not graded and not saved, so running the "
-                   "same command again grades it; if it happens again, see 'Sandbox' in the README")
+                   "same command again grades it; if it happens again, the README's 'How grading works' says what "
+                   "each incident means")
 
 
 def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = None,
@@ -1514,14 +1515,15 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             record = _payload(_record_path(out, sub.student_id, assignment))  # read once, here
             _remember_hand_ins(_record_path(out, sub.student_id, assignment), record, sub.hand_ins.get(assignment, {}))
             judged_so_now = record.get("judge") == judge_digest().hex()  # else saved by other grading code
-            saved = None if force or not judged_so_now else _saved_result(record, fingerprint)
+            retry = record.get("failed_since") is True  # a grade kept over a later failure (_kept_over_a_failure)
+            saved = None if force or not judged_so_now or retry else _saved_result(record, fingerprint)
             if saved is not None:
                 if saved.status is not Status.MISSING:  # missing: counted from the tables, never as graded
                     reused.append(saved)
                 continue
             content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
             same = _saved_result(record, content=content) if content else None  # the very notebook graded before
-            if same is not None and (force or not judged_so_now):  # graded again, as handed in when it first was
+            if same is not None and (force or not judged_so_now or retry):  # graded again, as handed in when it first was
                 _keep_earlier_time(sub, assignment, recorded.get(assignment))
                 if record.get("forced") is True:  # an override's file, graded again by other code: still the override
                     still_forced.add((sub.student_id, assignment))
@@ -1562,6 +1564,9 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         own = r.status in GRADERS_OWN
+        if own and _kept_over_a_failure(_record_path(out, sub.student_id, assignment), r):
+            done.append(r)  # said on the console; the grade saved before stands in every table
+            return
         _save_result(_record_path(out, sub.student_id, assignment),
                      "" if own else _fingerprint(sub, assignment, solutions, salt), r,
                      content=_fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else "",
@@ -1825,6 +1830,27 @@ def _graded_before_the_newer(record: dict[str, Any], sub: StudentSubmission, ass
     seen = record.get("seen", [])
     platform_timed = sub.origins.get(assignment, "").endswith(f"({TIMESTAMP_FILE})")
     return bool(content) and isinstance(seen, list) and content in seen and not platform_timed
+
+
+def _kept_over_a_failure(path: Path, failure: NotebookResult) -> bool:
+    """When the grader failed on a notebook (`failure`: an incident, an error) whose record holds a grade, that grade
+    stands, noted on its row, and `failure` says so: an instructor's `--force` regrade with no worker to grade left
+    the exports with an empty cell where a good grade had been, while the message said "not saved". The record is
+    marked so that the next run grades the notebook again, as it would after any failure. False when the record
+    holds no grade (then the failure is saved, under no fingerprint, as before)."""
+    payload = _payload(path)
+    kept = _saved_result(payload) if payload.get("fingerprint") else None
+    if kept is None or kept.status in GRADERS_OWN:
+        return False
+    note = (f"a later run could not grade this notebook ({failure.status_text[:300]}); this grade, made before, stands "
+            f"until a run grades it")
+    kept.notes = [*[n for n in kept.notes if not n.startswith("a later run could not grade this notebook")], note]
+    if failure.status not in kept.other_kinds:  # the run's summary counts it as a problem (exit 1), the score stands
+        kept.other_kinds = [*kept.other_kinds, failure.status]
+    payload["result"], payload["failed_since"] = kept.to_dict(), True  # the next run grades it again
+    _write_record(path, payload)
+    failure.detail += f"; the grade saved before ({kept.final_score():g} / {kept.max_score:g}) stands"
+    return True
 
 
 def _note_on_record(path: Path, note: str) -> None:

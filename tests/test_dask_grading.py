@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -229,6 +230,9 @@ def test_workers_that_join_late_or_come_back_at_new_addresses_grade(capsys):
     client.workers = {}
     members.refresh()
     assert members.good == [] and members.slots() == 1
+    err = capsys.readouterr().err  # an instructor's walkthrough: a worker lost mid-run was said nowhere
+    assert "cluster: lost worker tcp://b:1 (it died or was stopped)" in err and "lost worker tcp://c:1" in err
+    assert members.lost == ["tcp://a:1", "tcp://b:1", "tcp://c:1"]
 
 
 def test_a_cluster_with_no_worker_waits_for_one_then_says_what_to_start(capsys):
@@ -239,7 +243,7 @@ def test_a_cluster_with_no_worker_waits_for_one_then_says_what_to_start(capsys):
     joined = threading.Timer(1.5, lambda: client.workers.update({"tcp://a:1": (1, "")}))
     joined.start()
     assert members.wait_for_one("tcp://10.0.0.1:8786", progress=True, wait_s=120)
-    assert "`dask worker tcp://10.0.0.1:8786`" in capsys.readouterr().err
+    assert f"`{Path(sys.executable).parent / 'dask'} worker tcp://10.0.0.1:8786 --nthreads 1`" in capsys.readouterr().err
 
 
 def test_cli_checks_the_gateway_arguments():
@@ -354,6 +358,31 @@ def _grade_while_every_worker_restarts(course, cluster, client, tmp_path):
             os.kill(pid, signal.SIGKILL)
     by = {r.student_id: r for r in _finished(thread, box)}
     assert by["sam"].score == by["ann"].score == 17 and by["ben"].score == 16, by
+
+
+@pytest.mark.slow
+def test_a_run_that_loses_every_worker_ends_with_incidents_not_a_silent_wait(course, tmp_path, monkeypatch, capsys):
+    """An instructor's walkthrough: every worker killed mid-run, none restarted; the bar stood still for minutes and
+    `grade` never returned. It now waits for a worker as at the start, saying so, then records the notebooks not
+    graded as the grader's incidents (graded by the next run). (A cluster of its own: it is emptied.)"""
+    from distributed import Client, LocalCluster
+
+    monkeypatch.setattr(grading_cluster, "STALLED_S", 1.0)
+    monkeypatch.setattr(grading_cluster, "WAIT_FOR_WORKERS_S", 2.0)
+    root = tmp_path / "class"
+    _class(root, {"sam": _slow(course), "ann": solved_notebook(course, A01)})
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, env=WORKER_ENV) as cluster, Client(cluster) as client:
+        thread, box = _grade_in_thread(root, _out(tmp_path / "out"), progress=True,
+                                       remote=grading_cluster.on_cluster(_on(cluster, tries=3)))
+        _kill_worker_grading(client, "sam", after=0.5)  # its nanny restarts it: stopped for good below
+        cluster.scale(0)
+        results = _finished(thread, box)
+    by = {r.student_id: r for r in results}
+    assert by["sam"].status is Status.INCIDENT and "lost every worker during the run" in by["sam"].detail, by["sam"]
+    assert all(r.status in (Status.INCIDENT, Status.OK) for r in results), by
+    err = capsys.readouterr().err
+    assert "cluster: lost worker" in err and "no worker that may grade left; waiting up to 2 s" in err, err[-2000:]
 
 
 @pytest.mark.slow

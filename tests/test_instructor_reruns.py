@@ -583,3 +583,38 @@ def test_a_late_fix_that_lowers_the_grade_and_a_comment_kept_over_it_are_said(co
         f"before: look at it again in formgrader):\n  erin {A01}: dot_similarity\n" in said, said
     assert "ann" not in said.split("a newer submission's grade")[1].split("\n\n")[0]
     assert "replaced a higher one" not in _graded(late, out)  # said when it happens, not at every run
+
+
+# --------------------------------------------------------------------------- a regrade the grader cannot do
+def test_a_forced_regrade_the_grader_fails_keeps_the_saved_grade_and_the_next_run_grades_it(course, tmp_path):
+    """An instructor's walkthrough: `--force --student` on a cluster with no worker to grade recorded a grader
+    incident over the student's good grade: grades_wide.csv and every export then had an empty cell, while the
+    message said "not graded and not saved". The grade saved before stands (noted on its row, the run's summary
+    counting the problem), and the next run grades the notebook again."""
+    from autograder.grade import NotebookResult
+    from autograder.outcomes import Status
+
+    folder, out = tmp_path / "class", tmp_path / "out"
+    _put(folder / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _graded(folder, out)
+    assert _rows(out)["ann", A01]["score"] == "16"
+
+    def no_worker(course, subs, todo, finish, limits, salt, solutions, progress):
+        for sub in subs:
+            for assignment in todo(sub):
+                finish(sub, assignment, NotebookResult(sub.student_id, assignment, 0.0, 0.0, Status.INCIDENT,
+                                                       detail="the cluster has no workers"))
+        return 0
+
+    results = grade(folder, out, workers=2, force=True, students=["ann"], remote=no_worker, progress=False)
+    row = _rows(out)["ann", A01]
+    assert row["score"] == "16" and row["status"] == "ok", row
+    assert "a later run could not grade this notebook (grader incident: the cluster has no workers)" in row["notes"]
+    wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
+    assert wide["ann"][A01] == "16", wide  # exported, not an empty cell
+    (ann,) = [r for r in results if r.student_id == "ann"]
+    assert cli.outcome([ann])[0] == 1, "the run's summary still counts the grader's failure"
+    said = _graded(folder, out)  # a plain rerun: graded again, the note gone
+    assert "(1 graded now" in said, said
+    row = _rows(out)["ann", A01]
+    assert row["score"] == "16" and "could not grade" not in row["notes"], row

@@ -64,32 +64,36 @@ CLOCK_SLACK = timedelta(minutes=15)
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # what `nbgrader submit` writes (its default timestamp_format)
 
 
+MAX_DEPTH = 64  # folders inside folders in a submission: deeper ones are neither walked nor copied (named)
+MAX_ENTRIES = 20_000  # files and folders looked at in one submission folder
+
+
 def changed_at(path: str) -> datetime | None:
     """When the kernel last changed folder `path` or anything in it (the latest ctime: set at each entry made or
     removed, each file written, never set back by a user; a folder made before the due date, its notebook
-    rewritten after it, is dated by the notebook), links followed to what they name, as nbgrader's copy follows
-    them; naive UTC as nbgrader's parsed timestamps; None when the folder cannot be read."""
-    times: list[float] = []
-    seen: set[str] = set()
-
-    def note(entry: str) -> None:
-        for look in (os.lstat, os.stat):  # the link itself, and the file or folder it names
-            try:
-                times.append(look(entry).st_ctime)
-            except OSError:
-                continue
-
-    note(path)
-    if not times:
+    rewritten after it, is dated by the notebook); naive UTC as nbgrader's parsed timestamps; None when the folder
+    cannot be read. Links are not followed (the copy takes none: a link to / had collect walk the whole disk), and
+    the walk is a loop with limits (Python's os.walk recursed: a folder 1,100 deep stopped the whole collect)."""
+    try:
+        times = [os.lstat(path).st_ctime]
+    except OSError:
         return None
-    for folder, dirs, files in os.walk(path, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:  # a link back up: walked once
-            dirs[:] = []
+    pending, looked = [(path, 0)], 0
+    while pending and looked < MAX_ENTRIES:
+        folder, depth = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    looked += 1
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    times.append(info.st_ctime)
+                    if stat.S_ISDIR(info.st_mode) and depth < MAX_DEPTH:
+                        pending.append((entry.path, depth + 1))
+        except OSError:
             continue
-        seen.add(real)
-        for name in dirs + files:
-            note(os.path.join(folder, name))
     return datetime.fromtimestamp(max(times), timezone.utc).replace(tzinfo=None)
 
 
@@ -117,41 +121,65 @@ def copy_own_files(src: str, dest: str, coursedir, log) -> None:
     def refuse(path: str, why: str) -> None:
         log.warning("%s: not collected (%s)", path, why)
 
-    def copy_folder(fd: int, path: str, to: str) -> None:
-        os.mkdir(to)
-        os.chmod(to, dir_mode)  # not the umask's: exactly this
-        fill_folder(fd, path, to)
+    def fill_folder(top_fd: int, top_path: str, top_to: str) -> None:
+        """The folder's own files and folders, depth first in a loop (no recursion: Python's stack ended a copy of
+        a folder 1,100 deep), each opened relative to its opened parent without following links, at most
+        MAX_DEPTH + 1 folders open at once; deeper than MAX_DEPTH or past MAX_ENTRIES, named and left out."""
+        def listed(fd: int) -> list[str]:
+            with os.scandir(fd) as entries:
+                return sorted(entry.name for entry in entries)
 
-    def fill_folder(fd: int, path: str, to: str) -> None:
-        with os.scandir(fd) as entries:
-            names = sorted(entry.name for entry in entries)
-        for name in names:
-            here = os.path.join(path, name)
-            if any(fnmatch.fnmatch(name, glob) for glob in coursedir.ignore):
-                continue
-            try:
-                info = os.lstat(name, dir_fd=fd)
-            except OSError as err:
-                refuse(here, err.strerror)
-                continue
-            if stat.S_ISDIR(info.st_mode):
+        stack = [(top_fd, top_path, top_to, iter(listed(top_fd)))]  # (folder fd, its path, its copy, names left)
+        looked = 0
+        try:
+            while stack:
+                fd, path, to, names = stack[-1]
+                name = next(names, None)
+                if name is None:
+                    stack.pop()
+                    if fd != top_fd:
+                        os.close(fd)
+                    continue
+                here = os.path.join(path, name)
+                looked += 1
+                if looked > MAX_ENTRIES:
+                    refuse(here, f"past the first {MAX_ENTRIES:,} files and folders of this submission: the rest too")
+                    return
+                if any(fnmatch.fnmatch(name, glob) for glob in coursedir.ignore):
+                    continue
                 try:
-                    inner = os.open(name, _NO_FOLLOW | os.O_DIRECTORY, dir_fd=fd)
+                    info = os.lstat(name, dir_fd=fd)
                 except OSError as err:
                     refuse(here, err.strerror)
                     continue
-                try:
-                    copy_folder(inner, here, os.path.join(to, name))
-                finally:
-                    os.close(inner)
-            elif not stat.S_ISREG(info.st_mode):
-                refuse(here, "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file")
-            elif coursedir.include and not any(fnmatch.fnmatch(name, glob) for glob in coursedir.include):
-                continue
-            elif coursedir.max_file_size and info.st_size > 1000 * coursedir.max_file_size:
-                refuse(here, f"{info.st_size} bytes, over CourseDirectory.max_file_size")
-            else:
-                copy_file(fd, name, here, os.path.join(to, name))
+                if stat.S_ISDIR(info.st_mode):
+                    if len(stack) > MAX_DEPTH:
+                        refuse(here, f"more than {MAX_DEPTH} folders deep")
+                        continue
+                    try:
+                        inner = os.open(name, _NO_FOLLOW | os.O_DIRECTORY, dir_fd=fd)
+                    except OSError as err:
+                        refuse(here, err.strerror)
+                        continue
+                    try:
+                        os.mkdir(os.path.join(to, name))
+                        os.chmod(os.path.join(to, name), dir_mode)  # not the umask's: exactly this
+                        stack.append((inner, here, os.path.join(to, name), iter(listed(inner))))
+                    except BaseException:
+                        os.close(inner)
+                        raise
+                elif not stat.S_ISREG(info.st_mode):
+                    refuse(here, "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file")
+                elif coursedir.include and not any(fnmatch.fnmatch(name, glob) for glob in coursedir.include):
+                    continue
+                elif coursedir.max_file_size and info.st_size > 1000 * coursedir.max_file_size:
+                    refuse(here, f"{info.st_size} bytes, over CourseDirectory.max_file_size")
+                else:
+                    copy_file(fd, name, here, os.path.join(to, name))
+        finally:
+            for fd, *_ in stack:
+                if fd != top_fd:
+                    os.close(fd)
 
     def copy_file(fd: int, name: str, path: str, to: str) -> None:
         try:
@@ -196,7 +224,10 @@ class OwnerCheckedCollect(ExchangeCollect):
     student's who has folders of their own, and none is dated earlier than its folder was made."""
 
     def _path_to_record(self, path):
-        made = changed_at(path)
+        try:
+            made = changed_at(path)
+        except Exception:  # noqa: BLE001 - one student's folder never stops the whole collect
+            made = None
         try:
             record = super()._path_to_record(path)
         except Exception:  # noqa: BLE001 - a name that is no time (anyone can write in the inbound): never the whole collect
@@ -208,6 +239,12 @@ class OwnerCheckedCollect(ExchangeCollect):
             self.log.error("%s claims to have been submitted at %s UTC, but it was last changed at %s UTC: dated "
                            "%s UTC (the time a student's own process writes is not taken over the file system's).",
                            path, record["timestamp"], made, made)
+            record["timestamp"] = made
+        elif made is not None and record["timestamp"] is not None and record["timestamp"] > made + CLOCK_SLACK:
+            # a claimed time later than anything in the folder (a folder named for 2099, made in a classmate's name
+            # before they handed in, was "newer" than every real submission of theirs: never collected)
+            self.log.error("%s claims to have been submitted at %s UTC, later than anything in it changed (%s UTC): "
+                           "dated %s UTC.", path, record["timestamp"], made, made)
             record["timestamp"] = made
         self._dated = {**getattr(self, "_dated", {}), os.path.basename(path): record["timestamp"]}
         return record

@@ -206,13 +206,65 @@ def test_a_folder_is_dated_by_the_last_change_of_anything_in_it(tmp_path):
     made, written = os.lstat(folder).st_ctime, os.lstat(notebook).st_ctime
     assert written > made
     assert changed_at(str(folder)) == datetime.fromtimestamp(written, timezone.utc).replace(tzinfo=None)
-    # a red team's: the notebook a link to a file elsewhere, rewritten later (nbgrader's copy follows the link)
-    outside = tmp_path / "outside.ipynb"
-    outside.write_text("{}")
-    (folder / "extra.ipynb").symlink_to(outside)
+    # links are not followed (the course's copy takes none): a link to / had collect walk the whole disk
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (folder / "everything").symlink_to("/")
+    (folder / "elsewhere").symlink_to(outside)
+    linked = os.lstat(folder / "elsewhere").st_ctime
     time.sleep(1.1)
-    outside.write_text('{"cells": [1]}')
-    assert changed_at(str(folder)) == datetime.fromtimestamp(os.stat(outside).st_ctime, timezone.utc).replace(tzinfo=None)
+    (outside / "later.ipynb").write_text("{}")
+    assert changed_at(str(folder)) == datetime.fromtimestamp(linked, timezone.utc).replace(tzinfo=None)
+
+
+def test_a_folder_a_thousand_deep_is_dated_and_copied_without_recursion(tmp_path):
+    """A red team's: 1,100 nested folders in a student's own inbound folder ended the whole collect with a bare
+    RecursionError (os.walk recursed), before anyone's submission was collected."""
+    folder = tmp_path / f"daemon+{A01}+2026-01-01 00:00:00.000000 UTC+x"
+    (folder / "notes").mkdir(parents=True)
+    (folder / f"{A01}.ipynb").write_text("{}")
+    _nest(folder, 1100)  # os.makedirs (and rmtree) recurse too: made and removed a level at a time
+    try:
+        _copied_deep(folder, tmp_path)
+    finally:
+        _unnest(folder, 1100)
+
+
+def _nest(folder: Path, levels: int) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(os.open("bottom.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    os.close(fd)
+
+
+def _unnest(folder: Path, levels: int) -> None:
+    fds = [os.open(folder, os.O_RDONLY | os.O_DIRECTORY)]
+    for _ in range(levels):
+        fds.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+    os.unlink("bottom.txt", dir_fd=fds[-1])
+    while len(fds) > 1:
+        os.close(fds.pop())
+        os.rmdir("d", dir_fd=fds[-1])
+    os.close(fds[0])
+
+
+def _copied_deep(folder: Path, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from autograder.exchange import MAX_DEPTH, changed_at, copy_own_files
+
+    assert changed_at(str(folder)) is not None
+    said = []
+    log = SimpleNamespace(warning=lambda *args: said.append(args[0] % args[1:]))
+    settings = SimpleNamespace(max_dir_size=1000, max_file_size=100000, ignore=[], include=["*"], groupshared=False)
+    copy_own_files(str(folder), str(tmp_path / "copy"), settings, log)
+    assert (tmp_path / "copy" / f"{A01}.ipynb").read_text() == "{}"
+    depth = sum(1 for _ in (tmp_path / "copy").rglob("d"))
+    assert depth == MAX_DEPTH and any(f"more than {MAX_DEPTH} folders deep" in line for line in said), said
 
 
 def _collect(tmp_path: Path, teaching: Path, exchange: Path, *options: str) -> subprocess.CompletedProcess:
@@ -294,3 +346,24 @@ def test_one_submission_that_cannot_be_collected_never_stops_the_others(tmp_path
     for user in ("daemon", "nobody"):
         assert nbformat.read(teaching / "submitted" / user / A01 / f"{A01}.ipynb", as_version=4).cells[0].source \
             == f"{user}'s own"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
+def test_a_folder_dated_in_the_future_in_a_classmates_name_never_blocks_their_own(tmp_path):
+    """A red team's: before daemon handed anything in, 'nobody' made daemon+01+2099-01-01+x holding a blank notebook,
+    taken as daemon's (daemon had no folder of his own yet). daemon then handed in; `collect --update` refused the
+    forgery but said "No newer submission to collect": 2099 was later than his real time. A claimed time later than
+    anything in the folder changed is the folder's own time."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    _submit(inbound, "nobody", "daemon", "2099-01-01 00:00:00.000000", "forged")
+    first = _collect(tmp_path, teaching, exchange)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "later than anything in it changed" in first.stderr, first.stderr[-3000:]
+    _submit(inbound, "daemon", "daemon", _at(12), "daemon's own")
+    again = _collect(tmp_path, teaching, exchange, "--update")
+    assert again.returncode == 0, again.stderr[-3000:]
+    got = nbformat.read(teaching / "submitted" / "daemon" / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
+    assert got == "daemon's own", again.stderr[-3000:]

@@ -498,43 +498,40 @@ def _distinct_ids(items: list[tuple[str, str, str]]) -> list[tuple[str, dict[str
     of the same layout (alice/ and alice.zip, 'Zoé Li/' and 'Zoë Li/'), or one of another layout
     under another name ('Ørsted/' and 'submitted/Orsted/'): two names are never merged, only
     graded separately and both told. Deterministic: the earlier entry keeps the id. A suffix never
-    takes an id that any entry, of any layout, would get on its own (a real 'alice-2/' keeps 'alice-2').
-    Ids are compared without case ('Alice/' beside 'alice/' is 'Alice-2'): exports write a folder per student,
-    and on a disk that ignores case (macOS's, a Windows share) one would overwrite the other."""
+    takes an id that any entry, of any layout, would get on its own (a real 'alice-2/' keeps 'alice-2')."""
     bases = [_safe_id(raw) for _, _, raw in items]
-    reserved = {base.casefold() for base in bases}
+    reserved = set(bases)
     taken: dict[tuple[str, str], int] = {}  # (layout, id) -> index of the entry that has it
-    holder: dict[str, int] = {}  # id, case folded -> index of the first entry that has it
+    holder: dict[str, int] = {}  # id -> index of the first entry that has it
     by_name: dict[str, list[int]] = {}  # a raw name -> indices of the entries that carry it
     result: list[tuple[str, dict[str, str]]] = []
     for k, ((layout, entry, raw), base) in enumerate(zip(items, bases, strict=True)):
         problems: dict[str, str] = {}
         sid = next((result[j][0] for j in by_name.get(_same_name(raw), []) if items[j][0] != layout
                     and (layout, result[j][0]) not in taken), None)
-        if sid is None and base.casefold() not in holder:
+        if sid is None and base not in holder:
             sid = base
         if sid is None:
             sid = _free_suffix(base, reserved, holder)
-            first = holder[base.casefold()]
+            first = holder[base]
             problems[entry] = (f"graded as student id {sid!r}, because {items[first][1]!r} is already graded as "
-                               f"{result[first][0]!r}; if both are the same student, keep one: move the notebooks you want graded into "
+                               f"{base!r}; if both are the same student, keep one: move the notebooks you want graded into "
                                f"{items[first][1]!r} and remove {entry!r} (an unzipped copy beside its zip, say), "
                                f"then grade again")
             result[first][1][entry] = f"another submission, {entry!r}, is graded separately as student id {sid!r}"
         elif sid != raw:
             problems[entry] = f"student id {raw!r} renamed to {sid!r}"
         taken[layout, sid] = k
-        holder.setdefault(sid.casefold(), k)
+        holder.setdefault(sid, k)
         by_name.setdefault(_same_name(raw), []).append(k)
         result.append((sid, problems))
     return result
 
 
 def _free_suffix(base: str, reserved: set[str], used) -> str:
-    """`base` with the first suffix ('-2', '-3', ...) that no entry has or would get on its own (`reserved`
-    and `used` hold ids case folded)."""
+    """`base` with the first suffix ('-2', '-3', ...) that no entry has or would get on its own."""
     k = 2
-    while _with_suffix(base, k).casefold() in reserved or _with_suffix(base, k).casefold() in used:
+    while _with_suffix(base, k) in reserved or _with_suffix(base, k) in used:
         k += 1
     return _with_suffix(base, k)
 

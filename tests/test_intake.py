@@ -295,20 +295,6 @@ def test_an_nbgrader_course_folder_grades_only_submitted(tmp_path):
     assert ignored["autograded"] == "nbgrader's autograded/ folder, not a student's (students are read from submitted/)"
 
 
-def test_ids_that_differ_only_in_case_are_two_students_with_two_ids(tmp_path):
-    """A red team's: 'alice/' and 'Alice/' were graded as two students whose ids differ only in case, and the
-    Gradescope and PrairieLearn exports wrote a folder for each: on a disk that ignores case (macOS's, a Windows
-    share) one student's results.json overwrote the other's."""
-    root = tmp_path / "class"
-    for folder in ("alice", "Alice"):
-        write(root / folder / f"{A01}.ipynb", notebook(A01, folder))
-    found = {s.student_id: s for s in collect_all(root, ASSIGNMENTS).students}
-    assert sorted(found) == ["Alice", "alice-2"]
-    assert marker(found["alice-2"].notebooks[A01]) == "alice"
-    assert found["alice-2"].problems["alice"].startswith("graded as student id 'alice-2', because 'Alice' is already "
-                                                         "graded as 'Alice'")
-
-
 def test_an_unreadable_timestamp_txt_falls_back_to_the_file_time(tmp_path):
     root = tmp_path / "class"
     write(root / "submitted" / "carol" / A01 / f"{A01}.ipynb", notebook(A01), at(2026, 11, 20, 7, 0))

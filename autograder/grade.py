@@ -78,7 +78,14 @@ from .sandbox import (
     run_notebook_job,
 )
 from .settings import GradingSettings, Limits
-from .submissions import STUDENT_ID, TIMESTAMP_FILE, StudentSubmission, collect_all, match_assignment, parse_notebook
+from .submissions import (
+    TIMESTAMP_FILE,
+    StudentSubmission,
+    collect_all,
+    match_assignment,
+    parse_notebook,
+    student_id_for,
+)
 
 # Settings for the grading course only: nbgrader runs nothing of the student's. Test cells get
 # their verdicts from TrustedVerdicts (decided outside the student's process); deleted test
@@ -1076,12 +1083,6 @@ def read_roster(roster: Path) -> list[dict[str, str]]:
         numbered = [(reader.line_num, fields) for fields in reader]
     except csv.Error as err:
         raise RosterError(f"{roster} is not a readable CSV file ({err})") from None
-    for number, fields in numbered:
-        odd = next((c for f in fields for c in f if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
-        if odd is not None:
-            raise RosterError(f"{roster}: line {number} holds a control character or line break inside a field "
-                              f"(U+{ord(odd):04X}, in {dialect.delimiter.join(fields)!r}): remove it, one student "
-                              f"per line")
     lines = [fields for _, fields in numbered]
     header = [c.strip() for c in lines[0]] if lines else []
     columns = [c.lower() for c in header]
@@ -1096,14 +1097,16 @@ def read_roster(roster: Path) -> list[dict[str, str]]:
         if not any(f.strip() for f in fields):
             continue  # a blank line
         row = {name: (fields[k].strip() if k < len(fields) else "") for name, k in where.items()}
+        odd = next((c for f in row.values() for c in f if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+        if odd is not None:  # in a column read (an address or notes column may hold line breaks of its own)
+            raise RosterError(f"{roster}: line {number} holds a control character or line break inside a field "
+                              f"(U+{ord(odd):04X}, in {dialect.delimiter.join(fields)!r}): remove it, one student "
+                              f"per line")
         sid = row["id"]
         if not sid:
             raise RosterError(f"{roster}: line {number} has no student id ({dialect.delimiter.join(fields)!r}): "
                               f"fill in its 'id' column or delete the line")
-        if not STUDENT_ID.match(sid):
-            raise RosterError(f"{roster}: line {number}: {sid!r} is not a student id the grader can have (letters, "
-                              f"digits and _ . @ -, starting with a letter or digit, at most 64): give the id each "
-                              f"student's folder or zip is named by, as the grader writes it in grades.csv")
+        sid = row["id"] = student_id_for(sid)  # cleaned up as a folder of that name is ('alice+cs' -> 'alice_cs')
         if sid in first_seen:
             raise RosterError(f"{roster}: line {number} repeats student id {sid!r} (first on line {first_seen[sid]}): "
                               f"keep one line per student")

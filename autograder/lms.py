@@ -435,8 +435,20 @@ def json_results(results: list[NotebookResult], dest: Path, make,
                           f"for them: {shown}")
     if make is prairielearn_result:
         done.notes += _prairielearn_differences(results)
-    done.problems += _held_back(results)
+    done.problems += _held_back(results) + _same_but_for_case(results)
     return done
+
+
+def _same_but_for_case(results: list[NotebookResult]) -> list[str]:
+    """Student ids that differ only in case ('alice' and 'Alice'): two students here, two folders of results.json
+    in the export, but one folder on a disk that ignores case (macOS's, a Windows share), where one student's
+    files would overwrite the other's."""
+    by_folded: dict[str, set[str]] = {}
+    for r in results:
+        by_folded.setdefault(r.student_id.casefold(), set()).add(r.student_id)
+    return [f"{' and '.join(sorted(ids))}: student ids that differ only in case, whose folders are one on a disk that "
+            f"ignores case (macOS, Windows): upload from this machine, or rename one student's folder and grade again"
+            for ids in by_folded.values() if len(ids) > 1]
 
 
 def _prairielearn_differences(results: list[NotebookResult]) -> list[str]:

@@ -480,6 +480,11 @@ def _safe_id(raw: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", plain).lstrip("._@-")[:64] or "student"
 
 
+def student_id_for(raw: str) -> str:
+    """The student id a folder or zip named `raw` is graded as (a roster's ids are read the same way)."""
+    return _safe_id(raw)
+
+
 def _same_name(raw: str) -> str:
     """A raw name as compared across layouts: macOS writes 'é' decomposed, a zip or an LMS composed."""
     return unicodedata.normalize("NFC", raw)
@@ -991,15 +996,17 @@ class _Intake:
         on the student's row too when their timestamp.txt could not be read: `sub`)."""
         if top is not None and top not in self.stamps:
             stamp, when = top / TIMESTAMP_FILE, None
-            open_to_others = _open_to_others([stamp, path, top, top.parent, top.parent.parent])
-            if open_to_others:
-                why = (f"{open_to_others}: another user could have changed this submission or its time. Its "
-                       f"timestamp.txt is not used (the file times are, theirs to set too); collect with the course's "
-                       f"collect (writes the tree for you alone) or `chmod -R go-w` the submitted folder")
-                self.ignore(self.rel(stamp), why)
-                if sub is not None:
-                    self.note(sub, self.rel(top), why)
-            elif stamp.is_file() and not stamp.is_symlink():
+            try:
+                notebooks = sorted(top.glob("*.ipynb"))[:MAX_STUDENT_FILES]
+            except OSError:
+                notebooks = [path]
+            open_to_others = _open_to_others([stamp, *notebooks, top, top.parent, top.parent.parent])
+            if open_to_others and sub is not None:  # said on the row; the time is still nbgrader's (the file times
+                # that could replace it are no safer there: any user who can write the folder can set them too)
+                self.note(sub, self.rel(top), f"{open_to_others}: another user could have changed this submission or "
+                                              f"its time; check it, and `chmod -R go-w` the submitted folder (the "
+                                              f"course's collect writes it for you alone)")
+            if stamp.is_file() and not stamp.is_symlink():
                 try:
                     raw = _head(stamp, MAX_TIMESTAMP_BYTES + 1)
                     when = parse_timestamp(raw)

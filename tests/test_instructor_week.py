@@ -218,7 +218,7 @@ def test_an_empty_submissions_folder_is_an_error_naming_it_and_the_layouts(tmp_p
      "line 3 holds a control character or line break inside a field (U+2028"),
     ("id,first_name\nann,\"An\nn\"\n", "line 3 holds a control character or line break inside a field (U+000A"),
     ("id,email\nann,a@uni.example\nben,A@uni.example\n", "line 3 repeats the email 'A@uni.example' of line 2"),
-    ("id\nann\n=2+2\n", "line 3: '=2+2' is not a student id the grader can have"),
+    ("id\nann\nAnn\n=ann\n", "line 4 repeats student id 'ann' (first on line 2)"),  # '=ann' is read as 'ann'
 ])
 def test_a_bad_roster_is_an_error_naming_the_line_and_what_to_do(tmp_path, capsys, never_grade, text, message):
     roster = tmp_path / "roster.csv"
@@ -247,6 +247,21 @@ def test_a_roster_with_ID_semicolons_or_tabs_is_read(tmp_path, capsys, fake_grad
 
     rows = read_roster(roster)  # what import_roster puts into the gradebook
     assert [r["id"] for r in rows] == ["ann", "ben"] and rows[0]["first_name"] == "Ann"
+
+
+def test_a_roster_is_read_as_the_grader_reads_folders(tmp_path):
+    """A red team's honest rosters: an id a folder of that name is graded under ('alice+cs@u.edu' is graded as
+    'alice_cs@u.edu': refused before, it now reads the same), and a line break inside a column the grader never
+    reads (an address) is the LMS's own business."""
+    from autograder.grade import read_roster
+    from autograder.submissions import student_id_for
+
+    roster = tmp_path / "roster.csv"
+    roster.write_text('id,first_name,address,email\nalice+cs@u.edu,Alice,"1 Main St\nSpringfield",a@u.edu\n'
+                      'Zoé Li,Zoé,,z@u.edu\n', encoding="utf-8")
+    rows = read_roster(roster)
+    assert [r["id"] for r in rows] == ["alice_cs@u.edu", "Zoe_Li"] == [student_id_for("alice+cs@u.edu"),
+                                                                        student_id_for("Zoé Li")]
 
 
 # --------------------------------------------------------------------------- 6. exports' numbers

@@ -308,32 +308,28 @@ def test_an_unreadable_timestamp_txt_falls_back_to_the_file_time(tmp_path):
     assert carol.problems == {path: why}  # on carol's row too, where the instructor reads her submission time
 
 
-def test_a_submitted_tree_others_can_write_is_not_trusted_for_its_time(tmp_path):
+def test_a_submitted_tree_others_can_write_is_said_on_its_rows(tmp_path):
     """A red team's: `nbgrader submit` leaves its folders writable by every user and nbgrader's own collect kept
     that, so a student rewrote a classmate's collected timestamp.txt (on time -> 1 day late) and notebook, and
-    their own (late -> on time), and the run said "graded without problems". Such a tree's timestamp.txt is not
-    used, and each row says why; a tree written for its collector alone is read as before."""
+    their own (late -> on time), and the run said "graded without problems". Each row of such a tree says so (its
+    time stays nbgrader's: the file times are no safer there); a tree written for its collector alone says nothing."""
     root = tmp_path / "class"
-    for student in ("carol", "dave"):
+    for student in ("carol", "dave", "erin"):
         write(root / "submitted" / student / A01 / f"{A01}.ipynb", notebook(A01), at(2026, 11, 20, 7, 0))
         write(root / "submitted" / student / A01 / "timestamp.txt", "2026-11-19 09:00:00.000000 UTC")
     os.chmod(root / "submitted" / "dave" / A01, 0o777)
-    found = collect_all(root, ASSIGNMENTS)
-    carol, dave = sorted(found.students, key=lambda s: s.student_id)
-    assert carol.timestamps == {A01: at(2026, 11, 19, 9, 0)} and not carol.problems
-    assert dave.timestamps == {A01: at(2026, 11, 20, 7, 0)}
-    assert dave.origins == {A01: f"submitted/dave/{A01}/{A01}.ipynb (file time)"}
-    (why,) = dave.problems.values()
-    assert why.startswith(f"{A01} can be written by every user (mode 0777): another user could have changed")
-    assert f"submitted/dave/{A01}/timestamp.txt" in dict(found.ignored)
-    os.chmod(root / "submitted" / "dave" / A01, 0o755)
-    os.chmod(root / "submitted" / "dave" / A01 / f"{A01}.ipynb", 0o666)  # the notebook alone: the same
-    (dave,) = [s for s in collect_all(root, ASSIGNMENTS).students if s.student_id == "dave"]
-    assert dave.origins == {A01: f"submitted/dave/{A01}/{A01}.ipynb (file time)"}
+    os.chmod(root / "submitted" / "erin" / A01 / f"{A01}.ipynb", 0o666)
+    found = {s.student_id: s for s in collect_all(root, ASSIGNMENTS).students}
+    assert found["carol"].timestamps == {A01: at(2026, 11, 19, 9, 0)} and not found["carol"].problems
+    for student, what in (("dave", f"{A01} can be written by every user (mode 0777)"),
+                          ("erin", f"{A01}.ipynb can be written by every user (mode 0666)")):
+        assert found[student].timestamps == {A01: at(2026, 11, 19, 9, 0)}
+        (why,) = found[student].problems.values()
+        assert why.startswith(f"{what}: another user could have changed this submission or its time"), why
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a file owned by another user needs root to make")
-def test_a_timestamp_txt_owned_by_a_student_is_not_the_collectors_record(tmp_path):
+def test_a_timestamp_txt_owned_by_a_student_is_said_on_the_row(tmp_path):
     import shutil
 
     root = tmp_path / "class"
@@ -341,7 +337,6 @@ def test_a_timestamp_txt_owned_by_a_student_is_not_the_collectors_record(tmp_pat
     write(root / "submitted" / "carol" / A01 / "timestamp.txt", "2026-11-19 09:00:00.000000 UTC")
     shutil.chown(root / "submitted" / "carol" / A01 / "timestamp.txt", "nobody")
     (carol,) = collect_all(root, ASSIGNMENTS).students
-    assert carol.timestamps == {A01: at(2026, 11, 20, 7, 0)}
     (why,) = carol.problems.values()
     assert why.startswith("timestamp.txt belongs to nobody, not to whoever collected the submissions"), why
 

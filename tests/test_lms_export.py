@@ -401,3 +401,14 @@ def test_a_graded_canvas_class_exports_with_a_manual_grade_and_a_late_penalty(co
     assert cli.main(["export", str(out), "--to", "gradescope", "--dest", str(tmp_path / "gs2")]) == 0
     assert _loaded(tmp_path / "gs2")["roeeli", A01]["score"] == 16
     assert "(Score: 16 / 17)" in page.read_text()
+
+
+def test_ids_that_differ_only_in_case_are_named_by_the_folder_exports(tmp_path):
+    """A red team's: 'alice' and 'Alice' are two students (ids keep their case: renaming one split a student across
+    runs), written to two folders that a disk ignoring case makes one. The export says so."""
+    results = [NotebookResult("alice", A01, 17, 17), NotebookResult("Alice", A01, 3, 17), NotebookResult("bob", A01, 5, 17)]
+    for make in (lms.gradescope_result, lms.prairielearn_result):
+        done = lms.json_results(results, tmp_path / make.__name__, make)
+        (problem,) = [p for p in done.problems if "differ only in case" in p]
+        assert problem.startswith("Alice and alice: student ids that differ only in case"), problem
+    assert not [p for p in lms.json_results(results[2:], tmp_path / "one", lms.gradescope_result).problems if "case" in p]

@@ -11,8 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from attention_course import attention, efficient, layers, model, multihead, positional, similarity, translate
-from autograder.checks import nb01, nb02, nb03, nb04, nb05, nb06, nb07
+from attention_course import (
+    attention,
+    efficient,
+    layers,
+    long_context,
+    model,
+    multihead,
+    positional,
+    similarity,
+    translate,
+)
+from autograder.checks import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08
 from autograder.checks.core import CheckFailed, check_exercise
 
 from .conftest import fresh_copy
@@ -108,6 +118,33 @@ HOLES = [  # (id, checks, exercise, module, old, new, what the failure must say)
      "x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask=mask)[0]))",
      "x = self.norm1(x + torch.nn.functional.dropout(self.self_attn(x, x, x, mask=mask)[0], self.dropout1.p))",
      "changed from one call to the next in evaluation mode"),
+    # a second audit's: functions that change their caller's tensors in place (only some exercises checked it), a
+    # ValueError never asked for, a dtype never tried, a window never negative
+    ("AdditiveAttention flips the caller's mask", nb02, "AdditiveAttention_mask", attention,
+     "            scores = scores.masked_fill(~mask, float(\"-inf\"))  # padding: exp(-inf) = 0",
+     "            mask.logical_not_()\n            scores = scores.masked_fill(mask, float(\"-inf\"))\n"
+     "            mask = ~mask", "whether each input is unchanged"),
+    ("GroupedQueryAttention flips the caller's mask", nb07, "GroupedQueryAttention", efficient,
+     "        out, weights = scaled_dot_product_attention(q, k, v, mask)  # [B, H, T, Dh], [B, H, T, T_k]",
+     "        if mask is not None:\n            mask.logical_not_()\n            mask = ~mask\n"
+     "        out, weights = scaled_dot_product_attention(q, k, v, mask)  # [B, H, T, Dh], [B, H, T, T_k]",
+     "whether each input is unchanged"),
+    ("cached_attention scales the caller's queries", nb07, "cached_attention", efficient,
+     "    return scaled_dot_product_attention(q_t, keys, values, mask)[0]",
+     "    q_t.mul_(1.0)\n    q_t.add_(0.5)\n    q_t.sub_(0.5)\n    return scaled_dot_product_attention(q_t, keys, values, mask)[0]",
+     "whether each input is unchanged"),
+    ("apply_rotary writes its answer into x", nb07, "apply_rotary", efficient,
+     "    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)",
+     "    x.copy_(torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype))\n    return x",
+     "whether each input is unchanged"),
+    ("apply_rotary returns float32 for bfloat16", nb07, "apply_rotary", efficient,
+     "    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)",
+     "    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)", "bfloat16"),
+    ("the cost model splits 50 features into 6 heads", nb07, "attention_flops_and_memory", efficient,
+     "        if d_model % num_heads != 0:\n            raise ValueError(f\"d_model ({d_model}) is not divisible by num_heads "
+     "({num_heads}): give head_dim\")\n", "", "50 features cannot be split into 6 heads"),
+    ("sliding_window_mask lets a negative window through", nb08, "sliding_window_mask", long_context,
+     "    if window < 1:", "    if not window:", "a negative window must raise"),
     ("KVCache.nbytes counts 4 bytes a number", nb07, "KVCache", efficient,
      "return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)",
      "return sum(t.numel() * 4 for t in self.keys + self.values if t is not None)", "float16"),

@@ -293,7 +293,20 @@ def _additive_mask_cases(rng):
                        "zero context, no NaN", (2, 4, 6), (2, 6, 6), attn_dim=5, mask=full),
         _additive_case(rng, ", gradients through a mask with a fully masked row (returns context, weights and "
                        "every gradient)", (2, 3, 4), (2, 4, 5), attn_dim=6, value_dim=2, mask=empty, grads=True),
+        _additive_keeps_inputs(rng, lengths),
     ]
+
+
+def _additive_keeps_inputs(rng, mask):
+    """query, key and the padding mask after a call: a mask flipped in place (mask.logical_not_(), PyTorch's
+    convention) is flipped for the caller, who passes the same mask to the next step (an audit's 3 / 3)."""
+    state = _additive_state(rng, 6, 6, 8)
+
+    def call(cls, query, key, mask):
+        with torch.no_grad():
+            return _build(cls, dict(query_dim=6, key_dim=6, attn_dim=8), state)(query, key, mask=mask)
+    return keeps_inputs("AdditiveAttention(6, 6, 8) on query [2, 3, 6], key [2, 5, 6] with a [2, 1, 5] padding mask",
+                        call, tensor(rng, 2, 3, 6), tensor(rng, 2, 5, 6), mask.clone())
 
 
 # Correct additive attention, as source code: the mistakes below are changes to it (core.variant).

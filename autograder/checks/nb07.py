@@ -18,7 +18,17 @@ from attention_course import efficient as ref
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
-from .core import Case, Exercise, Mistake, make_checker, raises_value_error, random_state, reference_guard, variant
+from .core import (
+    Case,
+    Exercise,
+    Mistake,
+    keeps_inputs,
+    make_checker,
+    raises_value_error,
+    random_state,
+    reference_guard,
+    variant,
+)
 from .tensors import FUSED_ATTENTION, as_float32, causal, load_state, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
@@ -101,6 +111,10 @@ def _cost_cases(rng):
               Case(f"attention_flops_and_memory({_args(good)}): 20 is not a multiple of 6, but head_dim is given, "
                    "so it must NOT raise ValueError (True = it did)",
                    lambda f: raises_value_error(lambda: f(**good)))]
+    uneven = dict(seq_len=10, d_model=50, num_heads=6, num_layers=1)  # d_model // num_heads would cover 48 of 50
+    cases.append(Case(f"attention_flops_and_memory({_args(uneven)}): 50 features cannot be split into 6 heads and no "
+                      "head_dim is given, so it must raise ValueError (True = it did)",
+                      lambda f: raises_value_error(lambda: f(**uneven))))
     return cases
 
 
@@ -212,6 +226,8 @@ def _cached_attention_cases(rng):
              "itself and the positions before it", lambda f: _cached_step(f, *prefill, {}, 0)),
         Case("a cache holding 3 positions and 2 new ones: new position i (absolute 3 + i) may attend to 0 .. 3 + i",
              lambda f: _cached_step(f, *two, short, 0)),
+        keeps_inputs("a cache holding 3 positions and 2 new ones, q_t, k_t, v_t as above (the caller keeps them)",
+                     lambda f, q, k, v: f(q, k, v, _prefilled(short), 0), *two),
     ]
 
 
@@ -255,6 +271,11 @@ def _rotary_cases(rng):
     odd = x(3, 5)
     cases += [Case("apply_rotary on x [3, 5]: an odd feature dimension cannot be split into pairs, so it must raise "
                    "ValueError (True = it did)", lambda f: raises_value_error(lambda: f(odd.clone(), torch.arange(3))))]
+    cases.append(keeps_inputs("apply_rotary on x [2, 3, 5, 16], positions 7..11", lambda f, t, p: f(t, p),
+                              x(2, 3, 5, 16), torch.arange(7, 12)))
+    half = x(2, 4, 8).to(torch.bfloat16)
+    cases.append(Case("apply_rotary on x [2, 4, 8] in bfloat16, positions 0..3: the same shape and dtype back "
+                      "(a model in bf16 gets bf16)", lambda f: f(half.clone(), torch.arange(4)), atol=2e-2))
     return cases
 
 
@@ -330,6 +351,13 @@ def _gqa_cases(rng):
                           lambda cls, a=(d, H, H_kv): raises_value_error(lambda: cls(*a))))
     cases.append(Case("GroupedQueryAttention(16, 4, 2) must NOT raise ValueError (True = it did)",
                       lambda cls: raises_value_error(lambda: cls(16, 4, 2))))
+    state = random_state(ref.GroupedQueryAttention(16, 4, 2), rng)  # a mask flipped in place: flipped for the next layer
+
+    def call(cls, x, mask, s=state):
+        with torch.no_grad():
+            return load_state(cls(16, 4, 2), s)(x, mask=mask)
+    cases.append(keeps_inputs("GroupedQueryAttention(16, 4, 2) on x [2, 5, 16] with a [5, 5] causal mask", call,
+                              tensor(rng, 2, 5, 16), causal(5)))
     return cases
 
 
@@ -441,6 +469,13 @@ def _mla_cases(rng):
         cases.append(Case(f"{_mla_text(cfg)} in evaluation mode, x [{B}, {T}, {cfg[0]}], {what}, no cache "
                           f"(positions 0..{T - 1}): (output, weights)",
                           lambda cls, c=cfg, s=state, x=x, m=mask: _mla_run(cls, c, s, x, m)))
+    cfg, state = MLA_CONFIGS[0], _mla_state(MLA_CONFIGS[0], rng)  # a mask flipped in place: flipped for the next layer
+
+    def call(cls, x, mask):
+        with torch.no_grad():
+            return _with_correct_rotary(cls, lambda: _mla_make(cls, cfg, state)(x, mask=mask))
+    cases.append(keeps_inputs(f"{_mla_text(cfg)} on x [2, 5, {cfg[0]}] with a [5, 5] causal mask", call,
+                              tensor(rng, 2, 5, cfg[0]), causal(5)))
     return cases
 
 

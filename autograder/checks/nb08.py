@@ -357,7 +357,9 @@ def _window_cases(rng):
     cases += [Case("sliding_window_mask(4, 0): a window without even the token itself must raise ValueError "
                    "(True = it did)", lambda f: raises_value_error(lambda: f(4, 0))),
               Case("sliding_window_mask(4, 1) must NOT raise ValueError (True = it did)",
-                   lambda f: raises_value_error(lambda: f(4, 1)))]
+                   lambda f: raises_value_error(lambda: f(4, 1))),
+              Case("sliding_window_mask(4, -2): a negative window must raise ValueError too (True = it did; "
+                   "`if not window` lets it through)", lambda f: raises_value_error(lambda: f(4, -2)))]
     return cases
 
 

@@ -670,7 +670,7 @@ def write_csv(results: list[NotebookResult], path: Path) -> None:
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
             writer.writerow(safe_row([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
                                       r.timestamp, r.due, f"{r.seconds_late:.0f}", r.status_text, r.review, r.sandbox,
-                                      r.source_file, "; ".join(r.notes)]))
+                                      r.source_file, "; ".join([BLANK] * is_blank(r) + r.notes)]))
     os.chmod(fh.name, 0o644)  # readable by the group (NamedTemporaryFile makes 0600)
     os.replace(fh.name, path)
 

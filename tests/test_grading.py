@@ -52,6 +52,9 @@ def test_grades_csv_has_one_row_per_student_and_notebook(demo):
     assert len(rows) == len(results) == len(students) * len({r.notebook for r in results})
     honest = [row for row in rows if row["student_id"] in ("full-marks", "blank", "typical-mistake")]
     assert all(row["status"] == "ok" for row in honest)
+    # a blank notebook is 'ok' at 0 (nothing went wrong), and said so where the console and the report say it
+    assert all(row["notes"].startswith("blank: handed in, but no exercise attempted") == (row["student_id"] == "blank")
+               for row in honest), honest
 
 
 def test_class_report_has_pictures_and_mistakes(demo):

@@ -58,6 +58,7 @@ from .outcomes import (
     BY_HAND,
     EXTENDED,
     GRADERS_OWN,
+    KEPT_OVER_A_FAILURE,
     REFUSED,
     Status,
     Verdict,
@@ -1092,7 +1093,7 @@ def read_roster(roster: Path) -> list[dict[str, str]]:
                           f"of student ids 'id' (the name of each student's folder or zip), e.g. "
                           f"id,first_name,last_name,email")
     where = {name: columns.index(name) for name in ROSTER_COLUMNS if name in columns}
-    students, first_seen, emails = [], {}, {}
+    students, first_seen = [], {}
     for number, fields in numbered[1:]:
         if not any(f.strip() for f in fields):
             continue  # a blank line
@@ -1106,16 +1107,14 @@ def read_roster(roster: Path) -> list[dict[str, str]]:
         if not sid:
             raise RosterError(f"{roster}: line {number} has no student id ({dialect.delimiter.join(fields)!r}): "
                               f"fill in its 'id' column or delete the line")
-        sid = row["id"] = student_id_for(sid)  # cleaned up as a folder of that name is ('alice+cs' -> 'alice_cs')
+        raw, sid = sid, student_id_for(sid)  # cleaned up as a folder of that name is ('alice+cs' -> 'alice_cs')
+        row["id"] = sid
         if sid in first_seen:
-            raise RosterError(f"{roster}: line {number} repeats student id {sid!r} (first on line {first_seen[sid]}): "
+            first, written = first_seen[sid]
+            read = "" if raw == written == sid else f" ({written!r} on line {first} and {raw!r} here both read as it)"
+            raise RosterError(f"{roster}: line {number} repeats student id {sid!r}{read} (first on line {first}): "
                               f"keep one line per student")
-        first_seen[sid] = number
-        email = row.get("email", "").casefold()
-        if "@" in email and email in emails:  # an LMS import gives the grade of both lines to one account
-            raise RosterError(f"{roster}: line {number} repeats the email {row['email']!r} of line {emails[email]}: "
-                              f"keep one line per student, each with their own email")
-        emails.setdefault(email, number)
+        first_seen[sid] = (number, raw)
         students.append(row)
     return students
 
@@ -1535,7 +1534,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 resent.append(f"{sub.student_id} {assignment}: {sub.origins.get(assignment, '') or 'the file here'} is "
                               f"the notebook graded earlier, unchanged: its grade and earlier submission time are kept")
                 continue
-            if not force and _overridden(record, content):  # the instructor's choice stands over a file seen before
+            if not force and not retry and _overridden(record, content):  # the instructor's choice stands over a file seen before
                 held.append(_held_line(sub, assignment))
                 continue
             why = _keep_recorded(sub, assignment, recorded.get(assignment, ""))
@@ -1567,7 +1566,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         own = r.status in GRADERS_OWN
-        if own and _kept_over_a_failure(_record_path(out, sub.student_id, assignment), r):
+        content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
+        if own and _kept_over_a_failure(_record_path(out, sub.student_id, assignment), r, content):
             done.append(r)  # said on the console; the grade saved before stands in every table
             return
         _save_result(_record_path(out, sub.student_id, assignment),
@@ -1835,19 +1835,21 @@ def _graded_before_the_newer(record: dict[str, Any], sub: StudentSubmission, ass
     return bool(content) and isinstance(seen, list) and content in seen and not platform_timed
 
 
-def _kept_over_a_failure(path: Path, failure: NotebookResult) -> bool:
+def _kept_over_a_failure(path: Path, failure: NotebookResult, content: str) -> bool:
     """When the grader failed on a notebook (`failure`: an incident, an error) whose record holds a grade, that grade
     stands, noted on its row, and `failure` says so: an instructor's `--force` regrade with no worker to grade left
     the exports with an empty cell where a good grade had been, while the message said "not saved". The record is
     marked so that the next run grades the notebook again, as it would after any failure. False when the record
     holds no grade (then the failure is saved, under no fingerprint, as before)."""
     payload = _payload(path)
-    kept = _saved_result(payload) if payload.get("fingerprint") else None
-    if kept is None or kept.status in GRADERS_OWN:
-        return False
-    note = (f"a later run could not grade this notebook ({failure.status_text[:300]}); this grade, made before, stands "
-            f"until a run grades it")
-    kept.notes = [*[n for n in kept.notes if not n.startswith("a later run could not grade this notebook")], note]
+    kept = _saved_result(payload, content=content) if content else None  # a grade of this very file: a newer file's
+    if kept is None or kept.status in GRADERS_OWN or kept.status is Status.MISSING:  # failure never sends the older
+        return False                                                                    # file's grade, nor a 0
+    what = failure.detail.split("; " + INCIDENT_ADVICE.split(":")[0])[0]  # the failure, without the advice
+    what = what if len(what) <= 240 else what[:239].rstrip() + "…"
+    note = (f"{KEPT_OVER_A_FAILURE} ({failure.status.value}: {what}); this grade, made before, stands until a run "
+            f"grades it")
+    kept.notes = [*[n for n in kept.notes if not n.startswith(KEPT_OVER_A_FAILURE)], note]
     if failure.status not in kept.other_kinds:  # the run's summary counts it as a problem (exit 1), the score stands
         kept.other_kinds = [*kept.other_kinds, failure.status]
     payload["result"], payload["failed_since"] = kept.to_dict(), True  # the next run grades it again

@@ -47,6 +47,7 @@ class Status(StrEnum):
             return cls.ERROR
 
 
+KEPT_OVER_A_FAILURE = "a later run could not grade this notebook"  # a row's note: the grade saved before stands
 GRADERS_OWN = (Status.INCIDENT, Status.ERROR)  # failures of the grader, not grades: never saved as done, no score
 
 

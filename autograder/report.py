@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .lateness import LatePolicy, how_late
-from .outcomes import BY_HAND, EXTENDED, GRADERS_OWN, REFUSED, Status, is_blank
+from .outcomes import BY_HAND, EXTENDED, GRADERS_OWN, KEPT_OVER_A_FAILURE, REFUSED, Status, is_blank
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BINS = [0, 0.2, 0.4, 0.6, 0.8, 1.0001]  # fractions of an exercise's points, as the picture groups them
@@ -115,6 +115,8 @@ def _attention(results, not_on_roster=()) -> list[tuple[str, list[str]]]:
         for note in (n for n in r.notes if n.startswith(BY_HAND)):  # a grade a person made: the report says so
             found[r.student_id].append(f"{r.notebook}: {note}")
         for note in (n for n in r.notes if n.startswith(REFUSED + ": ")):  # (no entry for a student with none)
+            found[r.student_id].append(f"{r.notebook}: {note}")
+        for note in (n for n in r.notes if n.startswith(KEPT_OVER_A_FAILURE)):  # the run failed; an older grade shows
             found[r.student_id].append(f"{r.notebook}: {note}")
     return sorted(found.items())
 

@@ -359,7 +359,7 @@ def outcome(results) -> tuple[int, str]:
     if not bad:
         return 0, f"{'the' if len(results) == 1 else 'all'} {notebooks} of {students} graded without problems"
     detail = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
-    return 1, f"{bad} of {notebooks} ({students}) had problems: {detail}; see the status column"
+    return 1, f"{bad} of {notebooks} ({students}) had problems: {detail}; see the status and notes columns"
 
 
 def _count(n: int, noun: str) -> str:

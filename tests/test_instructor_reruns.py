@@ -151,7 +151,7 @@ def test_the_summary_counts_notebooks_graded_and_names_the_missing_apart(course,
         assert cli.main(["grade", str(week2), "--out", str(out), "--workers", "2"]) == 1
     said = buffer.getvalue()
     assert "2 students: 2 notebooks (0 graded now, 2 reused from earlier runs), 1 missing" in said, said
-    assert "cat      02_queries_keys_values   0 / 14   missing" in said and "1 missing; see the status column" in said, said
+    assert "cat      02_queries_keys_values   0 / 14   missing" in said and "1 missing; see the status and notes columns" in said, said
 
 
 # --------------------------------------------------------------------------- 4. a copied grading folder
@@ -609,7 +609,9 @@ def test_a_forced_regrade_the_grader_fails_keeps_the_saved_grade_and_the_next_ru
     results = grade(folder, out, workers=2, force=True, students=["ann"], remote=no_worker, progress=False)
     row = _rows(out)["ann", A01]
     assert row["score"] == "16" and row["status"] == "ok", row
-    assert "a later run could not grade this notebook (grader incident: the cluster has no workers)" in row["notes"]
+    assert "a later run could not grade this notebook (grader incident: the cluster has no workers); this grade, " \
+           "made before, stands until a run grades it" in row["notes"], row["notes"]
+    assert "a later run could not grade this notebook" in (out / "report.html").read_text()  # who needs attention
     wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
     assert wide["ann"][A01] == "16", wide  # exported, not an empty cell
     (ann,) = [r for r in results if r.student_id == "ann"]
@@ -618,3 +620,32 @@ def test_a_forced_regrade_the_grader_fails_keeps_the_saved_grade_and_the_next_ru
     assert "(1 graded now" in said, said
     row = _rows(out)["ann", A01]
     assert row["score"] == "16" and "could not grade" not in row["notes"], row
+
+
+def test_a_failure_on_a_new_file_is_never_covered_by_the_grade_of_an_older_one(course, tmp_path):
+    """A reviewer's: the grade kept over a failure must be a grade of the very file that failed. A fixed notebook the
+    grader failed on was shown 'ok' at the old file's 16 and exported; a first hand-in it failed on, 'missing' and 0.
+    Both are held back again, as any failure of the grader's is."""
+    from autograder.grade import NotebookResult
+    from autograder.outcomes import Status
+
+    def no_worker(course, subs, todo, finish, limits, salt, solutions, progress):
+        for sub in subs:
+            for assignment in todo(sub):
+                finish(sub, assignment, NotebookResult(sub.student_id, assignment, 0.0, 0.0, Status.INCIDENT,
+                                                       detail="the cluster has no workers"))
+        return 0
+
+    folder, out = tmp_path / "class", tmp_path / "out"
+    _put(folder / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _put(folder / "ben" / f"{A02}.ipynb", solved_notebook(course, A02))  # ben: no notebook 01 yet
+    _graded(folder, out, assignments=[A01])
+    assert _rows(out)["ann", A01]["score"] == "16" and _rows(out)["ben", A01]["status"].startswith("missing")
+    _put(folder / "ann" / f"{A01}.ipynb", solved_notebook(course, A01), LATER)  # her fixed notebook
+    _put(folder / "ben" / f"{A01}.ipynb", solved_notebook(course, A01), LATER)  # his first
+    grade(folder, out, workers=2, remote=no_worker, progress=False, assignments=[A01])
+    rows = _rows(out)
+    wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
+    for student in ("ann", "ben"):
+        assert rows[student, A01]["status"].startswith("grader incident"), rows[student, A01]
+        assert wide[student][A01] == "", wide[student]  # held back: never the older file's grade, never a 0

@@ -253,9 +253,10 @@ class _Membership:
         present = set(self.client.scheduler_info().get("workers", {}))
         for worker in [w for w in self.good if w not in present]:
             self.lost.append(worker)
-            print(f"cluster: lost worker {worker} (it died or was stopped): the notebooks it was grading go to "
-                  f"another worker, each recorded once", file=sys.stderr, flush=True)
+            _say(f"cluster: lost worker {worker} (it died or was stopped): the notebooks it was grading are handed "
+                 f"to another worker that may grade, each recorded once")
         self.good = [w for w in self.good if w in present]
+        self.refused = {w: why for w, why in self.refused.items() if w in present}  # gone: waited for like the rest
         new = sorted(present - set(self.good) - set(self.refused))
         if not new:
             return
@@ -292,13 +293,19 @@ class _Membership:
         deadline, said = time.monotonic() + wait_s, False
         while not self.good and not self.refused and time.monotonic() < deadline:
             if not said:
-                print(f"cluster: no worker that may grade{' left' if self.lost else ' yet'}; waiting up to "
-                      f"{wait_s:.0f} s for one (start workers from the course folder: {worker_command(address)})",
-                      file=sys.stderr, flush=True)
+                _say(f"cluster: no worker that may grade{' left' if self.lost else ' yet'}; waiting up to "
+                     f"{wait_s:.0f} s for one (start workers from the course folder: {worker_command(address)})")
                 said = True
             time.sleep(1.0)
             self.refresh()
         return bool(self.good)
+
+
+def _say(line: str) -> None:
+    """A line on stderr that a progress bar there does not run into (tqdm.write clears and redraws it)."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
 
 
 def worker_command(address: str) -> str:
@@ -351,6 +358,7 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
             print(f"cluster: {len(members.good)} of {len(members.good) + len(members.refused)} workers grade "
                   f"({address})", flush=True)
         waiting, running, graded_by, finished = deque(work), {}, set(), queue.Queue()
+        incidents = 0  # notebooks left as the grader's incidents when every worker was lost
         refusals: dict[tuple[str, str], int] = {}  # a notebook handed on by refusing workers: at most a few times
         looked = time.monotonic()
 
@@ -374,14 +382,15 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                 except queue.Empty:
                     _look_again(members, running, submit)
                     if not members.good and not members.wait_for_one(address, progress):  # every worker gone
-                        why = (f"the cluster at {address} lost every worker during the run and none came back in "
-                               f"{WAIT_FOR_WORKERS_S:.0f} s")
-                        for future in list(running):
+                        why = (f"the cluster at {address} lost every worker that may grade during the run, and none "
+                               f"came in {WAIT_FOR_WORKERS_S:.0f} s")
+                        stranded = [f for f in running if not f.done()]  # a finished one is read from the queue
+                        for future in stranded:
                             future.cancel()
-                        for sub, assignment in [*running.values(), *waiting]:
+                        for sub, assignment in [*(running.pop(f) for f in stranded), *waiting]:
                             finish(sub, assignment, _incident(sub.student_id, assignment, why))
+                            incidents += 1
                             bar.update()
-                        running.clear()
                         waiting.clear()
                     continue
                 if future not in running:  # handed out again (_look_again) and cancelled here
@@ -398,9 +407,10 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                 finish(sub, assignment, record(sub, judged))
                 bar.update()
         if members.lost:
-            print(f"cluster: {len(members.lost)} worker(s) lost during the run ({', '.join(members.lost)}); each "
-                  f"notebook they held was graded again elsewhere (one whose workers died {settings.tries} times is "
-                  f"its student's crash)", file=sys.stderr, flush=True)
+            after = (f"{incidents} notebook(s) were left as grader incidents, graded by the next run" if incidents else
+                     f"the notebooks they held were graded on other workers (one whose workers died {settings.tries} "
+                     f"times is its student's crash)")
+            _say(f"cluster: {len(members.lost)} worker(s) lost during the run ({', '.join(members.lost)}); {after}")
         return len(members.good) or len(graded_by)
 
 

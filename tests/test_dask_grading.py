@@ -235,6 +235,19 @@ def test_workers_that_join_late_or_come_back_at_new_addresses_grade(capsys):
     assert members.lost == ["tcp://a:1", "tcp://b:1", "tcp://c:1"]
 
 
+def test_a_worker_that_refused_and_left_does_not_stop_the_wait_for_one(capsys):
+    """A reviewer's: once any worker had refused, losing every good worker skipped the wait (the refused one was
+    still counted, though gone)."""
+    client = _FakeClient({"tcp://a:1": (1, ""), "tcp://r:1": (1, "it has another course")})
+    members = grading_cluster._Membership(client, None, False)
+    members.refresh()
+    client.workers = {}
+    joined = threading.Timer(1.5, lambda: client.workers.update({"tcp://b:1": (1, "")}))
+    joined.start()
+    assert members.wait_for_one("tcp://10.0.0.1:8786", progress=True, wait_s=120)
+    assert members.good == ["tcp://b:1"] and members.refused == {}
+
+
 def test_a_cluster_with_no_worker_waits_for_one_then_says_what_to_start(capsys):
     members = grading_cluster._Membership(_FakeClient({}), None, False)
     assert not members.wait_for_one("tcp://10.0.0.1:8786", progress=True, wait_s=0)
@@ -379,10 +392,11 @@ def test_a_run_that_loses_every_worker_ends_with_incidents_not_a_silent_wait(cou
         cluster.scale(0)
         results = _finished(thread, box)
     by = {r.student_id: r for r in results}
-    assert by["sam"].status is Status.INCIDENT and "lost every worker during the run" in by["sam"].detail, by["sam"]
+    assert by["sam"].status is Status.INCIDENT and "lost every worker that may grade during the run" in by["sam"].detail, by["sam"]
     assert all(r.status in (Status.INCIDENT, Status.OK) for r in results), by
     err = capsys.readouterr().err
     assert "cluster: lost worker" in err and "no worker that may grade left; waiting up to 2 s" in err, err[-2000:]
+    assert "notebook(s) were left as grader incidents, graded by the next run" in err, err[-2000:]
 
 
 @pytest.mark.slow

@@ -187,12 +187,17 @@ def copy_own_files(src: str, dest: str, coursedir, log) -> None:
         except OSError as err:
             refuse(path, err.strerror)
             return
+        if not stat.S_ISREG(os.fstat(source).st_mode):  # swapped for a folder or a FIFO since it was looked at
+            os.close(source)
+            refuse(path, "not a regular file")
+            return
         with os.fdopen(source, "rb") as reader:
-            if not stat.S_ISREG(os.fstat(source).st_mode):  # swapped for something else since it was looked at
-                refuse(path, "not a regular file")
-                return
             made = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode)
-            os.fchmod(made, file_mode)
+            try:
+                os.fchmod(made, file_mode)
+            except BaseException:
+                os.close(made)
+                raise
             with open(made, "wb") as writer:
                 while chunk := reader.read(1 << 20):
                     budget[0] -= len(chunk)
@@ -217,6 +222,47 @@ def copy_own_files(src: str, dest: str, coursedir, log) -> None:
         raise
     finally:
         os.close(top)
+
+
+class _Without:
+    """A logging filter: drops the records whose message starts with `start`."""
+
+    def __init__(self, start: str):
+        self.start = start
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith(self.start)
+
+
+class _kept_if_failed:
+    """A student's folder collected before (`dest`), copied aside while a newer submission replaces it: nbgrader
+    removes it before copying, and a newer submission that could not be copied left none at all (the student then
+    graded as missing). `restore()` puts it back; the copy aside is removed on the way out. Hidden (a leading '.'),
+    beside it: the grader never reads it as a submission."""
+
+    def __init__(self, dest: str):
+        self.dest, self.aside = dest, None
+
+    def __enter__(self) -> "_kept_if_failed":
+        import shutil
+        import tempfile
+
+        if os.path.isdir(self.dest):
+            self.aside = tempfile.mkdtemp(prefix=".collected-before-", dir=os.path.dirname(self.dest))
+            shutil.copytree(self.dest, os.path.join(self.aside, "copy"), symlinks=True)
+        return self
+
+    def restore(self) -> bool:
+        if self.aside is None or os.path.isdir(self.dest):
+            return os.path.isdir(self.dest)
+        os.replace(os.path.join(self.aside, "copy"), self.dest)
+        return True
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        if self.aside is not None:
+            shutil.rmtree(self.aside, ignore_errors=True)
 
 
 class OwnerCheckedCollect(ExchangeCollect):
@@ -268,18 +314,31 @@ class OwnerCheckedCollect(ExchangeCollect):
             owners = self._owners()
             self.src_records = [r for r in (self._own_record(r, owners) for r in self.src_records) if r is not None]
         records, failed = self.src_records, []
+        if not records:
+            super().copy_files()  # nbgrader's own "No submissions of ... to collect"
+            return
+        self.log.info("Processing %d submissions of '%s' for course '%s'", len(records), self.coursedir.assignment_id,
+                      self.coursedir.course_id)
+        quiet = _Without("Processing 1 submissions")  # nbgrader's line, once per record below
+        self.log.addFilter(quiet)
         try:  # one student's folder that cannot be copied never stops the others' (nbgrader's loop stops there)
             for record in records:
                 self.src_records = [record]
-                try:
-                    super().copy_files()
-                except Exception as err:  # noqa: BLE001 - reported below, and collect then fails
-                    self.log.error("%s: not collected (%s); the other students' submissions are. Collect again once it "
-                                   "is fixed (the exchange keeps it).",
-                                   os.path.join(self.inbound_path, record["filename"]), err)
-                    failed.append(record["filename"])
+                dest = self.coursedir.format_path(self.coursedir.submitted_directory, record["username"],
+                                                  self.coursedir.assignment_id)
+                with _kept_if_failed(dest) as earlier:
+                    try:
+                        super().copy_files()
+                    except Exception as err:  # noqa: BLE001 - reported below, and collect then fails
+                        kept = earlier.restore()
+                        self.log.error("%s: not collected (%s); %s. The other students' submissions are collected. "
+                                       "Collect again once it is fixed (the exchange keeps it).",
+                                       os.path.join(self.inbound_path, record["filename"]), err,
+                                       "the copy collected before is kept" if kept else "nothing of theirs was collected")
+                        failed.append(record["filename"])
         finally:
             self.src_records = records
+            self.log.removeFilter(quiet)
         if failed:
             message = (f"{len(failed)} submission(s) could not be collected: {', '.join(failed)} (the errors above "
                        "say why); every other one was")

@@ -367,3 +367,29 @@ def test_a_folder_dated_in_the_future_in_a_classmates_name_never_blocks_their_ow
     assert again.returncode == 0, again.stderr[-3000:]
     got = nbformat.read(teaching / "submitted" / "daemon" / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
     assert got == "daemon's own", again.stderr[-3000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
+def test_a_newer_submission_that_cannot_be_collected_leaves_the_one_collected_before(tmp_path):
+    """A reviewer's: nbgrader removes a student's collected folder before copying their newer submission; when that
+    copy failed (too big), the student had none left and was graded as missing. The earlier copy is put back."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    empty = _collect(tmp_path, teaching, exchange)  # nothing handed in yet: nbgrader's own warning, once
+    assert empty.returncode == 0 and "No submissions of '01_similarity_attention'" in empty.stderr, empty.stderr
+    _submit(inbound, "bin", "bin", _at(1), "bin's first")
+    _submit(inbound, "daemon", "daemon", _at(1), "daemon's first")
+    first = _collect(tmp_path, teaching, exchange)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stderr.count("Processing 2 submissions") == 1 and "Processing 1 submissions" not in first.stderr
+    _submit(inbound, "bin", "bin", _at(5), "bin's second, too big")
+    big = next(p for p in inbound.glob("bin+*") if "too big" in p.name) / "data.bin"
+    big.write_bytes(os.urandom(600_000))
+    shutil.chown(big, "bin")
+    again = _collect(tmp_path, teaching, exchange, "--update", "--CourseDirectory.max_dir_size=500")
+    assert again.returncode != 0 and "the copy collected before is kept" in again.stderr, again.stderr[-3000:]
+    kept = nbformat.read(teaching / "submitted" / "bin" / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
+    assert kept == "bin's first"
+    assert sorted(p.name for p in (teaching / "submitted" / "bin").iterdir()) == [A01]  # nothing left aside

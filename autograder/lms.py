@@ -475,8 +475,14 @@ def moodle_csv(results: list[NotebookResult], path: Path, people: dict[str, dict
     people = people or {}
     rows = [MOODLE_COLUMNS + notebooks]
     done = Exported(path, [path])
+    shared: dict[str, str] = {}  # email (case folded) -> the first student with it
     for sid in sorted(by_student):
         person = people.get(sid, {})
+        email = (person.get("email") or "").casefold()
+        if email and email in shared:  # Moodle maps users by email: both rows would go to one account
+            done.problems.append(f"{sid}: the same email as {shared[email]} ({person.get('email')}): Moodle would give "
+                                 f"both grades to one account; give each student their own in the roster")
+        shared.setdefault(email, sid)
         if not person.get("email"):
             done.problems.append(f"{sid}: no email address in the gradebook; map Moodle users by 'Student ID' if "
                                  "the ids are Moodle usernames or ID numbers, or give `attn-course grade` a --roster "

@@ -412,3 +412,14 @@ def test_ids_that_differ_only_in_case_are_named_by_the_folder_exports(tmp_path):
         (problem,) = [p for p in done.problems if "differ only in case" in p]
         assert problem.startswith("Alice and alice: student ids that differ only in case"), problem
     assert not [p for p in lms.json_results(results[2:], tmp_path / "one", lms.gradescope_result).problems if "case" in p]
+
+
+def test_moodle_names_two_students_with_one_email(tmp_path):
+    """Two roster rows with one email (a family's, a placeholder) are two students to grade, but Moodle maps users by
+    email: the export names them (the roster used to be refused whole)."""
+    results = [NotebookResult("ann", A01, 17, 17), NotebookResult("ben", A01, 3, 17), NotebookResult("cat", A01, 9, 17)]
+    people = {"ann": {"email": "home@uni.example"}, "ben": {"email": "Home@uni.example"}, "cat": {"email": "c@uni.example"}}
+    done = lms.moodle_csv(results, tmp_path / "moodle.csv", people)
+    (problem,) = [p for p in done.problems if "the same email" in p]
+    assert problem.startswith("ben: the same email as ann (Home@uni.example): Moodle would give both grades to one "
+                              "account"), problem

@@ -586,27 +586,29 @@ def test_a_late_fix_that_lowers_the_grade_and_a_comment_kept_over_it_are_said(co
 
 
 # --------------------------------------------------------------------------- a regrade the grader cannot do
+def _no_worker(course, subs, todo, finish, limits, salt, solutions, progress):
+    """A remote grader with no worker to grade: every notebook handed to it is the grader's incident."""
+    from autograder.grade import NotebookResult
+    from autograder.outcomes import Status
+
+    for sub in subs:
+        for assignment in todo(sub):
+            finish(sub, assignment, NotebookResult(sub.student_id, assignment, 0.0, 0.0, Status.INCIDENT,
+                                                   detail="the cluster has no workers"))
+    return 0
+
+
 def test_a_forced_regrade_the_grader_fails_keeps_the_saved_grade_and_the_next_run_grades_it(course, tmp_path):
     """An instructor's walkthrough: `--force --student` on a cluster with no worker to grade recorded a grader
     incident over the student's good grade: grades_wide.csv and every export then had an empty cell, while the
     message said "not graded and not saved". The grade saved before stands (noted on its row, the run's summary
     counting the problem), and the next run grades the notebook again."""
-    from autograder.grade import NotebookResult
-    from autograder.outcomes import Status
-
     folder, out = tmp_path / "class", tmp_path / "out"
     _put(folder / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
     _graded(folder, out)
     assert _rows(out)["ann", A01]["score"] == "16"
 
-    def no_worker(course, subs, todo, finish, limits, salt, solutions, progress):
-        for sub in subs:
-            for assignment in todo(sub):
-                finish(sub, assignment, NotebookResult(sub.student_id, assignment, 0.0, 0.0, Status.INCIDENT,
-                                                       detail="the cluster has no workers"))
-        return 0
-
-    results = grade(folder, out, workers=2, force=True, students=["ann"], remote=no_worker, progress=False)
+    results = grade(folder, out, workers=2, force=True, students=["ann"], remote=_no_worker, progress=False)
     row = _rows(out)["ann", A01]
     assert row["score"] == "16" and row["status"] == "ok", row
     assert "a later run could not grade this notebook (grader incident: the cluster has no workers); this grade, " \
@@ -626,16 +628,6 @@ def test_a_failure_on_a_new_file_is_never_covered_by_the_grade_of_an_older_one(c
     """A reviewer's: the grade kept over a failure must be a grade of the very file that failed. A fixed notebook the
     grader failed on was shown 'ok' at the old file's 16 and exported; a first hand-in it failed on, 'missing' and 0.
     Both are held back again, as any failure of the grader's is."""
-    from autograder.grade import NotebookResult
-    from autograder.outcomes import Status
-
-    def no_worker(course, subs, todo, finish, limits, salt, solutions, progress):
-        for sub in subs:
-            for assignment in todo(sub):
-                finish(sub, assignment, NotebookResult(sub.student_id, assignment, 0.0, 0.0, Status.INCIDENT,
-                                                       detail="the cluster has no workers"))
-        return 0
-
     folder, out = tmp_path / "class", tmp_path / "out"
     _put(folder / "ann" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
     _put(folder / "ben" / f"{A02}.ipynb", solved_notebook(course, A02))  # ben: no notebook 01 yet
@@ -643,7 +635,7 @@ def test_a_failure_on_a_new_file_is_never_covered_by_the_grade_of_an_older_one(c
     assert _rows(out)["ann", A01]["score"] == "16" and _rows(out)["ben", A01]["status"].startswith("missing")
     _put(folder / "ann" / f"{A01}.ipynb", solved_notebook(course, A01), LATER)  # her fixed notebook
     _put(folder / "ben" / f"{A01}.ipynb", solved_notebook(course, A01), LATER)  # his first
-    grade(folder, out, workers=2, remote=no_worker, progress=False, assignments=[A01])
+    grade(folder, out, workers=2, remote=_no_worker, progress=False, assignments=[A01])
     rows = _rows(out)
     wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
     for student in ("ann", "ben"):

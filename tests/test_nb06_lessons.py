@@ -7,8 +7,6 @@ either side (a retrained model, a re-recorded result, an edited output) is an er
 The checks are also run on perturbed copies of the files, to show they notice."""
 from __future__ import annotations
 
-import ast
-import builtins
 import json
 import re
 import shutil
@@ -17,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .layout import NOTEBOOKS, REPO
+from .layout import NOTEBOOKS, REPO, names_read_from_elsewhere
 
 ASSIGNMENT = "06_transformer_translator"
 SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -162,19 +160,8 @@ def test_the_new_cells_are_in_place_ungraded_and_released_without_outputs():
 def test_each_new_code_cell_runs_on_its_own(name):
     """Every name a new cell reads is imported or defined in it (or a builtin): it was executed alone, and
     runs the same after any earlier cell is changed."""
-    tree = ast.parse(_cells()[name].source)
-    defined = set(dir(builtins))
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            defined.add(node.name)
-        elif isinstance(node, ast.arg):
-            defined.add(node.arg)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            defined.add(node.id)
-    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    assert read <= defined, f"{name} reads names of earlier cells: {sorted(read - defined)}"
+    elsewhere = names_read_from_elsewhere(_cells()[name].source)
+    assert not elsewhere, f"{name} reads names of earlier cells: {sorted(elsewhere)}"
 
 
 def test_the_prose_types_no_recorded_score():

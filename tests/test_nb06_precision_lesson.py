@@ -7,8 +7,6 @@ ln V) and to the recipe; and every number the two readings type must be one the 
 Each check is also run on perturbed copies of the cells, to show that it notices."""
 from __future__ import annotations
 
-import ast
-import builtins
 import copy
 import json
 import math
@@ -21,7 +19,7 @@ import torch
 
 from attention_course.train import CONFIGS
 
-from .layout import NOTEBOOKS, REPO
+from .layout import NOTEBOOKS, REPO, names_read_from_elsewhere
 
 ASSIGNMENT = "06_transformer_translator"
 SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -259,21 +257,10 @@ def test_the_new_cells_are_ungraded_and_released_without_outputs():
 def test_each_new_code_cell_runs_on_its_own(name):
     """Every name a new cell reads is imported or defined in it (or a builtin): a change to an earlier
     cell, yours included, cannot change what it shows."""
-    tree = ast.parse(_cells()[name].source)
-    defined = set(dir(builtins))
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            defined.add(node.name)
-        elif isinstance(node, ast.arg):
-            defined.add(node.arg)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            defined.add(node.id)
-    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    elsewhere = names_read_from_elsewhere(_cells()[name].source)
     if name == "mixed-precision-code":
-        defined |= set(YOURS)  # the notebook's graded functions, as section 7's run uses them
-    assert read <= defined, f"{name} reads names of earlier cells: {sorted(read - defined)}"
+        elsewhere -= set(YOURS)  # the notebook's graded functions, as section 7's run uses them
+    assert not elsewhere, f"{name} reads names of earlier cells: {sorted(elsewhere)}"
 
 
 def test_no_absolute_path_in_the_new_cells():

@@ -10,7 +10,6 @@ here. The checks are also run on perturbed copies, to show they notice. Nothing 
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import copy
 import functools
@@ -28,7 +27,7 @@ from attention_course.corpora import shakespeare
 from attention_course.efficient import CHAR_GPT
 from attention_course.shakespeare_gpt import load_shakespeare_gpt
 
-from .layout import NOTEBOOKS, REPO
+from .layout import NOTEBOOKS, REPO, names_read_from_elsewhere
 
 ASSIGNMENT = "07_attention_at_scale"
 SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -241,20 +240,9 @@ def test_the_new_cells_are_in_place_ungraded_and_released_without_outputs():
 def test_the_new_code_runs_after_any_earlier_cell():
     """Every name the new code cells read is imported or defined in them (or a builtin): the lesson decodes the
     shipped model, whatever the notebook's own training run above gave."""
-    defined = set(dir(builtins))
-    for name in CODE_CELLS:
-        tree = ast.parse(_cells()[name].source)
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
-            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                defined.add(node.name)
-            elif isinstance(node, ast.arg):
-                defined.add(node.arg)
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                defined.add(node.id)
-        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        assert read <= defined, f"{name} reads names of earlier cells: {sorted(read - defined)}"
+    for k, name in enumerate(CODE_CELLS):  # a cell may read what the new cells before it define
+        elsewhere = names_read_from_elsewhere("\n".join(_cells()[n].source for n in CODE_CELLS[:k + 1]))
+        assert not elsewhere, f"{name} reads names of earlier cells: {sorted(elsewhere)}"
 
 
 # --------------------------------------------------------------------------- the checks notice a change

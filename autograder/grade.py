@@ -1566,6 +1566,8 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         own = r.status in GRADERS_OWN
+        if own and not r.max_score:  # made where the course was not read (a Dask worker, the head): out of its points
+            r.max_score = course.max_score(assignment)
         content = _fingerprint(sub, assignment, solutions, salt, timed=False) if assignment in sub.notebooks else ""
         if own and _kept_over_a_failure(_record_path(out, sub.student_id, assignment), r, content):
             done.append(r)  # said on the console; the grade saved before stands in every table
@@ -1645,9 +1647,10 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         _print_listed(f"NOT GRADED AGAIN, made with earlier hidden tests or grader code ({len(stale)}; a run grades the "
                       "files of its own folder: grade the folder that holds each file again, e.g. the late uploads', "
                       "before exporting):", stale)
-        print(summary_line(len(subs), len(done), len(reused), time.time() - started, workers, out, results, playing,
-                           course.late_policy(), kept=len(kept) + len(unreadable_newer), missing=missing, held=len(held),
-                           not_yet=not_yet))
+        failed = sum(1 for r in done if r.status in GRADERS_OWN)
+        print(summary_line(len(subs), len(done) - failed, len(reused), time.time() - started, workers, out, results,
+                           playing, course.late_policy(), kept=len(kept) + len(unreadable_newer), missing=missing,
+                           held=len(held), not_yet=not_yet, failed=failed))
     return reported
 
 
@@ -1760,9 +1763,10 @@ def _refresh_manual_feedback(course: Course) -> None:
 
 def summary_line(students: int, new: int, reused: int, seconds: float, workers: int, out: Path,
                  results: list[NotebookResult], playing: list[str], policy: LatePolicy, kept: int = 0,
-                 missing: int = 0, held: int = 0, not_yet: int = 0) -> str:
+                 missing: int = 0, held: int = 0, not_yet: int = 0, failed: int = 0) -> str:
     """What the run did, in one sentence: how many notebooks were graded now and how many reused, how many
-    newer grades (or grades set with --force: `held`) were kept over a file of this folder, and how many
+    newer grades (or grades set with --force: `held`) were kept over a file of this folder, how many the
+    grader failed on (`failed`: its incidents and errors, never counted as graded), and how many
     notebooks in play the run's students did not hand in (missing: never counted as graded; `not_yet`:
     before their due date)."""
     def count(n: int, word: str) -> str:
@@ -1770,8 +1774,10 @@ def summary_line(students: int, new: int, reused: int, seconds: float, workers: 
 
     late = sum(1 for r in results if r.seconds_late > 0)
     older = (f", {kept} kept: a grade of theirs over the file here (listed above)" if kept else "") + (f", {held} kept: set with --force" if held else "")
-    return (f"{count(students, 'student')}: {count(new + reused + kept + held, 'notebook')} ({new} graded now, {reused} reused "
-            f"from earlier runs{older})" + (f", {missing} missing (no notebook handed in)" if missing else "")
+    failures = (f", {failed} NOT GRADED: the grader's own failure, its status column says why; the same command "
+                f"grades {'it' if failed == 1 else 'them'} again") if failed else ""
+    return (f"{count(students, 'student')}: {count(new + reused + kept + held + failed, 'notebook')} ({new} graded now, "
+            f"{reused} reused from earlier runs{older}{failures})" + (f", {missing} missing (no notebook handed in)" if missing else "")
             + (f", {not_yet} not handed in yet (not due)" if not_yet else "")
             + f" in {seconds:.0f} s, {workers} in parallel -> {out / 'grades.csv'}; "
             f"{count(len({r.student_id for r in results}), 'student')} in the gradebook, "

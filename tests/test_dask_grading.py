@@ -409,6 +409,7 @@ def test_workers_of_another_course_refuse_as_a_grader_incident(course, local_clu
                         lambda names, solutions=None: replace(real(names, solutions), solutions=((A01, "0" * 64),)))
     (ann,) = grading.grade(root, _out(tmp_path / "out"), progress=False, remote=grading_cluster.on_cluster(_on(cluster)))
     assert ann.status is Status.INCIDENT and "another course" in ann.detail and ann.score == 0
+    assert ann.max_score == 17, ann  # out of the notebook's points, as everywhere else (was 0/0)
     saved = json.loads((tmp_path / "out" / "students" / "ann" / f"{A01}.json").read_text())
     assert saved["fingerprint"] == ""  # the grader's incident: the next run grades it again
 

@@ -70,7 +70,8 @@ def _hostile_copy(folder: Path, name: str, notebook: dict) -> Path:
 
 
 def test_a_library_that_does_not_import_is_the_graders_incident_and_the_next_run_grades(class_folder, monkeypatch,
-                                                                                          tmp_path):
+                                                                                          tmp_path, capsys):
+    """Also: the run's summary counted the incidents as "graded now"; each is NOT GRADED there, out of its points."""
     from autograder import grade as grading
 
     folder, _ = class_folder
@@ -80,11 +81,14 @@ def test_a_library_that_does_not_import_is_the_graders_incident_and_the_next_run
     out = tmp_path / "out"
     monkeypatch.setattr(grading, "library_dir", lambda: broken)
     monkeypatch.setattr("autograder.sandbox.time.sleep", lambda seconds: None)  # the retries' pauses
-    results = {r.student_id: r for r in grading.grade(folder / "submissions", out, progress=False, workers=1,
+    results = {r.student_id: r for r in grading.grade(folder / "submissions", out, progress=True, workers=1,
                                                       assignments=["01_similarity_attention"])}
     for r in results.values():
-        assert r.status is Status.INCIDENT, r
+        assert r.status is Status.INCIDENT and r.max_score == 17, r
         assert "does not import" in r.detail and "not the student's" in r.detail, r.detail
+    summary = capsys.readouterr().out
+    n = len(results)
+    assert f"(0 graded now, 0 reused from earlier runs, {n} NOT GRADED: the grader's own failure" in summary, summary
     csv_text = (out / "grades.csv").read_text()
     assert "grader incident" in csv_text
     monkeypatch.undo()

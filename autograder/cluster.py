@@ -248,13 +248,24 @@ class _Membership:
         self.good: list[str] = []
         self.refused: dict[str, str] = {}
         self.lost: list[str] = []  # workers that graded and left during the run (died, or were stopped)
+        self.labels: dict[str, str] = {}  # a notebook's task key -> 'student notebook', for the console
+        self.held: dict[str, list[str]] = {}  # worker -> the task keys it was running when the head last looked
+
+    def look(self) -> None:
+        """Remember which notebooks each worker is running (so that a lost worker's can be named)."""
+        try:
+            self.held = {w: [str(k) for k in keys] for w, keys in self.client.processing().items()}
+        except Exception:  # noqa: BLE001 - only the console's words depend on it
+            pass
 
     def refresh(self) -> None:
         present = set(self.client.scheduler_info().get("workers", {}))
         for worker in [w for w in self.good if w not in present]:
             self.lost.append(worker)
-            _say(f"cluster: lost worker {worker} (it died or was stopped): the notebooks it was grading are handed "
-                 f"to another worker that may grade, each recorded once")
+            names = sorted(self.labels[k] for k in self.held.get(worker, ()) if k in self.labels)
+            what = f"the notebooks it was grading ({', '.join(names)})" if names else "the notebooks it was grading"
+            _say(f"cluster: lost worker {worker} (it died or was stopped): {what} are handed to another worker that "
+                 f"may grade, each recorded once")
         self.good = [w for w in self.good if w in present]
         self.refused = {w: why for w, why in self.refused.items() if w in present}  # gone: waited for like the rest
         new = sorted(present - set(self.good) - set(self.refused))
@@ -368,6 +379,7 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
             key = f"grade-{sub.student_id}-{assignment}-{uuid.uuid4().hex[:8]}"
             future = client.submit(judge_task, task, key=key, pure=False, workers=members.pin())
             running[future] = (sub, assignment)
+            members.labels[key] = f"{sub.student_id} {assignment}"
             future.add_done_callback(finished.put)
 
         with tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress) as bar:
@@ -377,6 +389,7 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                     looked = time.monotonic()
                 while waiting and len(running) < members.slots():
                     submit(*waiting.popleft())
+                members.look()
                 try:
                     future = finished.get(timeout=STALLED_S)
                 except queue.Empty:

@@ -201,7 +201,10 @@ class _FakeClient:
     """The parts of a Dask client the membership reads: who is there, their threads, and each one's answer."""
 
     def __init__(self, workers: dict[str, tuple[int, str]]):
-        self.workers, self.asked = workers, []
+        self.workers, self.asked, self.busy = workers, [], {}
+
+    def processing(self):
+        return {w: self.busy.get(w, []) for w in self.workers}
 
     def scheduler_info(self):
         return {"workers": {w: {} for w in self.workers}}
@@ -227,11 +230,17 @@ def test_workers_that_join_late_or_come_back_at_new_addresses_grade(capsys):
     assert sorted(members.good) == ["tcp://b:1", "tcp://c:1"] and members.slots() == 3
     assert client.asked == ["tcp://a:1", "tcp://b:1", "tcp://c:1", "tcp://d:1"], "each worker asked once"
     assert members.pin() == members.good and "tcp://d:1 refuses to grade: it has another course" in capsys.readouterr().err
+    members.labels = {"grade-sam-01-ab": "sam 01", "grade-ann-05-cd": "ann 05", "grade-ben-01-ef": "ben 01"}
+    client.busy = {"tcp://b:1": ["grade-sam-01-ab", "grade-ann-05-cd"], "tcp://c:1": []}
+    members.look()
     client.workers = {}
     members.refresh()
     assert members.good == [] and members.slots() == 1
     err = capsys.readouterr().err  # an instructor's walkthrough: a worker lost mid-run was said nowhere
     assert "cluster: lost worker tcp://b:1 (it died or was stopped)" in err and "lost worker tcp://c:1" in err
+    # and then which notebooks it had was said nowhere either (a reviewer: "whose grade do I check?")
+    assert "lost worker tcp://b:1 (it died or was stopped): the notebooks it was grading (ann 05, sam 01) are" in err, err
+    assert "lost worker tcp://c:1 (it died or was stopped): the notebooks it was grading are" in err, err
     assert members.lost == ["tcp://a:1", "tcp://b:1", "tcp://c:1"]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer
 
 FAR_SHARE = 0.25  # from this share of words in pieces on, the sentence is called far from the training text
+METASPACE = "\u2581"  # "▁": the tokenizer's mark of a word's start, a token of its own before a character it lacks
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ def coverage(tok: Tokenizer, text: str) -> Coverage:
     enc = tok.encode(text, add_special_tokens=False)
     unk = tok.token_to_id("<unk>")
     groups: dict[int, list[tuple[int, int, bool]]] = {}
-    for word_id, (start, end), token_id in zip(enc.word_ids, enc.offsets, enc.ids, strict=True):
-        if word_id is not None:
+    for word_id, (start, end), token_id, token in zip(enc.word_ids, enc.offsets, enc.ids, enc.tokens, strict=True):
+        if word_id is not None and token != METASPACE:  # a bare word-start mark before <unk>: no piece of the word
             groups.setdefault(word_id, []).append((start, end, token_id == unk))
     words, in_pieces, unknown = [], [], []
     for spans in groups.values():
@@ -54,14 +55,19 @@ def coverage(tok: Tokenizer, text: str) -> Coverage:
 
 
 def coverage_note(cov: Coverage, trained_on: str) -> str:
-    """One or two sentences for a reader; "" when every word is whole in the vocabulary."""
-    if not cov.in_pieces:
+    """One or two sentences for a reader; "" when every word is whole in the vocabulary and every character has a
+    token (an emoji in an otherwise familiar sentence is named: the model writes words for it that mean nothing)."""
+    if not cov.in_pieces and not cov.unknown:
         return ""
-    listed = ", ".join(f"{word} ({' '.join(pieces)})" for word, pieces in cov.in_pieces)
-    note = (f"{len(cov.in_pieces)} of {len(cov.words)} words are not in the model's vocabulary as whole words, "
-            f"so it saw them rarely or never: {listed}.")
+    note = ""
+    if cov.in_pieces:
+        listed = ", ".join(f"{word} ({' '.join(pieces)})" for word, pieces in cov.in_pieces)
+        note = (f"{len(cov.in_pieces)} of {len(cov.words)} words are not in the model's vocabulary as whole words, "
+                f"so it saw them rarely or never: {listed}. ")
     if cov.unknown:
-        note += f" It has no token at all for {', '.join(cov.unknown)}: each reaches it as the same unknown token."
+        note += (f"{'It' if note else 'The model'} has no token at all for {', '.join(cov.unknown)}: each reaches it "
+                 "as the same unknown token, and the translation may have words for it that mean nothing.")
+    note = note.rstrip()
     if cov.far:
         note += (f" This sentence is far from what the model learned from ({trained_on}); expect a rough "
                  "translation.")

@@ -53,6 +53,22 @@ def test_characters_the_vocabulary_lacks_are_shown_as_written_not_as_unk(tok):
     assert "<unk>" not in note and "ukulele (uk ule le)" in note and "no token at all for Ñ, ú, 🎸" in note, note
 
 
+def test_an_emoji_in_a_familiar_sentence_is_named(tok):
+    """A reader: every word whole, so no note at all, while the model wrote "mit Säge" (with a saw) for the dog emoji."""
+    cov = coverage(tok, "A dog \U0001F436 runs.")
+    assert cov.in_pieces == () and cov.unknown == ("\U0001F436",), cov
+    note = coverage_note(cov, "captions")
+    assert note.startswith("The model has no token at all for \U0001F436") and "mean nothing" in note, note
+
+
+def test_a_sentence_that_starts_with_a_letter_the_vocabulary_lacks_quotes_it_once(tok):
+    """At the very start the tokenizer gives a bare word-start mark the same offsets as the <unk> after it: the note
+    said "Ñandú (Ñ Ñ and ú)", and a lone "Ñ" was a word in pieces, "Ñ (Ñ Ñ)"."""
+    assert coverage(tok, "Ñandú.").in_pieces == (("Ñandú", ("Ñ", "and", "ú")),)
+    alone = coverage(tok, "Ñ is a letter.")
+    assert "Ñ" not in dict(alone.in_pieces) and alone.unknown == ("Ñ",), alone
+
+
 def test_translate_prints_one_line_per_sentence_and_the_note_on_stderr(capsys):
     assert cli.main(["translate", CAPTION, RUNNING_EXAMPLE]) == 0
     out, err = capsys.readouterr()

@@ -181,3 +181,38 @@ def test_a_layer_that_returns_only_its_output_is_told_so_in_the_gradient_case_to
     exercise = next(e for e in nb02.EXERCISES if e.name == "SelfAttention_gradients")
     with pytest.raises(CheckFailed, match=r"output: expected a tuple of \d+ values, got Tensor"):
         check_exercise(exercise, wrong["SelfAttention"])
+
+
+def test_a_beam_search_that_prefers_unfinished_hypotheses_is_named_so_in_every_case():
+    """A third audit: a search that returns a hypothesis still unfinished at max_len over every finished one was named
+    "does not count eos in the length" in one test cell and "no source padding mask" in the next; it is catalogued
+    now (the mirror of "unfinished hypotheses do not compete"), and both cells name it."""
+    wrong = mutated(translate, "best = [max(hyps, key=lambda h: h[0])[1] for hyps in finished]",
+                    "best = [max([h for h in hyps if int(h[1][-1]) != eos_id] or hyps, key=lambda h: h[0])[1]\n"
+                    "                for hyps in finished]")["beam_search"]
+    said = []
+    for name in ("beam_search", "beam_search_length_penalty"):
+        exercise = next(e for e in nb06.EXERCISES if e.name == name)
+        with pytest.raises(CheckFailed) as failed:
+            check_exercise(exercise, wrong)
+        said.append(str(failed.value))
+    for message in said:
+        assert "prefers a hypothesis still unfinished at max_len over the finished ones" in message, message
+        assert "does not count eos" not in message and "no source padding mask" not in message, message
+
+
+def test_a_latent_attention_that_caches_its_rotary_key_unrotated_is_named_so():
+    """The same audit: an MLA that appends the shared rotary key before rotating it (and rotates every cached key at
+    each call) gives the reference's outputs and loses the cache's points fairly, but was told "rotary embedding
+    applied to the whole query and key", a mistake it does not make."""
+    wrong = _executed(Path(efficient.__file__).read_text()
+                      .replace("        k_rope = apply_rotary(k_rope, positions)                               "
+                               "# [B, T, rope]: one key for all heads\n", "")
+                      .replace("        T_k = latent.shape[1]\n",
+                               "        T_k = latent.shape[1]\n        k_rope = apply_rotary(k_rope, torch.arange(T_k))\n"))
+    by_name = {e.name: e for e in nb07.EXERCISES}
+    check_exercise(by_name["MultiHeadLatentAttention"], wrong["MultiHeadLatentAttention"])  # its outputs are right
+    with pytest.raises(CheckFailed) as failed:
+        check_exercise(by_name["MultiHeadLatentAttention_cache"], wrong["MultiHeadLatentAttention"])
+    said = str(failed.value)
+    assert "the shared rotary key cached before its rotation" in said and "whole query and key" not in said, said

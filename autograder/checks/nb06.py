@@ -1187,6 +1187,11 @@ BEAM_MISTAKES = (
     Mistake("no source padding mask (the decoder attends to source padding)",
             "pass memory_mask = (src != pad_id)[:, None, None, :] to encode and decode",
             _beam_code(src_mask="None")),
+    Mistake("prefers a hypothesis still unfinished at max_len over the finished ones",
+            "at max_len the live hypotheses join the finished ones as candidates, scored alike: return the best "
+            "score of them all, whether it ends with eos or not",
+            _beam_code(choose="best = max([h for h in finished if h[1][-1] != eos_id] or finished, "
+                              "key=lambda h: h[0])[1]")),
 )
 
 

@@ -891,6 +891,12 @@ MLA_MISTAKES = (
             "the shared rotary key, never the values",
             variant(MLA_SOURCE, ("v = split_heads(self.v_up(latent), H)",
                                  "v = apply_rotary(split_heads(self.v_up(latent), H), torch.arange(T_k))"))),
+    Mistake("the shared rotary key cached before its rotation (every cached key rotated again at each call)",
+            "rotate k_rope at the new tokens' positions first, then append it: the cache holds the rotated key, so a "
+            "step rotates only its own token's key (the attention's output is the same either way; the cache is not)",
+            variant(MLA_SOURCE, ("        k_rope = apply_rotary(k_rope, positions)\n", ""),
+                    ("        T_k = latent.shape[1]\n",
+                     "        T_k = latent.shape[1]\n        k_rope = apply_rotary(k_rope, torch.arange(T_k))\n"))),
     Mistake("rotary embedding applied to the whole query and key (the no-position part too)",
             "only the qk_rope_head_dim features are rotated; the qk_nope_head_dim features, reconstructed from the "
             "latent, carry no position (that is what lets DeepSeek absorb k_up into the query)",

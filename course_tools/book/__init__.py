@@ -120,7 +120,9 @@ def _launch_cell(chapter: Chapter, repo: Repository) -> nbformat.NotebookNode:
         f"**Work the exercises:** [the student notebook in Colab]({repo.colab(chapter.student_path)}) "
         f"(or [on Binder]({repo.binder(chapter.student_path)})) — the exercises to fill in, with their checks.\n\n"
         f"**Read and run this solved notebook:** [in Colab]({repo.colab(chapter.solution_path)}) "
-        f"(or [on Binder]({repo.binder(chapter.solution_path)})).\n"
+        f"(or [on Binder]({repo.binder(chapter.solution_path)})): the course's source notebook, not this page, "
+        f"so its test cells also run the checks an instructor grades with (they pass) and its answers are marked "
+        f"out for the student version.\n"
         ":::"
     )
     return nbformat.v4.new_markdown_cell(text)
@@ -137,7 +139,9 @@ def _index(chapter_list: list[Chapter], repo: Repository | None) -> str:
                  f"student notebook (the exercises to fill in, from `notebooks/`), the other this solved "
                  f"notebook (from `solutions/`), both from [{repo.name}](https://github.com/{repo.name}/tree/{repo.ref}) "
                  f"at `{repo.ref}`. The rocket button at the top of a chapter launches the solved notebook in "
-                 f"Colab or on Binder (a CPU-only environment, set up by the repository's `binder/` folder).")
+                 f"Colab or on Binder (a CPU-only environment, set up by the repository's `binder/` folder). The "
+                 f"solved notebook is the course's source, not this page: its test cells also run the checks an "
+                 f"instructor grades with (they pass), and its answers are marked out for the student version.")
     else:
         colab = ("This copy of the book was built without a repository setting, so its chapters have no "
                  "launch buttons. To work a chapter in Colab, bring the whole course along, since a notebook's "

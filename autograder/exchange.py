@@ -37,6 +37,8 @@ from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.exchange.default.list import ExchangeList
 from nbgrader.utils import check_directory
 
+from .printable import printable
+
 try:
     import pwd
 except ImportError:  # pragma: no cover - Windows: no owners to check (nbgrader checks none there either)
@@ -234,6 +236,19 @@ class _Without:
         return not str(record.msg).startswith(self.start)
 
 
+class _Printable:
+    """A logging filter: a record's message with a student's control characters and undecodable bytes escaped (a
+    folder name in the exchange is the student's choice: its escape sequences cleared the instructor's terminal and
+    hid the very line that named it)."""
+
+    def filter(self, record) -> bool:
+        message = record.getMessage()
+        shown = printable(message)
+        if shown != message:
+            record.msg, record.args = shown, ()
+        return True
+
+
 class _kept_if_failed:
     """A student's folder collected before (`dest`), copied aside while a newer submission replaces it: nbgrader
     removes it before copying, and a newer submission that could not be copied left none at all (the student then
@@ -310,6 +325,14 @@ class OwnerCheckedCollect(ExchangeCollect):
                 fh.write(when.replace(tzinfo=timezone.utc).strftime(TIMESTAMP_FORMAT))
 
     def copy_files(self):
+        shown = _Printable()
+        self.log.addFilter(shown)
+        try:
+            self._copy_files()
+        finally:
+            self.log.removeFilter(shown)
+
+    def _copy_files(self):
         if pwd is not None and self.check_owner and self.src_records:
             owners = self._owners()
             self.src_records = [r for r in (self._own_record(r, owners) for r in self.src_records) if r is not None]
@@ -356,12 +379,14 @@ class OwnerCheckedCollect(ExchangeCollect):
         if owner == student:
             return record
         has_own = any(name.rsplit("+", 3)[0] == student and who == student for name, who in owners.items())
-        if not has_own and owner is not None:
-            return record  # owners cannot vouch here (one account for all, a file put in by hand): nbgrader warns
+        if not has_own and owner is not None and owner in _hands_that_vouch():
+            return record  # put in by hand, by the instructor collecting (or root): nbgrader warns
         path = os.path.join(self.inbound_path, record["filename"])
         self.log.error("%s claims to be %s's submission but is %s: not collected (anyone can write into the "
-                       "exchange's inbound; only the student's own folders are theirs).", path, student,
-                       f"owned by {owner}" if owner else "not a folder of its own (a link, or unreadable)")
+                       "exchange's inbound; only the student's own folders are theirs, or one the instructor "
+                       "collecting put there). Where one account owns every student's folder (a hub whose users "
+                       "share one uid), owners cannot vouch: set c.ExchangeCollect.check_owner = False.", path,
+                       student, f"owned by {owner}" if owner else "not a folder of its own (a link, or unreadable)")
         prefix = f"{student}+{self.coursedir.assignment_id}+"
         own = [self._path_to_record(os.path.join(self.inbound_path, name)) for name, who in owners.items()
                if name.startswith(prefix) and who == student]
@@ -372,6 +397,14 @@ class OwnerCheckedCollect(ExchangeCollect):
                            self.coursedir.assignment_id)
             return None
         return self._sort_by_timestamp(own)[0]
+
+
+def _hands_that_vouch() -> set[str]:
+    """The accounts whose folder in the inbound is taken as the student it names: the user collecting (the
+    instructor put it there by hand) and root. A folder another student made is never one of them: with no folder
+    of the named student's own, it was collected as theirs (a student handed in a notebook in the name of a
+    classmate who had not, and framed them with a library's softmax)."""
+    return {"root", pwd.getpwuid(os.geteuid()).pw_name}
 
 
 class ListWithoutExchangeSaidOnce(ExchangeList):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from .printable import printable
+
 # What starts a formula: the four operators, their full-width forms (some spreadsheets fold them),
 # and the control characters after which a spreadsheet still sees them.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -30,7 +32,7 @@ def safe_cell(value: object) -> str:
     plain number. None is an empty cell; numbers are written as they are."""
     if value is None:
         return ""
-    text = value if isinstance(value, str) else str(value)
+    text = printable(value if isinstance(value, str) else str(value))  # no control sequence, no undecodable byte
     if _NUMBER.fullmatch(text):
         return text
     if text.startswith(FORMULA_STARTS) or text.lstrip(" ").startswith(FORMULA_STARTS):

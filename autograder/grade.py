@@ -67,6 +67,7 @@ from .outcomes import (
     status_from_text,
     status_text,
 )
+from .printable import printable
 from .sandbox import (
     JobResult,
     SandboxUnavailable,
@@ -149,6 +150,10 @@ class NotebookResult:
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # a value such as "ok" is taken; free text is refused
+        # free text that may quote a student's file names or messages: never a control sequence or an undecodable
+        # byte (one file name not UTF-8 stopped every table of the class; another forged the console's table)
+        self.detail, self.review, self.source_file = map(printable, (self.detail, self.review, self.source_file))
+        self.notes = [printable(n) for n in self.notes]
 
     @property
     def status_text(self) -> str:
@@ -700,7 +705,7 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
         status = r.status_text
         if is_blank(r):  # the report's "blank" too: handed in, but every exercise still the release's stub
             status = BLANK if status == Status.OK.value else f"{status}; {BLANK}"
-        rows.append((r.student_id, r.notebook, score, status + late + notes))
+        rows.append(tuple(map(printable, (r.student_id, r.notebook, score, status + late + notes))))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = []
     for k, row in enumerate(rows):
@@ -913,7 +918,7 @@ def _print_listed(title: str, lines: list[str]) -> None:
     if lines:
         print(title)
         for line in sorted(lines):
-            print(f"  {line}")
+            print(printable(f"  {line}"))
 
 
 def _results_before(out: Path) -> dict[tuple[str, str], NotebookResult]:
@@ -1480,7 +1485,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
         n = len(intake.ignored) + len(left_out)
         print(f"not graded ({n} file{'' if n == 1 else 's'}; each with the reason):")
         for path, why in [*intake.ignored, *left_out]:
-            print(f"  {path}: {why}")
+            print(printable(f"  {path}: {why}"))
     if progress and removed:
         print(f"not graded: taken out of this class with remove-student ({len(removed)}; their earlier files are in "
               f"{out / 'removed'}): {', '.join(removed)}; to grade one of them again, name them: --student ID")
@@ -1794,9 +1799,9 @@ def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str, 
     `assignments`: the course's; a note about another of them is left to that one's row (notebook 01's
     duplicate files and Canvas late mark were on the student's 02 row too)."""
     others = {a: set() for a in assignments if a != assignment}
-    r.notes = [f"{k}: {v}" for k, v in sub.problems.items() if not _about_another(k, assignment, others)] + \
+    r.notes = [printable(f"{k}: {v}") for k, v in sub.problems.items() if not _about_another(k, assignment, others)] + \
         [n for n in r.notes if n.startswith(REFUSED + ": ")]
-    r.source_file = sub.origins.get(assignment, "")
+    r.source_file = printable(sub.origins.get(assignment, ""))
     if folder and r.source_file.endswith(")"):  # 'bob/01.ipynb (file time)' -> '... (file time; in week1-late)'
         r.source_file = f"{r.source_file[:-1]}; in {folder})"
 

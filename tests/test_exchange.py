@@ -105,7 +105,10 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
     """The inbound is writable by every user: 'nobody' made daemon+01+<later time>+x holding a blank notebook.
     nbgrader's collect only warned ('cheating attempt?') and took it as daemon's newest, graded 0 for him.
     With the course's settings (the JupyterHub's here) collect takes daemon's own newest instead, and says why;
-    so too for a symbolic link to a folder of bin's, the newest of bin's (a link is its maker's, whatever it names)."""
+    so too for a symbolic link to a folder of bin's, the newest of bin's (a link is its maker's, whatever it names).
+    A red team: a folder another user made for a student with none of their own (sys) was taken as theirs (a
+    classmate's work handed in, or a forged one, in the name of one who never handed in); it is not collected now,
+    and the escape sequences in its name, which cleared the instructor's terminal, are printed as escapes."""
     exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
     inbound = exchange / COURSE_ID / "inbound"
     inbound.mkdir(parents=True)
@@ -119,7 +122,8 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
     work.mkdir()
     shutil.chown(work, "bin")
     (inbound / f"bin+{A01}+{_at(3)} UTC+link").symlink_to(work)
-    _submit(inbound, "nobody", "sys", _at(0.5), "put in by another account")  # sys has none
+    _submit(inbound, "nobody", "sys", _at(0.5), "forged \x1b]0;PWNED\x07\x1b[2J")  # sys has none of their own
+    _submit(inbound, "root", "adm", _at(0.5), "put in by hand")  # by the instructor collecting (root here)
     (teaching / "nbgrader_config.py").write_text(
         f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
     env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
@@ -130,10 +134,14 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     collected = {s: nbformat.read(teaching / "submitted" / s / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
-                 for s in ("daemon", "nobody", "sys", "bin")}
-    # a student with no folder of their own (one account for every server, or a file put in by hand): as nbgrader
-    assert collected == {"daemon": "daemon's own", "nobody": "nobody's own", "sys": "put in by another account",
+                 for s in ("daemon", "nobody", "adm", "bin")}
+    assert collected == {"daemon": "daemon's own", "nobody": "nobody's own", "adm": "put in by hand",
                          "bin": "bin's own"}, collected
+    assert not (teaching / "submitted" / "sys").exists()
+    assert "claims to be sys's submission but is owned by nobody: not collected" in done.stderr, done.stderr[-3000:]
+    assert "sys has no submission of" in done.stderr and "check_owner = False" in done.stderr, done.stderr[-3000:]
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr, done.stderr[-3000:]
+    assert "forged \\x1b]0;PWNED\\x07\\x1b[2J" in done.stderr, done.stderr[-3000:]
     assert (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text() == f"{daemons} UTC"
     assert "claims to be daemon's submission but is owned by nobody: not collected" in done.stderr, done.stderr[-3000:]
     assert "claims to be bin's submission but is not a folder of its own" in done.stderr, done.stderr[-3000:]

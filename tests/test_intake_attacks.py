@@ -254,7 +254,8 @@ def test_no_cell_of_the_exports_starts_like_a_formula(tmp_path):
 
 @pytest.mark.parametrize("text, cell", [
     ("=1+1", "'=1+1"), ("+1+cmd", "'+1+cmd"), ("-1+cmd", "'-1+cmd"), ("@SUM(A1)", "'@SUM(A1)"),
-    ("\t=1", "'\t=1"), ("\r=1", "'\r=1"), ("\n=1", "'\n=1"), (" =1+1", "' =1+1"), ("＝1+1", "'＝1+1"),
+    ("\t=1", "\\x09=1"), ("\r=1", "\\x0d=1"), ("\n=1", "\\x0a=1"), (" =1+1", "' =1+1"), ("＝1+1", "'＝1+1"),
+    ("\x1b]0;title\x07", "\\x1b]0;title\\x07"), ("x\udcff.ipynb", "x\\xff.ipynb"),  # controls shown as escapes
     ("alice", "alice"), ("", ""), ("1.5", "1.5"), ("-0.5", "-0.5"), ("1e+06", "1e+06"), ("+3", "+3"),
     ("2026-11-20T08:00:00Z", "2026-11-20T08:00:00Z"), ("ok", "ok"), (2.5, "2.5"), (None, ""),
 ])
@@ -355,3 +356,39 @@ def test_a_moodle_user_who_takes_a_classmates_full_name_takes_nothing_of_theirs(
     assert set(found) == {"Bob_Jones-1001", "Bob_Jones-2002", "Ann_Lee"}
     note = found["Bob_Jones-2002"].problems["Bob Jones_2002_assignsubmission_file_"]
     assert "Moodle users 1001, 2002 share the full name" in note and "tied to no roster row" in note
+
+
+# --------------------------------------------------------------------------- names a terminal or a file cannot take
+SPOOF = "\x1b[2J\x1b[3J\x1b[H\x1b]0;attn-course: all graded\x07\x1b]52;c;Y3VybA==\x07\x1b[8m"
+
+
+@pytest.mark.slow
+def test_a_file_name_not_utf8_or_full_of_escapes_stops_no_table_and_forges_no_console(course, tmp_path, capsys):
+    """A red team: one student's file named with a byte that is not UTF-8 (`x\\xff.ipynb`, which any user can make)
+    stopped grades.csv, the report and every feedback page of the whole class, every run ("'utf-8' codec can't
+    encode", exit 2); a zip entry named with escape sequences cleared the instructor's screen and drew a forged table.
+    Both names are now shown as escapes, and the class's tables are written."""
+    import nbformat
+
+    from autograder.grade import format_table, grade
+
+    from .conftest import solved_notebook
+
+    good = nbformat.writes(solved_notebook(course, A01)).encode()
+    root = tmp_path / "class"
+    write(root / "honest" / f"{A01}.ipynb", good, at(2026, 11, 20, 9, 0))
+    write(root / "mallory" / f"{A01}.ipynb", good, at(2026, 11, 20, 10, 0))
+    write(Path(os.fsdecode(bytes(root / "mallory") + b"/backup\xff.ipynb")), good, at(2026, 11, 20, 8, 0))
+    write_zip(root / "zed.zip", {f"{A01}.ipynb": (good, (2026, 11, 20, 9, 0, 0)),
+                                 f"{SPOOF}/{A01}.ipynb": (good, (2026, 11, 19, 9, 0, 0))}, at(2026, 11, 20, 9, 0))
+    out = tmp_path / "out"
+    results = grade(root, out, progress=True, assignments=[A01])
+    said = capsys.readouterr().out + format_table(results)
+    by = {r.student_id: r for r in results}
+    assert by["honest"].score == by["mallory"].score == by["zed"].score == by["honest"].max_score > 0, by
+    with (out / "grades.csv").open(newline="") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert "backup\\xff.ipynb" in rows["mallory"]["notes"], rows["mallory"]
+    assert "\\x1b[2J" in rows["zed"]["notes"] and "\x1b" not in (out / "grades.csv").read_text(), rows["zed"]
+    assert (out / "report.html").is_file() and "\x1b" not in said and "\udcff" not in said, said[-2000:]
+    assert "\\x1b]0;attn-course: all graded\\x07" in said, said[-2000:]

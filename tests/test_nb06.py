@@ -684,7 +684,8 @@ LIES = {
         ("sample_next_token_top_k", "top-k kept the k smallest logits", NO_DISTANCE, "values differ"),
     "loss of shape [1], Tensor.dim patched":
         ("label_smoothed_cross_entropy", None, ((torch.Tensor, "dim", _dim_0_for_shape_1),),
-         "output[1]: 1 entries differ, first at index (0,): expected True, got False"),
+         ("output[1]: 1 entries differ, first at index (0,): expected True, got False",  # the 0-d check
+          "output[0]: expected shape (), got shape (1,)")),  # the case that also takes the inputs back
 }
 
 
@@ -695,7 +696,8 @@ def test_verdicts_cannot_be_patched_in_the_sandbox(lie):
     impl = _loss_of_shape_1 if mistake is None else _mistake(exercise, mistake)
     messages = [m for m in judged_as_in_grading(exercise, impl, *patches) if m]
     assert messages, f"{lie}: passed, so the verdict was decided where the student's code runs"
-    assert all("gave a wrong result" in m and how in m for m in messages), messages
+    hows = how if isinstance(how, tuple) else (how,)
+    assert all("gave a wrong result" in m and any(h in m for h in hows) for m in messages), messages
     if mistake:
         assert any(f"known mistake: {mistake}." in m for m in messages), messages
 

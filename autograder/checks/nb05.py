@@ -189,6 +189,9 @@ def _layer_norm_cases(rng):
     cases.append(Case(f"nn.LayerNorm({d})'s state_dict loaded into your LayerNorm({d}), x of shape {list(shape)}: "
                       "your output minus PyTorch's (should be 0)",
                       lambda cls, s=saved, x=x, t=theirs: _layer_norm(cls, d, None, s, x) - t))
+    state = _ln_state(rng, 8)  # called on x itself, not on a copy: `x -= mean` normalized the caller's tensor
+    cases.append(keeps_inputs("LayerNorm(8) with a random weight and bias loaded, on x of shape [2, 5, 8]",
+                              lambda cls, x, s=state: _no_grad(lambda: _load(cls(8), s)(x)), tensor(rng, 2, 5, 8)))
     return cases
 
 
@@ -461,6 +464,12 @@ def _encoder_cases(rng, norm_first):
     built = f"EncoderLayer(d_model=16, num_heads=4, d_ff=32, dropout=0.5, norm_first={norm_first})"
     cases.append(dropout_in_every_sublayer(built, lambda cls, s=state: _load(cls(16, 4, 32, dropout=0.5,
                                            norm_first=norm_first), s), ("self_attn", "ff"), x, 0.5))
+    # called on x itself: a residual added in place (`x += ...`) changed the caller's x, and breaks backward
+    state = random_state(ref.EncoderLayer(16, 4, 32, norm_first=norm_first), rng)
+    cases.append(keeps_inputs(f"{_cfg_text('EncoderLayer', (16, 4, 32, 0.0, norm_first))}, x [2, 5, 16], no mask",
+                              lambda cls, x, s=state: _no_grad(lambda: _load(cls(16, 4, 32, dropout=0.0,
+                                                                                 norm_first=norm_first), s).eval()(x)),
+                              tensor(rng, 2, 5, 16)))
     return cases
 
 
@@ -545,6 +554,12 @@ def _decoder_cases(rng, norm_first):
     built = f"DecoderLayer(d_model=16, num_heads=4, d_ff=32, dropout=0.5, norm_first={norm_first})"
     cases.append(dropout_in_every_sublayer(built, lambda cls, s=state: _load(cls(16, 4, 32, dropout=0.5,
                                            norm_first=norm_first), s), ("self_attn", "cross_attn", "ff"), x, 0.5))
+    state = random_state(ref.DecoderLayer(16, 4, 32, norm_first=norm_first), rng)
+    cases.append(keeps_inputs(f"{_cfg_text('DecoderLayer', (16, 4, 32, 0.0, norm_first))}, x [2, 5, 16], memory "
+                              "[2, 6, 16], a causal tgt_mask",
+                              lambda cls, x, memory, s=state, m=causal: _no_grad(
+                                  lambda: _load(cls(16, 4, 32, dropout=0.0, norm_first=norm_first), s).eval()(
+                                      x, memory, tgt_mask=m)), tensor(rng, 2, 5, 16), tensor(rng, 2, 6, 16)))
     return cases
 
 

@@ -44,6 +44,7 @@ from .core import (
     Mistake,
     called_twice,
     flag,
+    keeps_inputs,
     make_checker,
     op_call_codes,
     op_name,
@@ -254,6 +255,13 @@ def _ls_cases(rng):
                           f"ignore_index {ignore}, epsilon={eps} (checks the loss, then that it is a 0-d tensor)",
                           lambda f, x=logits, y=target, e=eps, i=ignore: _guarded(f, x.clone(), y.clone(), e, i),
                           derive=_loss_and_rank))
+    logits, target = tensor_pair = (torch.from_numpy(rng.normal(scale=2.0, size=(12, 7)).astype(np.float32)),
+                                    torch.from_numpy(rng.integers(1, 7, size=(12,)).astype(np.int64)))
+    target[::3] = 0
+    cases.append(keeps_inputs("logits [12, 7], target [12] with some positions = ignore_index 0, epsilon=0.1 (a "
+                              "stable log-softmax written as logits -= logits.max(...) shifts the caller's logits, "
+                              "and its backward then fails)",
+                              lambda f, x, y: _guarded(f, x, y, 0.1, 0), *tensor_pair))
     return cases
 
 
@@ -1419,6 +1427,11 @@ def _sampling_argument_cases(rng):
         Case("one generator used for two calls: the second call continues from where the first left the "
              "generator, so it must draw other tokens (returns whether it did)",
              lambda f: _one_generator_twice(f, logits), derive=_different_draws),
+        keeps_inputs("sample_next_token(logits [200, 9], temperature=0.5, top_k=4, a generator seeded 7): the shape "
+                     "of the draws (logits /= temperature compounded over a sampling loop that reuses its logits, "
+                     "and a top-k mask written in place dropped those tokens for good)",
+                     lambda f, x: torch.tensor(list(f(x, temperature=0.5, top_k=4,
+                                                      generator=torch.Generator().manual_seed(7)).shape)), logits),
     ]
 
 
@@ -1610,7 +1623,29 @@ def _model_cases(rng):
         built, lambda cls, s=state: load_state(cls(cfg[0], cfg[1], **kwargs), s, check_shapes=False),
         ("encoder_layers.0.self_attn", "encoder_layers.0.ff", "decoder_layers.0.self_attn",
          "decoder_layers.0.cross_attn", "decoder_layers.0.ff"), x, 0.5))
+    src = torch.from_numpy(rng.integers(1, cfg[0], size=(4, 10)).astype(np.int64))
+    cases.append(Case(f"Seq2SeqTransformer({cfg[0]}, {cfg[1]}, d_model={cfg[2]}, num_heads={cfg[3]}, "
+                      "num_encoder_layers=0, dropout=0.5) in training mode: encode(src [4, 10]) is the embeddings "
+                      "plus positions after their dropout; is about half of it zeroed (between 0.35 and 0.65)? (the "
+                      "paper drops the sum of the embeddings and the positions, once: PositionalEncoding gets "
+                      "`dropout`)", lambda cls, c=cfg, s=src: _embedding_zeros(cls, c, s), derive=_about_half))
     return cases
+
+
+def _embedding_zeros(cls, cfg, src):
+    """The share of exact zeros in encode(src) of a model with no encoder layer, dropout 0.5, in training mode."""
+    kwargs = {**_model_kwargs(cfg), "dropout": 0.5, "num_encoder_layers": 0, "norm_first": False}
+    model = cls(cfg[0], cfg[1], **kwargs).train()
+    with torch.no_grad():
+        out = model.encode(src.clone())
+    return torch.tensor([float((out == 0).double().mean())])
+
+
+def _about_half(share):
+    """derive (trusted side): the share of zeros -> [it is between 0.35 and 0.65] (0.5 +- 7 standard deviations of
+    640 draws; none: no dropout; 0.75: dropout applied twice)."""
+    value = float(torch.as_tensor(share).reshape(-1)[0]) if isinstance(share, torch.Tensor) and share.numel() else -1.0
+    return flag(0.35 <= value <= 0.65)
 
 
 def _model_gradient_cases(rng):
@@ -1669,6 +1704,11 @@ class Seq2SeqTransformer(nn.Module):
 """
 _EMBED = "return self.positional(embedding(tokens) * math.sqrt(self.d_model))"
 MODEL_MISTAKES = (
+    Mistake("the embeddings never dropped (PositionalEncoding built without `dropout`)",
+            "the paper drops the sum of the embeddings and the positions: PositionalEncoding(d_model, max_len, "
+            "dropout), whose forward adds the positions and then applies its dropout (once: not again after it)",
+            variant(MODEL_SOURCE, ("self.positional = PositionalEncoding(d_model, max_len, dropout)",
+                                   "self.positional = PositionalEncoding(d_model, max_len)"))),
     Mistake("embeddings not scaled by sqrt(d_model)",
             "multiply the token embeddings by math.sqrt(self.d_model) before the positions are added: "
             "positional(embedding(tokens) * sqrt(d_model))",

@@ -261,7 +261,7 @@ def _rotary_cases(rng):
     settings = [
         ("x [6, 8], positions 0..5", x(6, 8), torch.arange(6), None),
         ("x [2, 3, 5, 16] (batch, heads), positions 7..11 (a decoding offset)", x(2, 3, 5, 16), torch.arange(7, 12), None),
-        ("x [4, 4], positions [0, 3, 17, 250]", x(4, 4), torch.tensor([0, 3, 17, 250]), None),
+        ("x [4, 4], positions [5, 8, 22, 255]", x(4, 4), torch.tensor([5, 8, 22, 255]), None),
         ("x [3, 10], positions 0..2, base=500.0", x(3, 10), torch.arange(3), 500.0),
         ("x [1, 2, 3, 64], positions [0, 100, 200]", x(1, 2, 3, 64), torch.tensor([0, 100, 200]), None),
     ]
@@ -756,6 +756,12 @@ ROTARY_MISTAKES = (
             "use the positions argument: a decoding step at position 57 must be turned by 57 * frequency",
             variant(ROTARY_SOURCE, ("torch.as_tensor(positions).to(torch.float32)",
                                     "torch.arange(x.shape[-2], dtype=torch.float32)"))),
+    Mistake("positions assumed consecutive (the first position, then + 0, 1, 2, ...)",
+            "rotate each row by its own position: angles = positions[..., None] * inv_freq. A batch of prompts of "
+            "different lengths, or a window, does not give consecutive positions",
+            variant(ROTARY_SOURCE, ("torch.as_tensor(positions).to(torch.float32)",
+                                    "(torch.as_tensor(positions).reshape(-1)[0] + torch.arange(x.shape[-2]))"
+                                    ".to(torch.float32)"))),
     Mistake("the base argument ignored (always 10000)",
             "use base: inv_freq = base ** (-torch.arange(0, D, 2) / D)",
             variant(ROTARY_SOURCE, ("inv_freq = base **", "inv_freq = 10000.0 **"))),

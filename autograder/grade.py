@@ -488,8 +488,9 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     """Run one notebook in the sandbox, judge it outside, record it in nbgrader's gradebook."""
     limits = limits or Limits()
     student_nb, problem = _load_submission(data)
-    if problem:
-        return NotebookResult(student, assignment, 0.0, course.max_score(assignment), Status.UNREADABLE, detail=problem)
+    if problem:  # nbgrader never sees it; its time is kept here (the row said when nothing, nor whether on time)
+        return NotebookResult(student, assignment, 0.0, course.max_score(assignment), Status.UNREADABLE, detail=problem,
+                              timestamp=_utc_text(timestamp))
     source = course.source(assignment)
     tests = trusted.test_cells(source)
     normalized = trusted.normalize_submission(student_nb, source)
@@ -604,6 +605,20 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
             continue
         results.append(_grade_or_report(course, sub, assignment, limits))
     return results
+
+
+def _utc_text(when: datetime | None) -> str:
+    """A time as the tables write it ('2026-12-01T20:00:00Z'), '' for none."""
+    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z") if when else ""
+
+
+def _dated_unreadable(r: NotebookResult, due: datetime | None) -> None:
+    """An unreadable notebook's due date and lateness (no gradebook entry: nbgrader never saw it), from the time the
+    intake found for it: whether a broken file was on time decides whether to take a fixed one after the due date."""
+    r.due = _utc_text(due)
+    if due and r.timestamp:
+        handed = datetime.fromisoformat(r.timestamp.replace("Z", "+00:00"))
+        r.seconds_late = max((handed - due).total_seconds(), 0.0)
 
 
 def _own_due(due: datetime | None, extension_hours: float | None) -> datetime | None:
@@ -1316,6 +1331,8 @@ def class_results(course: Course, out: Path, assignments: list[str] | None = Non
                                             detail=NOT_SUBMITTED)
                 if r.status is Status.MISSING:  # an extension given before they hand in is their due date already
                     _missing_as_of(r, _own_due(dues.get(assignment), waiting.get(sid, {}).get(assignment)), now)
+                elif r.status is Status.UNREADABLE:
+                    _dated_unreadable(r, _own_due(dues.get(assignment), waiting.get(sid, {}).get(assignment)))
                 results.append(r)
                 continue
             r = read_result(course, sid, assignment)
@@ -1502,6 +1519,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
     unreadable_newer: list[str] = []  # newer files that are no notebook, over a grade of a readable one: not graded
+    replaced_unreadable: dict[tuple[str, str], NotebookResult] = {}  # an earlier file that was no notebook, graded over
     nothing_here: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
     other_code: list[str] = []  # notebooks graded again because other grading code made their saved grade
     still_forced: set[tuple[str, str]] = set()  # overrides (--force) whose very file is graded again: they stay overrides
@@ -1557,6 +1575,13 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 continue
             if why is None:
                 left.append(assignment)
+                broken = _earlier_unreadable(record)
+                if broken is not None:  # said on the row that replaces it: what decides whether to waive a penalty
+                    from .lateness import read_pending
+
+                    _dated_unreadable(broken, _own_due(due_dates(course).get(assignment),
+                                                       read_pending(out).get(sub.student_id, {}).get(assignment)))
+                    replaced_unreadable[(sub.student_id, assignment)] = broken
                 if same is not None and not judged_so_now and not force:  # a new file is graded anyway: not said
                     other_code.append(assignment)
             elif why:
@@ -1568,6 +1593,9 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
 
     def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
         note_submission(r, sub, assignment, Path(submissions).resolve().name, course.assignments)
+        broken = replaced_unreadable.get((sub.student_id, assignment))
+        if broken is not None and r.status not in GRADERS_OWN and r.status is not Status.UNREADABLE:
+            r.notes.append(_replaced_unreadable_note(broken))
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         own = r.status in GRADERS_OWN
@@ -1888,6 +1916,24 @@ def _grade_over_an_unreadable_file(record: dict[str, Any], sub: StudentSubmissio
         return None
     saved = _saved_result(record, content=str(record.get("content") or ""))
     return saved if saved is not None and saved.status not in (Status.UNREADABLE, Status.MISSING) else None
+
+
+def _earlier_unreadable(record: dict[str, Any]) -> NotebookResult | None:
+    """The grade the record holds when it is of a file that could not be read (a broken upload), else None."""
+    saved = _saved_result(record, content=str(record.get("content") or ""))
+    return saved if saved is not None and saved.status is Status.UNREADABLE else None
+
+
+def _replaced_unreadable_note(broken: NotebookResult) -> str:
+    """The note on a notebook graded over an earlier upload of theirs that could not be read (an instructor's
+    walkthrough: a damaged on-time file, then a good late one, and the row said only 'late': what decides whether to
+    waive the penalty was gone)."""
+    where = broken.source_file or "a file"
+    when = f", handed in {broken.timestamp[:16].replace('T', ' ')} UTC" if broken.timestamp else ""
+    timely = (" on time" if broken.seconds_late <= 0 else " late") if broken.timestamp and broken.due else ""
+    return (printable(f"an earlier upload, {where}{when}{timely}, could not be read ({broken.detail[:120]}): this "
+                      f"later notebook is graded in its place, with its own lateness; to waive a late penalty, give "
+                      f"them a later due date (attn-course extend)"))
 
 
 def _unreadable_note(sub: StudentSubmission, assignment: str, folder: str, older: bool = False) -> str:

@@ -502,6 +502,31 @@ def test_an_older_upload_that_is_no_notebook_is_noted_beside_the_late_grade(cour
         assert "cannot be read" in said and "--force --student fay" not in said, said
 
 
+def test_a_broken_on_time_upload_is_named_beside_the_late_grade_that_replaces_it(course, tmp_path):
+    """The same, in the README's order (an instructor's walkthrough): week1/ with hal's broken on-time file, then
+    week1-late/ with a good late one. The late grade replaced the 'unreadable' row and nothing anywhere said the
+    on-time file had been broken; the row's notes say so now, and how to waive the penalty."""
+    week1, late, out = tmp_path / "week1", tmp_path / "late", tmp_path / "out"
+    broken = week1 / "hal" / f"{A01}.ipynb"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"cells": [')
+    on_time = datetime(2025, 11, 30, 12, 0, tzinfo=timezone.utc).timestamp()
+    os.utime(broken, (on_time, on_time))
+    _graded(week1, out, due=DUE, late_penalty="per-day:10")
+    first = _rows(out)[("hal", A01)]  # its time and due date are in the row too (both were empty)
+    assert first["status"].startswith("unreadable") and first["submitted"].startswith("2025-11-30T12:00"), first
+    assert first["due"] and first["seconds_late"] == "0", first
+    _put(late / "hal" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)
+    _graded(late, out)
+    row = _rows(out)[("hal", A01)]
+    assert row["score"] == "17" and float(row["late_penalty"]) > 0, row
+    assert "an earlier upload, hal/01_similarity_attention.ipynb" in row["notes"], row
+    assert "handed in 2025-11-30 12:00 UTC on time, could not be read" in row["notes"], row
+    assert "attn-course extend" in row["notes"], row
+    _graded(late, out)  # reused: the note stays
+    assert "could not be read" in _rows(out)[("hal", A01)]["notes"]
+
+
 def test_an_exercise_refused_for_academic_honesty_is_named_in_the_tables(course, tmp_path):
     """A built-in doing an exercise cost its points, said only in the student's feedback: grades.csv (status ok,
     review empty) and the report's attention list showed nothing. The row's notes and the report name it now,

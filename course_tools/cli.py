@@ -405,6 +405,8 @@ def _export(args) -> int:
     """`export OUT --to FORMAT`: what was written, notes on stdout, what is not placed on stderr (exit 1)."""
     from autograder import lms
 
+    if args.to not in lms.FORMATS:  # said before the work is announced (it announced, then refused the format)
+        raise UsageError(f"--to {args.to!r}: not a format this exports; give one of {', '.join(lms.FORMATS)}")
     _working(f"exporting {args.out} to {args.to}: reading its gradebook, then rewriting its tables, report and "
              "feedback first, so a score typed in formgrader is in the export")
     try:
@@ -427,6 +429,9 @@ def _remove_student(args) -> int:
     """`remove-student OUT ID ... [--yes]`: what is (or would be) taken out, and where it is kept."""
     from autograder.removal import RemovalError, remove_students
 
+    if args.yes:  # seconds of reading the gradebook and rewriting the tables, with nothing on the screen
+        _working(f"taking {', '.join(args.students)} out of {args.out}: the gradebook, then its tables, report and "
+                 "feedback rewritten")
     try:
         done = remove_students(Path(args.out), args.students, yes=args.yes)
     except RemovalError as err:

@@ -318,8 +318,9 @@ def test_bad_arguments_say_what_is_wrong_and_what_to_give(tmp_path, capsys):
     assert cli.main(["export", str(tmp_path), "--to", "canvas"]) == 2
     assert "is not a grading output (it has no gradebook.db, course/source" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path), "--to", "blackboard"]) == 2
-    assert "--to 'blackboard': not a format this exports; give one of canvas, gradescope, prairielearn, moodle" \
-        in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--to 'blackboard': not a format this exports; give one of canvas, gradescope, prairielearn, moodle" in err
+    assert "exporting" not in err, err  # refused before the work is announced (an instructor's walkthrough)
     assert cli.main(["export", str(tmp_path), "--to", "moodle", "--canvas-roster", "x.csv"]) == 2
     assert "--canvas-roster is for --to canvas only" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path)]) == 2  # --to is required

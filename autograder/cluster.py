@@ -250,13 +250,21 @@ class _Membership:
         self.lost: list[str] = []  # workers that graded and left during the run (died, or were stopped)
         self.labels: dict[str, str] = {}  # a notebook's task key -> 'student notebook', for the console
         self.held: dict[str, list[str]] = {}  # worker -> the task keys it was running when the head last looked
+        self.looked_at = float("-inf")
 
-    def look(self) -> None:
-        """Remember which notebooks each worker is running (so that a lost worker's can be named)."""
+    def look(self, every_s: float = 1.0) -> None:
+        """Remember which notebooks each worker is running (so that a lost worker's can be named), at most every
+        `every_s` seconds: a worker gone since the last look keeps what it held until `refresh` names it."""
+        import time
+
+        if time.monotonic() - self.looked_at < every_s:
+            return
+        self.looked_at = time.monotonic()
         try:
-            self.held = {w: [str(k) for k in keys] for w, keys in self.client.processing().items()}
+            now = {w: [str(k) for k in keys] for w, keys in self.client.processing().items()}
         except Exception:  # noqa: BLE001 - only the console's words depend on it
-            pass
+            return
+        self.held = {**{w: keys for w, keys in self.held.items() if w in self.good and w not in now}, **now}
 
     def refresh(self) -> None:
         present = set(self.client.scheduler_info().get("workers", {}))
@@ -266,6 +274,7 @@ class _Membership:
             what = f"the notebooks it was grading ({', '.join(names)})" if names else "the notebooks it was grading"
             _say(f"cluster: lost worker {worker} (it died or was stopped): {what} are handed to another worker that "
                  f"may grade, each recorded once")
+            self.held.pop(worker, None)
         self.good = [w for w in self.good if w in present]
         self.refused = {w: why for w, why in self.refused.items() if w in present}  # gone: waited for like the rest
         new = sorted(present - set(self.good) - set(self.refused))

@@ -243,7 +243,7 @@ class _Printable:
 
     def filter(self, record) -> bool:
         message = record.getMessage()
-        shown = printable(message)
+        shown = "\n".join(printable(line) for line in message.split("\n"))  # nbgrader's own lines stay lines
         if shown != message:
             record.msg, record.args = shown, ()
         return True
@@ -378,15 +378,16 @@ class OwnerCheckedCollect(ExchangeCollect):
         owner = owners.get(record["filename"])
         if owner == student:
             return record
-        has_own = any(name.rsplit("+", 3)[0] == student and who == student for name, who in owners.items())
-        if not has_own and owner is not None and owner in _hands_that_vouch():
+        if owner is not None and owner in _hands_that_vouch():
             return record  # put in by hand, by the instructor collecting (or root): nbgrader warns
         path = os.path.join(self.inbound_path, record["filename"])
+        accounts = {who for who in owners.values() if who is not None}
+        shared = (" Where one account owns every student's folder, as here (a hub whose users share one uid), owners "
+                  "cannot vouch: set c.ExchangeCollect.check_owner = False.") if len(accounts) == 1 else ""
         self.log.error("%s claims to be %s's submission but is %s: not collected (anyone can write into the "
-                       "exchange's inbound; only the student's own folders are theirs, or one the instructor "
-                       "collecting put there). Where one account owns every student's folder (a hub whose users "
-                       "share one uid), owners cannot vouch: set c.ExchangeCollect.check_owner = False.", path,
-                       student, f"owned by {owner}" if owner else "not a folder of its own (a link, or unreadable)")
+                       "exchange's inbound; only the student's own folders are theirs, or one the user collecting "
+                       "put there).%s", path, student,
+                       f"owned by {owner}" if owner else "not a folder of its own (a link, or unreadable)", shared)
         prefix = f"{student}+{self.coursedir.assignment_id}+"
         own = [self._path_to_record(os.path.join(self.inbound_path, name)) for name, who in owners.items()
                if name.startswith(prefix) and who == student]
@@ -404,7 +405,11 @@ def _hands_that_vouch() -> set[str]:
     instructor put it there by hand) and root. A folder another student made is never one of them: with no folder
     of the named student's own, it was collected as theirs (a student handed in a notebook in the name of a
     classmate who had not, and framed them with a library's softmax)."""
-    return {"root", pwd.getpwuid(os.geteuid()).pw_name}
+    try:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # an account with no name (a container's uid): named as owner_of names it
+        me = f"uid {os.geteuid()}"
+    return {"root", me}
 
 
 class ListWithoutExchangeSaidOnce(ExchangeList):

@@ -525,6 +525,8 @@ def record_judged(course: Course, judged: NotebookResult, verdicts: dict[str, Ve
     unreadable file, a grader incident, a worker that died) comes back as it is."""
     if not verdicts and judged.status is not Status.OK:
         judged.max_score = course.max_score(judged.notebook)
+        if judged.status is Status.UNREADABLE and not judged.timestamp:  # as a local run records it
+            judged.timestamp = _utc_text(timestamp)
         return judged
     source = course.source(judged.notebook)
     student_nb, _ = _load_submission(data)
@@ -1519,7 +1521,19 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     resent: list[str] = []  # notebooks graded before, handed in again unchanged with a later file time
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
     unreadable_newer: list[str] = []  # newer files that are no notebook, over a grade of a readable one: not graded
-    replaced_unreadable: dict[tuple[str, str], NotebookResult] = {}  # an earlier file that was no notebook, graded over
+    replaced_unreadable: dict[tuple[str, str], str] = {}  # the note on a notebook graded over a file that was none
+    dues_read: list = []
+    dues_lock = threading.Lock()
+
+    def class_dues() -> tuple[dict, dict]:
+        """The gradebook's due dates and the extensions waiting, read once (under the course's lock)."""
+        from .lateness import read_pending
+
+        with dues_lock:
+            if not dues_read:
+                with course.lock:
+                    dues_read.append((due_dates(course), read_pending(out)))
+            return dues_read[0]
     nothing_here: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
     other_code: list[str] = []  # notebooks graded again because other grading code made their saved grade
     still_forced: set[tuple[str, str]] = set()  # overrides (--force) whose very file is graded again: they stay overrides
@@ -1575,13 +1589,10 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                 continue
             if why is None:
                 left.append(assignment)
-                broken = _earlier_unreadable(record)
-                if broken is not None:  # said on the row that replaces it: what decides whether to waive a penalty
-                    from .lateness import read_pending
-
-                    _dated_unreadable(broken, _own_due(due_dates(course).get(assignment),
-                                                       read_pending(out).get(sub.student_id, {}).get(assignment)))
-                    replaced_unreadable[(sub.student_id, assignment)] = broken
+                note = _replaced_note(record, sub, assignment, lambda a=assignment: class_dues()[0].get(a),
+                                      lambda a=assignment: class_dues()[1].get(sub.student_id, {}).get(a))
+                if note:  # said on the row that replaces it (and kept by its regrades): whether to waive a penalty
+                    replaced_unreadable[(sub.student_id, assignment)] = note
                 if same is not None and not judged_so_now and not force:  # a new file is graded anyway: not said
                     other_code.append(assignment)
             elif why:
@@ -1593,9 +1604,9 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
 
     def finish(sub: StudentSubmission, assignment: str, r: NotebookResult) -> None:
         note_submission(r, sub, assignment, Path(submissions).resolve().name, course.assignments)
-        broken = replaced_unreadable.get((sub.student_id, assignment))
-        if broken is not None and r.status not in GRADERS_OWN and r.status is not Status.UNREADABLE:
-            r.notes.append(_replaced_unreadable_note(broken))
+        replaced = replaced_unreadable.get((sub.student_id, assignment))
+        if replaced and r.status not in GRADERS_OWN and r.status is not Status.UNREADABLE:
+            r.notes.append(replaced)
         # the grader's own failure (an incident, an error) is shown, but kept under no fingerprint:
         # the next run grades it again
         own = r.status in GRADERS_OWN
@@ -1807,8 +1818,9 @@ def summary_line(students: int, new: int, reused: int, seconds: float, workers: 
 
     late = sum(1 for r in results if r.seconds_late > 0)
     older = (f", {kept} kept: a grade of theirs over the file here (listed above)" if kept else "") + (f", {held} kept: set with --force" if held else "")
-    failures = (f", {failed} NOT GRADED: the grader's own failure, its status column says why; the same command "
-                f"grades {'it' if failed == 1 else 'them'} again") if failed else ""
+    failures = (f", {failed} NOT GRADED now: the grader's own failure (its row's status or notes say why, and whether "
+                f"an earlier grade stands); the same command grades {'it' if failed == 1 else 'them'} again") \
+        if failed else ""
     return (f"{count(students, 'student')}: {count(new + reused + kept + held + failed, 'notebook')} ({new} graded now, "
             f"{reused} reused from earlier runs{older}{failures})" + (f", {missing} missing (no notebook handed in)" if missing else "")
             + (f", {not_yet} not handed in yet (not due)" if not_yet else "")
@@ -1918,22 +1930,31 @@ def _grade_over_an_unreadable_file(record: dict[str, Any], sub: StudentSubmissio
     return saved if saved is not None and saved.status not in (Status.UNREADABLE, Status.MISSING) else None
 
 
-def _earlier_unreadable(record: dict[str, Any]) -> NotebookResult | None:
-    """The grade the record holds when it is of a file that could not be read (a broken upload), else None."""
+REPLACED_UNREADABLE = "an upload of theirs that could not be read"  # how the note on the row graded over one starts
+
+
+def _replaced_note(record: dict[str, Any], sub: StudentSubmission, assignment: str, due: Callable[[], datetime | None],
+                   extension: Callable[[], float | None]) -> str:
+    """The note for a notebook about to be graded over a record of theirs: the record's file could not be read (a
+    broken upload: an instructor's walkthrough graded a damaged on-time file, then a good late one, and the row said
+    only 'late'), or the record's grade already carried that note (a regrade keeps it). '' when neither."""
     saved = _saved_result(record, content=str(record.get("content") or ""))
-    return saved if saved is not None and saved.status is Status.UNREADABLE else None
-
-
-def _replaced_unreadable_note(broken: NotebookResult) -> str:
-    """The note on a notebook graded over an earlier upload of theirs that could not be read (an instructor's
-    walkthrough: a damaged on-time file, then a good late one, and the row said only 'late': what decides whether to
-    waive the penalty was gone)."""
-    where = broken.source_file or "a file"
-    when = f", handed in {broken.timestamp[:16].replace('T', ' ')} UTC" if broken.timestamp else ""
-    timely = (" on time" if broken.seconds_late <= 0 else " late") if broken.timestamp and broken.due else ""
-    return (printable(f"an earlier upload, {where}{when}{timely}, could not be read ({broken.detail[:120]}): this "
-                      f"later notebook is graded in its place, with its own lateness; to waive a late penalty, give "
-                      f"them a later due date (attn-course extend)"))
+    if saved is None:
+        return ""
+    if saved.status is not Status.UNREADABLE:
+        return next((n for n in saved.notes if n.startswith(REPLACED_UNREADABLE)), "")
+    _dated_unreadable(saved, _own_due(due(), extension()))
+    where = saved.source_file or "a file"
+    when = f", handed in {saved.timestamp[:16].replace('T', ' ')} UTC" if saved.timestamp else ""
+    timely = (" on time" if saved.seconds_late <= 0 else " late") if saved.timestamp and saved.due else ""
+    now = sub.timestamps.get(assignment)
+    later = bool(saved.timestamp and now and datetime.fromisoformat(saved.timestamp.replace("Z", "+00:00")) > now)
+    if later:  # the broken file came after the notebook graded now (the late folder was graded first)
+        return printable(f"{REPLACED_UNREADABLE}, {where}{when}{timely}, came after this notebook ({saved.detail[:120]}): "
+                         f"this earlier notebook is graded; ask the student whether the later file mattered")
+    return printable(f"{REPLACED_UNREADABLE}, {where}{when}{timely}, came before this notebook ({saved.detail[:120]}): "
+                     f"this later notebook is graded in its place, with its own lateness; to waive a late penalty, "
+                     f"give them a later due date (attn-course extend)")
 
 
 def _unreadable_note(sub: StudentSubmission, assignment: str, folder: str, older: bool = False) -> str:

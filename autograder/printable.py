@@ -10,14 +10,18 @@ from __future__ import annotations
 import unicodedata
 
 _ESCAPED = ("Cc", "Cf", "Zl", "Zp", "Cs")  # controls, invisible formatting (bidi overrides), line breaks, surrogates
+# formatting characters that are part of how people write: the zero-width non-joiner and joiner (Persian and Indic
+# names, emoji sequences) and the tag characters of subdivision flags
+_KEPT = frozenset({"\u200c", "\u200d"}) | frozenset(map(chr, range(0xE0020, 0xE0080)))
 
 
 def printable(text: str) -> str:
     """`text` with each control, format or line-breaking character and each lone surrogate written as an escape
-    (`\\x1b`, `\\u202e`, a byte that was not UTF-8 as `\\xff`); unchanged when it holds none."""
+    (`\\x1b`, `\\u202e`, a byte that was not UTF-8 as `\\xff`; the joiners people write names and emoji with are
+    kept); unchanged when it holds none."""
     if text.isprintable() and text.isascii():
         return text
-    return "".join(_escaped(ch) if unicodedata.category(ch) in _ESCAPED else ch for ch in text)
+    return "".join(_escaped(ch) if unicodedata.category(ch) in _ESCAPED and ch not in _KEPT else ch for ch in text)
 
 
 def _escaped(ch: str) -> str:

@@ -520,11 +520,29 @@ def test_a_broken_on_time_upload_is_named_beside_the_late_grade_that_replaces_it
     _graded(late, out)
     row = _rows(out)[("hal", A01)]
     assert row["score"] == "17" and float(row["late_penalty"]) > 0, row
-    assert "an earlier upload, hal/01_similarity_attention.ipynb" in row["notes"], row
-    assert "handed in 2025-11-30 12:00 UTC on time, could not be read" in row["notes"], row
+    assert "an upload of theirs that could not be read, hal/01_similarity_attention.ipynb" in row["notes"], row
+    assert "handed in 2025-11-30 12:00 UTC on time, came before this notebook" in row["notes"], row
     assert "attn-course extend" in row["notes"], row
     _graded(late, out)  # reused: the note stays
     assert "could not be read" in _rows(out)[("hal", A01)]["notes"]
+    _graded(late, out, force=True, students=["hal"], assignments=[A01])  # graded again (a reviewer: the note went)
+    assert "on time, came before this notebook" in _rows(out)[("hal", A01)]["notes"]
+
+
+def test_a_broken_late_upload_graded_first_is_not_called_earlier(course, tmp_path):
+    """A reviewer: the late folder graded first with a broken file, then the on-time folder with a good notebook; the
+    note called the broken late file "an earlier upload" and advised waiving a penalty there is none of."""
+    week1, late, out = tmp_path / "week1", tmp_path / "late", tmp_path / "out"
+    broken = late / "ivy" / f"{A01}.ipynb"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"cells": [')
+    os.utime(broken, (LATE, LATE))
+    _graded(late, out, due=DUE, late_penalty="per-day:10")
+    _put(week1 / "ivy" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _graded(week1, out)
+    row = _rows(out)[("ivy", A01)]
+    assert row["score"] == "17" and float(row["late_penalty"]) == 0, row
+    assert "late, came after this notebook" in row["notes"] and "extend" not in row["notes"], row
 
 
 def test_an_exercise_refused_for_academic_honesty_is_named_in_the_tables(course, tmp_path):

@@ -88,7 +88,7 @@ def test_a_library_that_does_not_import_is_the_graders_incident_and_the_next_run
         assert "does not import" in r.detail and "not the student's" in r.detail, r.detail
     summary = capsys.readouterr().out
     n = len(results)
-    assert f"(0 graded now, 0 reused from earlier runs, {n} NOT GRADED: the grader's own failure" in summary, summary
+    assert f"(0 graded now, 0 reused from earlier runs, {n} NOT GRADED now: the grader's own failure" in summary, summary
     csv_text = (out / "grades.csv").read_text()
     assert "grader incident" in csv_text
     monkeypatch.undo()

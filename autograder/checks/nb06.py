@@ -1624,8 +1624,9 @@ def _model_cases(rng):
         ("encoder_layers.0.self_attn", "encoder_layers.0.ff", "decoder_layers.0.self_attn",
          "decoder_layers.0.cross_attn", "decoder_layers.0.ff"), x, 0.5))
     src = torch.from_numpy(rng.integers(1, cfg[0], size=(4, 10)).astype(np.int64))
-    cases.append(Case(f"Seq2SeqTransformer({cfg[0]}, {cfg[1]}, d_model={cfg[2]}, num_heads={cfg[3]}, "
-                      "num_encoder_layers=0, dropout=0.5) in training mode: encode(src [4, 10]) is the embeddings "
+    probe = {**_model_kwargs(cfg), "dropout": 0.5, "num_encoder_layers": 0, "norm_first": False}
+    cases.append(Case(f"Seq2SeqTransformer({cfg[0]}, {cfg[1]}, {', '.join(f'{k}={v}' for k, v in probe.items())}) "
+                      "in training mode: encode(src [4, 10]) is the embeddings "
                       "plus positions after their dropout; is about half of it zeroed (between 0.35 and 0.65)? (the "
                       "paper drops the sum of the embeddings and the positions, once: PositionalEncoding gets "
                       "`dropout`)", lambda cls, c=cfg, s=src: _embedding_zeros(cls, c, s), derive=_about_half))

@@ -304,6 +304,7 @@ def test_cluster_gives_the_same_grades_as_this_machine(course, local_cluster, tm
     by = {r.student_id: r for r in there}
     assert by["ann"].score == by["ann"].max_score == 17 and by["ben"].score == 16
     assert by["cat"].status is Status.UNREADABLE
+    assert by["cat"].timestamp and by["cat"].timestamp == {r.student_id: r for r in here}["cat"].timestamp, by["cat"]
     rows = {r["student_id"]: r for r in csv.DictReader((tmp_path / "there" / "grades.csv").open())}
     assert rows["ben"]["score"] == "16" and rows["ann"]["sandbox"] == by["ann"].sandbox != ""
     assert (tmp_path / "there" / "feedback" / "ben" / f"{A01}.html").is_file()

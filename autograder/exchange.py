@@ -70,6 +70,13 @@ MAX_DEPTH = 64  # folders inside folders in a submission: deeper ones are neithe
 MAX_ENTRIES = 20_000  # files and folders looked at in one submission folder
 
 
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, AttributeError):
+        return f"uid {uid}"
+
+
 def changed_at(path: str) -> datetime | None:
     """When the kernel last changed folder `path` or anything in it (the latest ctime: set at each entry made or
     removed, each file written, never set back by a user; a folder made before the due date, its notebook
@@ -154,6 +161,9 @@ def copy_own_files(src: str, dest: str, coursedir, log) -> None:
                 except OSError as err:
                     refuse(here, err.strerror)
                     continue
+                if info.st_uid not in allowed:  # nbgrader submit leaves the folder writable by every user
+                    refuse(here, f"made by {_user_name(info.st_uid)}, not by the student whose submission this is")
+                    continue
                 if stat.S_ISDIR(info.st_mode):
                     if len(stack) > MAX_DEPTH:
                         refuse(here, f"more than {MAX_DEPTH} folders deep")
@@ -211,6 +221,7 @@ def copy_own_files(src: str, dest: str, coursedir, log) -> None:
         os.utime(to, ns=(info.st_atime_ns, info.st_mtime_ns))  # its time, as nbgrader's copy kept it; not its mode
 
     top = os.open(src, _NO_FOLLOW | os.O_DIRECTORY)
+    allowed = {os.fstat(top).st_uid, os.geteuid(), 0}  # the folder's owner (the student), the user collecting, root
     try:
         os.mkdir(dest)  # a new folder: nothing that was there is removed below
     except BaseException:
@@ -298,8 +309,10 @@ class OwnerCheckedCollect(ExchangeCollect):
             record = {"username": name.rsplit("+", 3)[0], "filename": name, "timestamp": made or datetime.min}
         if made is not None and record["timestamp"] is not None and record["timestamp"] < made - CLOCK_SLACK:
             self.log.error("%s claims to have been submitted at %s UTC, but it was last changed at %s UTC: dated "
-                           "%s UTC (the time a student's own process writes is not taken over the file system's).",
-                           path, record["timestamp"], made, made)
+                           "%s UTC (the time a student's own process writes is not taken over the file system's; a "
+                           "chmod, chown, copy or restore of the inbound changes every folder's time too: if many "
+                           "submissions say this at one time, that is what happened, so collect before such a change "
+                           "and see the README's exchange section).", path, record["timestamp"], made, made)
             record["timestamp"] = made
         elif made is not None and record["timestamp"] is not None and record["timestamp"] > made + CLOCK_SLACK:
             # a claimed time later than anything in the folder (a folder named for 2099, made in a classmate's name
@@ -324,15 +337,43 @@ class OwnerCheckedCollect(ExchangeCollect):
             with os.fdopen(fd, "w") as fh:
                 fh.write(when.replace(tzinfo=timezone.utc).strftime(TIMESTAMP_FORMAT))
 
-    def copy_files(self):
+    def start(self):
+        """nbgrader's collect, every line it logs made printable: a folder name in the inbound is a student's choice
+        (the errors about a submission's time, logged while nbgrader reads the names, printed them raw)."""
         shown = _Printable()
         self.log.addFilter(shown)
         try:
-            self._copy_files()
+            return super().start()
         finally:
             self.log.removeFilter(shown)
 
-    def _copy_files(self):
+    def _exchange_is_ours(self) -> str:
+        """'' when the exchange's folders cannot have been replaced by a student, else why they may have been: a
+        root every user may rename entries in (777 without the sticky bit, as nbgrader makes it: a red team renamed
+        the course's folder away and put its own inbound there, then hid, framed and re-dated classmates), or a
+        course or inbound folder owned by another user than the one collecting (or root)."""
+        info = os.stat(self.root)
+        if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+            return (f"the exchange folder {self.root} lets every user rename what is in it (mode "
+                    f"{stat.S_IMODE(info.st_mode):o}, no sticky bit): a student can put a course folder of their own "
+                    f"in place of this one. Make it {stat.S_IMODE(info.st_mode) | stat.S_ISVTX:o} (chmod +t "
+                    f"{self.root}, by whoever may), check that its folders are yours, then collect again")
+        if self.coursedir.groupshared:  # instructors share the course by group: its folders are any of theirs
+            return ""
+        vouching = _hands_that_vouch()
+        for folder in (os.path.dirname(self.inbound_path), self.inbound_path):
+            owner = _user_name(os.lstat(folder).st_uid)
+            if owner not in vouching:
+                return (f"{folder} is owned by {owner}, not by you or root: a student may have put it there in "
+                        f"place of the course's. Look at it, make it yours again (or move it aside and release "
+                        f"again), then collect")
+        return ""
+
+    def copy_files(self):
+        wrong = self._exchange_is_ours() if pwd is not None and self.src_records else ""
+        if wrong:
+            self.log.error("Nothing collected: %s.", wrong)
+            raise ExchangeError(f"nothing collected: {wrong}")
         if pwd is not None and self.check_owner and self.src_records:
             owners = self._owners()
             self.src_records = [r for r in (self._own_record(r, owners) for r in self.src_records) if r is not None]

@@ -2040,7 +2040,7 @@ def nothing_to_grade(folder: Path, ignored: list[tuple[str, str]]) -> str:
     """The message of an empty (or all-refused) submissions folder: which folder, what it held, what was expected."""
     if ignored:
         held = f"its {len(ignored)} file{'s' if len(ignored) != 1 else ''} cannot be graded (" + "; ".join(
-            f"{path}: {why}" for path, why in ignored[:5]) + ("; ..." if len(ignored) > 5 else "") + ")"
+            printable(f"{path}: {why}") for path, why in ignored[:5]) + ("; ..." if len(ignored) > 5 else "") + ")"
     else:
         held = "it holds no notebook, zip or student folder"
     return (f"nothing to grade in {folder}: {held}. Expected {EXPECTED_LAYOUT}. Check that you gave the folder "

@@ -425,8 +425,8 @@ def json_results(results: list[NotebookResult], dest: Path, make,
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(make(r, comments.get((r.student_id, r.notebook), ())), indent=1,
-                                  ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(json.dumps(make(r, comments.get((r.student_id, r.notebook), ())), indent=1),  # ASCII: a
+                       encoding="utf-8")  # student's message's C1 controls and bidi overrides as escapes, never raw
         os.replace(tmp, target)
         done.written.append(target)
     if missing:

@@ -37,6 +37,7 @@ from . import trusted, warm_sandbox
 from .course import CACHE_ENV, assignments, cache_root, hash_python_sources, notebook_path, write_course_config  # noqa: F401 - CACHE_ENV named here by tests
 from .grade import CellResult, Course, NotebookResult, exercise_of, sandbox_world
 from .outcomes import Status
+from .printable import printable
 from .sandbox import Limits, SandboxUnavailable, make_kit, run_notebook_job
 from .submissions import export_of, match_assignment, parse_notebook
 
@@ -373,7 +374,8 @@ def format_report(result: NotebookResult, verdicts: dict[str, str]) -> str:
             continue
         for c in cells:
             if c.message:  # why it failed; for a passed cell, a note (a failed dependency was replaced)
-                text = c.message.replace("\n", "\n        ")
+                text = "\n        ".join(printable(line) for line in c.message.split("\n"))  # a student's own
+                # exception message may hold a terminal's control sequences (an instructor checks suspicious ones)
                 lines.append(f"        {c.grade_id}: {'' if c.score < c.max_score else 'passed; '}{text}")
     if result.review:  # an instructor reads these by hand: the student hears of them before submitting, not after
         lines.append("for your instructor to look at by hand (they take no points by themselves; a line your code "

@@ -110,7 +110,7 @@ def start_hub(workspace: Path, venv_bin: Path, students: tuple[str, ...]) -> Hub
     state, exchange = workspace / "state", workspace / "exchange"
     state.mkdir(mode=0o700)
     exchange.mkdir()
-    exchange.chmod(0o777)                     # nbgrader's exchange: every user writes into it
+    exchange.chmod(0o1777)                    # every user writes into it; the sticky bit: none renames another's
     port = free_port()
     token = secrets.token_hex(32)
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",

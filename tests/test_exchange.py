@@ -36,7 +36,7 @@ def _nbgrader(*args: str, cwd: Path, env: dict, course_root: Path | None = None,
 def test_release_submit_collect_grade_and_hand_back_through_nbgrader_exchange(course, tmp_path):
     exchange = tmp_path / "exchange"
     exchange.mkdir()
-    exchange.chmod(0o777)                       # nbgrader's exchange is writable by every user
+    exchange.chmod(0o1777)                      # writable by every user; no one renames what another made
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_CONFIG_DIR", "JUPYTER_CONFIG_PATH")}
     env.update(JUPYTER_DATA_DIR=str(tmp_path / "student-data"),   # the student's nbgrader cache lives here
                JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
@@ -402,3 +402,45 @@ def test_a_newer_submission_that_cannot_be_collected_leaves_the_one_collected_be
     kept = nbformat.read(teaching / "submitted" / "bin" / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
     assert kept == "bin's first"
     assert sorted(p.name for p in (teaching / "submitted" / "bin").iterdir()) == [A01]  # nothing left aside
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a folder owned by another user needs root to make")
+def test_collect_refuses_an_exchange_a_student_could_have_replaced(tmp_path):
+    """A red team: the hub's exchange was made 777 without the sticky bit (the README's recipe then, and nbgrader's
+    own), so a student renamed the course's folder away and put her own inbound in its place; classmates submitted
+    into it, and she hid one, framed another with a planted notebook and re-dated a third: collect saw nothing wrong.
+    Collect now refuses such an exchange, and a course or inbound folder another user owns, saying what to do; and
+    it never copies a file another user put into a student's folder (nbgrader submit leaves it writable by all)."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    _submit(inbound, "daemon", "daemon", _at(1), "daemon's own")
+    planted = next(inbound.iterdir()) / "planted.ipynb"
+    planted.write_text("{}")
+    shutil.chown(planted, "nobody")
+    (teaching / "nbgrader_config.py").write_text(
+        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
+    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+
+    def collect() -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
+                               f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    exchange.chmod(0o777)
+    done = collect()
+    assert done.returncode != 0 and "lets every user rename what is in it" in done.stderr, done.stderr[-3000:]
+    assert "chmod +t" in done.stderr and not (teaching / "submitted").exists()
+    exchange.chmod(0o1777)
+    shutil.chown(inbound.parent, "nobody")
+    done = collect()
+    assert done.returncode != 0 and "is owned by nobody, not by you or root" in done.stderr, done.stderr[-3000:]
+    shutil.chown(inbound.parent, "root")
+    done = collect()
+    assert done.returncode == 0, done.stderr[-3000:]
+    collected = teaching / "submitted" / "daemon" / A01
+    assert (collected / f"{A01}.ipynb").is_file() and not (collected / "planted.ipynb").exists()
+    assert "planted.ipynb: not collected (made by nobody, not by the student whose submission this is)" in done.stderr

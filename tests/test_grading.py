@@ -147,6 +147,20 @@ def test_self_check_says_pass_fail_and_not_attempted(course, tmp_path):
     assert "TODO  dot_similarity" in report
 
 
+def test_self_check_prints_a_students_escape_sequences_as_escapes(course, tmp_path):
+    """A red team: an exception message with a title, a cleared screen and 8-bit CSI drew "all checks passed" on the
+    terminal of an instructor checking a suspicious notebook with `attn-course check`."""
+    payload = "\\x1b]0;PWNED\\x07\\x9b2Jall checks passed \\u202eRLO"
+    nb = inject(solved_notebook(course, A01), {"softmax": f"def softmax(x, axis=-1):\n    raise RuntimeError('{payload}')"})
+    path = tmp_path / f"{A01}.ipynb"
+    nbformat.write(nb, path)
+    result, verdicts = self_check(path)
+    report = format_report(result, verdicts)
+    assert verdicts["softmax"] == "fail" and "PWNED" in report, report
+    assert not any(ch in report for ch in "\x1b\x07\x9b\u202e"), report
+    assert "\\x1b]0;PWNED\\x07\\x9b2J" in report, report
+
+
 def test_self_check_tells_the_student_what_the_instructor_will_read_by_hand(course, tmp_path):
     """A review flag (here a thread, which the runtime check may not follow) was in the instructor's table only:
     `attn-course check` now lists it, with where it is and why."""

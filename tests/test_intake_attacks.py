@@ -392,3 +392,12 @@ def test_a_file_name_not_utf8_or_full_of_escapes_stops_no_table_and_forges_no_co
     assert "\\x1b[2J" in rows["zed"]["notes"] and "\x1b" not in (out / "grades.csv").read_text(), rows["zed"]
     assert (out / "report.html").is_file() and "\x1b" not in said and "\udcff" not in said, said[-2000:]
     assert "\\x1b]0;attn-course: all graded\\x07" in said, said[-2000:]
+
+
+def test_nothing_to_grade_shows_a_students_file_names_as_escapes():
+    """A red team: a late folder whose only upload was a zip of one text file named with escape sequences; "nothing to
+    grade" quoted the name raw, and the terminal drew "all 3 notebooks graded without problems"."""
+    from autograder.grade import nothing_to_grade
+
+    said = nothing_to_grade(Path("late"), [(f"mallory.zip/notes{SPOOF}.txt", "not a notebook")])
+    assert "\x1b" not in said and "\x07" not in said and "notes\\x1b[2J" in said, said

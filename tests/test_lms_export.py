@@ -210,6 +210,17 @@ def _loaded(dest: Path) -> dict[tuple[str, str], dict]:
     return {(p.parent.parent.name, p.parent.name): json.loads(p.read_text()) for p in dest.glob("*/*/results.json")}
 
 
+def test_a_students_control_characters_are_never_raw_in_the_json_exports(results, tmp_path):
+    """A red team: an exception message with an 8-bit CSI (U+009B) and a right-to-left override came into Gradescope's
+    and PrairieLearn's results.json raw (JSON escapes only C0 controls), and `cat` of the file cleared the screen."""
+    results[1].cells[1].message = "\x9b2J\x9bHall checks passed \u202eRLO \x1b]0;PWNED\x07 Zoë"
+    for make, folder in ((lms.gradescope_result, "gs"), (lms.prairielearn_result, "pl")):
+        lms.json_results(results, tmp_path / folder, make)
+        text = (tmp_path / folder / "smithjane" / A02 / "results.json").read_text(encoding="utf-8")
+        assert text.isascii() and "all checks passed" in text, text
+        assert "Zoë" in json.dumps(json.loads(text), ensure_ascii=False), text  # a name comes back as it was
+
+
 def test_gradescope_results_per_graded_notebook(results, tmp_path):
     done = lms.json_results(results, tmp_path / "gs", lms.gradescope_result)
     found = _loaded(tmp_path / "gs")

@@ -444,3 +444,34 @@ def test_collect_refuses_an_exchange_a_student_could_have_replaced(tmp_path):
     collected = teaching / "submitted" / "daemon" / A01
     assert (collected / f"{A01}.ipynb").is_file() and not (collected / "planted.ipynb").exists()
     assert "planted.ipynb: not collected (made by nobody, not by the student whose submission this is)" in done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
+def test_one_change_of_many_students_folders_at_once_redates_none_of_them(tmp_path):
+    """A red team: an administrator's `chmod -R g+w inbound/*` after the due date set every folder's ctime to then,
+    and collect dated every on-time submission at the chmod (0/17 under a zero late policy), blaming the students.
+    A crowd of folders of different owners changed together keeps its claimed times (said once); one student's
+    predated folder, alone, is still dated by its change (the test above)."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    claimed = {who: _at(-10 - k) for k, who in enumerate(("daemon", "bin", "sys"))}  # 22+ minutes ago: on time
+    for who, when in claimed.items():
+        _submit(inbound, who, who, when, f"{who}'s own")
+    for folder in inbound.iterdir():  # the administrator's chmod, now: every folder's ctime is now
+        for path in (folder, *folder.iterdir()):
+            path.chmod(path.stat().st_mode | 0o020)
+    (teaching / "nbgrader_config.py").write_text(
+        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
+    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
+                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for who, when in claimed.items():
+        assert (teaching / "submitted" / who / A01 / "timestamp.txt").read_text() == f"{when} UTC", who
+    assert "3 submissions' folders were all changed at about" in done.stderr, done.stderr[-3000:]
+    assert "claims to have been submitted at" not in done.stderr, done.stderr[-3000:]

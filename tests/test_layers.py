@@ -168,7 +168,7 @@ def test_the_library_imports_nothing_by_name_at_run_time():
 # checks and verdicts; the class: gradebook, exports, the student's check; nbgrader's adapter on top.
 GRADER_LAYERS = [
     {"autograder", "autograder.settings", "autograder.limits", "autograder.channel", "autograder.serialize", "autograder.memwatch",
-     "autograder.timings", "autograder.syntax_trees", "autograder.keyrings",
+     "autograder.timings", "autograder.syntax_trees", "autograder.keyrings", "autograder.printable",
      "autograder.runner", "autograder.forkserver", "autograder.sandbox", "autograder.checks", "autograder.folder_lock"},
     {"autograder.outcomes", "autograder.outputs", "autograder.honesty", "autograder.course",
      "autograder.trusted", "autograder.submissions", "autograder.exports", "autograder.lateness",

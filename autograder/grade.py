@@ -1522,18 +1522,13 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     held: list[str] = []  # files graded before an instructor's --force regrade replaced their grade: not graded again
     unreadable_newer: list[str] = []  # newer files that are no notebook, over a grade of a readable one: not graded
     replaced_unreadable: dict[tuple[str, str], str] = {}  # the note on a notebook graded over a file that was none
-    dues_read: list = []
-    dues_lock = threading.Lock()
-
+    @functools.cache  # two grading threads asking at once may both read: the same files, the same answer
     def class_dues() -> tuple[dict, dict]:
-        """The gradebook's due dates and the extensions waiting, read once (under the course's lock)."""
+        """The gradebook's due dates and the extensions waiting, read once per run (under the course's lock)."""
         from .lateness import read_pending
 
-        with dues_lock:
-            if not dues_read:
-                with course.lock:
-                    dues_read.append((due_dates(course), read_pending(out)))
-            return dues_read[0]
+        with course.lock:
+            return due_dates(course), read_pending(out)
     nothing_here: list[str] = []  # an override (--force --student --assignment) of a notebook this folder does not hold
     other_code: list[str] = []  # notebooks graded again because other grading code made their saved grade
     still_forced: set[tuple[str, str]] = set()  # overrides (--force) whose very file is graded again: they stay overrides

@@ -100,6 +100,18 @@ def _submit(inbound: Path, owner: str, named: str, when: str, marker: str) -> No
         shutil.chown(path, owner)
 
 
+def _collect(tmp_path: Path, teaching: Path, exchange: Path, *options: str) -> subprocess.CompletedProcess:
+    """The course's collect (the JupyterHub's settings) of A01 into `teaching`, as the instructor runs it."""
+    (teaching / "nbgrader_config.py").write_text(
+        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
+    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    return subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01, *options,
+                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by two other users need root to make")
 def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(tmp_path):
     """The inbound is writable by every user: 'nobody' made daemon+01+<later time>+x holding a blank notebook.
@@ -124,14 +136,7 @@ def test_collect_never_takes_a_submission_another_user_made_in_a_students_name(t
     (inbound / f"bin+{A01}+{_at(3)} UTC+link").symlink_to(work)
     _submit(inbound, "nobody", "sys", _at(0.5), "forged \x1b]0;PWNED\x07\x1b[2J")  # sys has none of their own
     _submit(inbound, "root", "adm", _at(0.5), "put in by hand")  # by the instructor collecting (root here)
-    (teaching / "nbgrader_config.py").write_text(
-        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
-    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
-    env.pop("JUPYTER_CONFIG_PATH", None)
-    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
-                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = _collect(tmp_path, teaching, exchange)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     collected = {s: nbformat.read(teaching / "submitted" / s / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
                  for s in ("daemon", "nobody", "adm", "bin")}
@@ -179,15 +184,8 @@ def test_collect_dates_a_submission_no_earlier_than_its_folder_was_made(tmp_path
     stamp.write_text(f"{week_ago} UTC")
     # and a folder whose name holds no time at all: once, the whole collect stopped on it
     _submit(inbound, "sys", "sys", "x", "no time in the name")
-    (teaching / "nbgrader_config.py").write_text(
-        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
-    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
-    env.pop("JUPYTER_CONFIG_PATH", None)
     before = datetime.now(timezone.utc)
-    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
-                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = _collect(tmp_path, teaching, exchange)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     stamp = (teaching / "submitted" / "daemon" / A01 / "timestamp.txt").read_text()
     dated = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f %Z").replace(tzinfo=timezone.utc)
@@ -274,18 +272,6 @@ def _copied_deep(folder: Path, tmp_path: Path) -> None:
     assert (tmp_path / "copy" / f"{A01}.ipynb").read_text() == "{}"
     depth = sum(1 for _ in (tmp_path / "copy").rglob("d"))
     assert depth == MAX_DEPTH and any(f"more than {MAX_DEPTH} folders deep" in line for line in said), said
-
-
-def _collect(tmp_path: Path, teaching: Path, exchange: Path, *options: str) -> subprocess.CompletedProcess:
-    """The course's collect (the JupyterHub's settings) of A01 into `teaching`, as the instructor runs it."""
-    (teaching / "nbgrader_config.py").write_text(
-        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
-    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
-    env.pop("JUPYTER_CONFIG_PATH", None)
-    return subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01, *options,
-                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
-                          text=True, timeout=600)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
@@ -419,16 +405,9 @@ def test_collect_refuses_an_exchange_a_student_could_have_replaced(tmp_path):
     planted = next(inbound.iterdir()) / "planted.ipynb"
     planted.write_text("{}")
     shutil.chown(planted, "nobody")
-    (teaching / "nbgrader_config.py").write_text(
-        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
-    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
-    env.pop("JUPYTER_CONFIG_PATH", None)
 
     def collect() -> subprocess.CompletedProcess:
-        return subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
-                               f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
-                              text=True, timeout=600)
+        return _collect(tmp_path, teaching, exchange)
 
     exchange.chmod(0o777)
     done = collect()
@@ -462,14 +441,7 @@ def test_one_change_of_many_students_folders_at_once_redates_none_of_them(tmp_pa
     for folder in inbound.iterdir():  # the administrator's chmod, now: every folder's ctime is now
         for path in (folder, *folder.iterdir()):
             path.chmod(path.stat().st_mode | 0o020)
-    (teaching / "nbgrader_config.py").write_text(
-        f"exec(open({str(REPO / 'deploy' / 'jupyterhub' / 'jupyter' / 'nbgrader_config.py')!r}).read())\n")
-    env = {**os.environ, "ATTN_HUB_EXCHANGE": str(exchange), "ATTN_HUB_COURSE_ID": COURSE_ID,
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
-    env.pop("JUPYTER_CONFIG_PATH", None)
-    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "collect", A01,
-                           f"--CourseDirectory.root={teaching}"], cwd=teaching, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = _collect(tmp_path, teaching, exchange)
     assert done.returncode == 0, done.stderr[-3000:]
     for who, when in claimed.items():
         assert (teaching / "submitted" / who / A01 / "timestamp.txt").read_text() == f"{when} UTC", who

@@ -432,6 +432,17 @@ def test_a_library_softmax_under_another_name_is_refused_in_the_check(name):
         assert "a library's softmax" in str(refused.value), str(refused.value)
 
 
+@pytest.mark.parametrize("name, kernel", [("logsumexp", "logsumexp"), ("aten", "_softmax")])
+def test_a_refused_kernel_is_named_in_the_message(name, kernel):
+    """A student who wrote exp(x - torch.logsumexp(x)) never typed 'softmax': the refusal says which call was one."""
+    namespace = {"np": np}
+    exec(compile(SOFTMAX_UNDER_ANOTHER_NAME[name], f"<ipython-input-{name}>", "exec"), namespace)
+    exercise = next(e for e in nb01.EXERCISES if e.graded == "softmax")
+    with pytest.raises(CheckFailed, match="not accepted") as refused:
+        check_exercise(exercise, namespace["softmax"])
+    assert f"PyTorch's `{kernel}` was called" in str(refused.value), str(refused.value)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmin", "cross_entropy", "sdpa", "logsumexp"])
 def test_nbgrader_a_library_softmax_under_another_name_costs_softmax_only(course, name):

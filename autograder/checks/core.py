@@ -611,8 +611,14 @@ class _CallGuard:
         name = name.split("::", 1)[-1]
         for prefix, why in self.kernels:
             if name.startswith(prefix):
-                return why
+                return _kernel_seen(why, name.split(".")[0])
         return None
+
+
+def _kernel_seen(why: str, kernel: str) -> str:
+    """A forbidden kernel's reason, naming the kernel: a student who wrote exp(x - torch.logsumexp(x)) never
+    typed 'softmax', and the message says which of their calls is one."""
+    return f"{why} (PyTorch's `{kernel}` was called)"
 
 
 def _codes_of(*owners) -> set:
@@ -831,7 +837,7 @@ def _kernel_functions(kernels: tuple[tuple[str, str], ...]) -> list[tuple[Any, s
                 why = next((w for prefix, w in kernels if name.startswith(prefix)), None)
                 func = getattr(space, name, None)
                 if why and callable(func) and not hasattr(func, "__code__"):
-                    found.append((func, why))
+                    found.append((func, _kernel_seen(why, name)))
         _KERNEL_FUNCTIONS[kernels] = found
     return _KERNEL_FUNCTIONS[kernels]
 

@@ -163,6 +163,29 @@ def test_counting_only_trainable_parameters_fails_and_is_named():
     assert "known mistake: counted only the trainable parameters" in str(err.value), str(err.value)
 
 
+def _param_count_as(kind):
+    """The reference's count, returned as `kind` makes it (an int's other spellings, or a float)."""
+    return lambda *args, **kwargs: kind(STUDENT["mha_param_count"](*args, **kwargs))
+
+
+PARAM_COUNT = next(e for e in nb03.EXERCISES if e.graded == "mha_param_count")
+
+
+@pytest.mark.parametrize("kind", [int, np.int64, torch.tensor, lambda n: torch.tensor(n, dtype=torch.int32)],
+                         ids=["int", "np.int64", "torch.tensor", "int32 tensor"])
+def test_a_parameter_count_of_any_integer_type_passes(kind):
+    assert judged_as_in_grading(PARAM_COUNT, _param_count_as(kind)) == [None] * len(core.cases_of(PARAM_COUNT))
+
+
+@pytest.mark.parametrize("kind", [float, np.float32, lambda n: torch.tensor(float(n))], ids=["float", "np.float32",
+                                                                                              "float tensor"])
+def test_a_parameter_count_returned_as_a_float_is_told_to_be_an_int(kind):
+    """d_model / num_heads makes every count a float (418.0): right in value, not a number of parameters."""
+    messages = judged_as_in_grading(PARAM_COUNT, _param_count_as(kind))
+    assert all(m and "a float: a number of parameters is a whole number" in m and "d_model // num_heads" in m
+               for m in messages), messages
+
+
 # --------------------------------------------------------------------------- honesty and stubs
 def test_using_torch_multihead_attention_is_not_accepted():
     class MultiHeadAttention(MultiHeadAttentionAlt):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from attention_course import multihead as ref
 
-from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, numbers, raises, reference_guard
+from .core import Case, Exercise, Mistake, Told, keeps_inputs, make_checker, numbers, raises, reference_guard
 from .nb02 import ATTEND_SOURCE
 from .tensors import Builtin, backpropagate, causal, load_weights, random_mask, tensor, torch_attention, two_outputs
 
@@ -703,9 +703,21 @@ def _param_count_cases(rng):
         args = {"key_dim": k, "value_dim": v, "bias": bias}
         shown = ", ".join(f"{name}={value}" for name, value in args.items() if value is not None or name == "bias")
         cases.append(Case(f"mha_param_count(d_model={d}, num_heads={h}, {shown})",
-                          lambda f, d=d, h=h, args=args: np.array(f(d, h, **{n: a for n, a in args.items()
-                                                                              if a is not None}))))
+                          lambda f, d=d, h=h, args=args: f(d, h, **{n: a for n, a in args.items() if a is not None}),
+                          derive=_a_whole_count))
     return cases
+
+
+def _a_whole_count(value):
+    """The count as an array to compare, when it is a whole number's type (an int, numpy's, or a 0-d integer tensor);
+    a float, even 418.0, is told: a count of parameters is an int (d_model / num_heads makes a float where // does
+    not, and everything computed from it is one)."""
+    value = value.detach().float().numpy() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+    if np.asarray(value).dtype.kind == "f":
+        return Told(f"mha_param_count returned {value!r}, a float: a number of parameters is a whole number, so "
+                    f"return an int. Likely cause: d_model / num_heads (a float, even where it divides evenly) where "
+                    f"d_model // num_heads keeps it an int")
+    return np.array(value)
 
 
 PARAM_COUNT_MISTAKES = (

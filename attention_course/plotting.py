@@ -18,8 +18,10 @@ def heatmap(
     cmap: str = "viridis",
     vmin: float | None = None,
     vmax: float | None = None,
+    colorbar_label: str = "",
 ):
-    """Draw `matrix` [rows, cols] as a labelled heatmap; numbers in the cells when it is small."""
+    """Draw `matrix` [rows, cols] as a labelled heatmap; numbers in the cells when it is small; `colorbar_label`
+    says what the colours measure."""
     m = np.asarray(getattr(matrix, "detach", lambda: matrix)(), dtype=float)
     if m.ndim != 2:
         raise ValueError(f"heatmap needs a 2-D matrix, got shape {m.shape}")
@@ -38,5 +40,5 @@ def heatmap(
                     color="black" if light else "white")
     if title:
         ax.set_title(title)
-    plt.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    plt.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=colorbar_label or None)
     return ax

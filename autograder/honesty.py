@@ -125,6 +125,8 @@ def rules_for(exercise: Any) -> Rules:
     for func, why in exercise.forbidden:
         if str(getattr(func, "__module__", "") or "").startswith("attention_course"):
             continue  # the reference guard: covered by reference_module
+        if getattr(why, "runtime_only", False):
+            continue  # refused by what the call is given (core.OnNumbers), which no name tells
         for name in _banned_names(func):
             banned.setdefault(name, why)
     banned.setdefault(exercise.graded, f"it uses a library's own {exercise.graded}, which this exercise asks "

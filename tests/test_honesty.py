@@ -5,6 +5,7 @@ severity and exercises; honest idioms, the solutions and the student releases mu
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 import threading
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import core
+from autograder.checks import core, nb08
+from autograder.checks.core import CheckFailed
 from autograder.honesty import FORBIDDEN, REVIEW, Finding, Rules, rules_for, rules_for_exercises, scan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -443,8 +445,15 @@ def test_naming_torch_tensor_or_a_layers_own_forward_is_not_refused():
                "    assert isinstance(mask, (torch.Tensor, type(None)))\n{extra}"
                "    return _online(q, k, v, block_size, mask)\n")
     assert scan([HEAD, answer, wrapper.format(extra="")], rules("08")) == []
-    refused = one(scan([HEAD, answer, wrapper.format(extra="    q.__array__()\n")], rules("08")), FORBIDDEN)
-    assert "__array__" in refused.reason, refused
+    # the special method itself stays refused, at run time, where its tensor holds the attention's numbers (the
+    # name alone refused a .tolist() of block starts: a fairness audit)
+    calling = wrapper.format(extra="    q.__array__()\n")
+    assert scan([HEAD, answer, calling], rules("08")) == []
+    env = {"torch": torch, "math": math}
+    exec(answer + "\n" + calling, env)
+    with pytest.raises(CheckFailed, match=r"floating-point numbers into numpy arrays \(np.asarray, np.array: "
+                                          r"Tensor.__array__\)"):
+        nb08.check("online_softmax_attention", env["online_softmax_attention"])
     layer_norm = ("class LayerNorm(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
                   "        self.inner = nn.Identity()\n\n    def forward(self, x):\n"
                   "        return self.inner.forward(x - x.mean(-1, keepdim=True))\n")

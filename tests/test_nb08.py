@@ -135,6 +135,47 @@ def test_pytorch_fused_attention_is_not_accepted():
         nb08.check("online_softmax_attention", online_softmax_attention)
 
 
+def _online_with(old: str, new: str, preamble: str = ""):
+    """The reference's online softmax with one line changed (`old` -> `new`), as a student's own function."""
+    env = {"torch": torch, "math": math, "np": __import__("numpy")}
+    source = textwrap.dedent(nb08.ONLINE_SOURCE)
+    assert old in source, old
+    exec(preamble + source.replace(old, new), env)
+    return env["online_softmax_attention"]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("for start in range(0, T_k, block_size):", "for start in torch.arange(0, T_k, block_size).tolist():"),
+    ("for start in range(0, T_k, block_size):", "for start in map(int, torch.arange(0, T_k, block_size).numpy()):"),
+    ("for start in range(0, T_k, block_size):", "for start in map(int, np.asarray(torch.arange(0, T_k, block_size))):"),
+    ("        m = m_new\n", "        m = m_new\n        if mask is not None and False:\n            print(mask.tolist())\n"),
+    ("        m = m_new\n", "        m = m_new\n        _ = (m.isfinite().sum(-1) > 0).tolist()  # a debug look at the rows\n"),
+], ids=["tolist starts", "numpy starts", "asarray starts", "tolist never run", "a few flags"])
+def test_indices_or_flags_taken_out_of_pytorch_cost_nothing(old, new):
+    """A fairness audit: a correct online softmax looping over torch.arange(...).tolist(), or with a .tolist() in a
+    debug line (run or not), got 0 of 6 points: refused by the name alone. Only floating-point tensors are the
+    attention's numbers; the static pass never refuses these names, and the memory point counts what they read."""
+    from autograder.honesty import rules_for
+
+    impl = _online_with(old, new)
+    for exercise in nb08.EXERCISES[:3]:
+        check_exercise(exercise, impl)
+        assert not {"tolist", "numpy", "__array__", "__dlpack__"} & set(rules_for(exercise).banned), exercise.name
+
+
+def test_the_attentions_numbers_taken_out_of_pytorch_are_refused_or_counted():
+    """The floats themselves, as a list, are refused; quantised to integers first (q * 2**24 as int64, attention in
+    Python, the answer handed back as a tensor), they are read out of PyTorch whole and lose the memory point."""
+    floats = _online_with("    return acc / torch.where(l > 0, l, torch.ones_like(l))",
+                          "    return torch.tensor((acc / torch.where(l > 0, l, torch.ones_like(l))).tolist())")
+    with pytest.raises(CheckFailed, match="turns a tensor of floating-point numbers into Python lists"):
+        nb08.check("online_softmax_attention", floats)
+    quantised = _numpy_by(lambda t: (t * 2 ** 24).long().numpy() / 2 ** 24 if t.is_floating_point() else t.numpy())
+    memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
+    with pytest.raises(CheckFailed, match="numbers read out of tensors"):
+        check_exercise(memory, quantised)
+
+
 def test_calling_the_reference_is_not_accepted():
     def sliding_window_mask(size, window):
         return ref.sliding_window_mask(size, window)
@@ -449,8 +490,8 @@ def test_a_debug_print_or_a_context_manager_keeps_every_point(extra, capsys):
 def test_attention_made_out_of_the_measurements_sight_loses_the_memory_point(impl):
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
     with pytest.raises(CheckFailed, match=r"(?s)not accepted, because it switches PyTorch's dispatch modes off|"
-                                          r"at most 768 numbers read out one at a time with \.item\(\), "
-                                          r"float\(\) or int\(\)\).*output\[1\]: .*expected True, got False"):
+                                          r"at most 768 numbers read out of tensors with \.item\(\), "
+                                          r"float\(\), int\(\), \.tolist\(\) or \.numpy\(\)\).*output\[1\]: .*expected True, got False"):
         check_exercise(memory, impl)
 
 

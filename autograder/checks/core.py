@@ -206,6 +206,30 @@ def tolerances(exercise: Exercise, case: Case) -> tuple[float, float]:
 TRUSTED_TURN = threading.RLock()
 
 
+class OnNumbers(str):
+    """A forbidden entry's reason that holds only where the call's tensor (its first argument) holds floating-point
+    or complex numbers: indices or a mask turned into a list (`for start in torch.arange(...).tolist()`) are no way
+    around an exercise, and lost every point of a correct answer. Refused at run time only, never by name."""
+
+    runtime_only = True
+
+
+def refuses(why: str, first_argument) -> bool:
+    """Whether a forbidden entry's reason holds for a call whose first argument is `first_argument`."""
+    if not isinstance(why, OnNumbers):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(first_argument, torch.Tensor):
+        return True
+    return bool(first_argument.is_floating_point() or first_argument.is_complex())
+
+
+def _first_argument(frame):
+    """The first argument of the function a frame runs (self, for a method), or None."""
+    code = frame.f_code
+    return frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+
+
 class Unreadable(str):
     """What a case's `derive` made of an output it could not read: never equal to anything expected."""
 
@@ -589,7 +613,8 @@ class _CallGuard:
     def _hook(self, frame, event, arg):
         if event == "call":
             found = self.codes.get(id(frame.f_code))
-            if found and found[0] is frame.f_code and not on_behalf_of_torch_printing(frame.f_back):
+            if found and found[0] is frame.f_code and not on_behalf_of_torch_printing(frame.f_back) \
+                    and refuses(found[1], _first_argument(frame)):
                 self._found(found[1])
             if id(frame.f_code) in self.op_calls:  # torch.ops.<namespace>.<kernel>(...)
                 why = self._kernel(op_name(frame))
@@ -895,7 +920,7 @@ def _torch_modes(guard: _CallGuard | None) -> list:
                 owner = self.owner or _ACTIVE_GUARD[0]  # none: a thread's mode, for whichever case is running
                 if owner is not None and (owner.torch_functions or owner.kernels):
                     found = owner.torch_functions.get(id(func))
-                    if found and found[0] is func:
+                    if found and found[0] is func and refuses(found[1], args[0] if args else None):
                         owner._found(found[1])
                     if owner.kernels:
                         why = owner._kernel(getattr(func, "__name__", ""))

@@ -17,6 +17,7 @@ from .core import (
     Case,
     Exercise,
     Mistake,
+    OnNumbers,
     keeps_inputs,
     make_checker,
     raises_value_error,
@@ -33,12 +34,19 @@ NO_BUILTIN = FUSED_ATTENTION
 # function mode never sees: a red team's np.asarray passed), DLPack (np.from_dlpack) and Python lists.
 _LEAVES_WHY = ("it turns tensors into {what}; this exercise is in PyTorch, where the grader measures the memory "
                "your online softmax uses: keep every step in torch")
-LEAVES_TORCH = tuple((f, _LEAVES_WHY.format(what=what)) for f, what in (
+# The numbers themselves: refused where the tensor holds floating-point numbers (scores, q, k, v); a list of block
+# starts or of mask flags (torch.arange(0, T_k, block_size).tolist()) carries none of the attention out (a fairness
+# audit: a correct answer looping over .tolist() lost all 6 points, and so did a .tolist() in a debug print).
+_NUMBERS_WHY = ("it turns a tensor of floating-point numbers into {what}; this exercise is in PyTorch, where the "
+                "grader measures the memory your online softmax uses: keep the scores, q, k and v in torch (a list of "
+                "indices or mask flags is fine)")
+LEAVES_TORCH = tuple((f, OnNumbers(_NUMBERS_WHY.format(what=what))) for f, what in (
     (torch.Tensor.numpy, "numpy arrays (Tensor.numpy)"),
     (torch.Tensor.__array__, "numpy arrays (np.asarray, np.array: Tensor.__array__)"),
     (torch.Tensor.__dlpack__, "another library's arrays (DLPack: np.from_dlpack, Tensor.__dlpack__)"),
+    (torch.Tensor.tolist, "Python lists (Tensor.tolist)"))) + tuple(
+    (f, _LEAVES_WHY.format(what=what)) for f, what in (
     (torch.utils.dlpack.to_dlpack, "another library's arrays (DLPack: torch.utils.dlpack.to_dlpack)"),
-    (torch.Tensor.tolist, "Python lists (Tensor.tolist)"),
     # and the bytes under them, read without PyTorch's dispatcher (a reviewer's torch.save into a BytesIO, parsed
     # back with zipfile and struct: 8/8): saving or pickling a tensor, a storage read byte by byte (bytes(s), s[i])
     (torch.serialization.save, "bytes (torch.save)"),
@@ -200,6 +208,9 @@ def _written(func, args, kwargs) -> list[torch.Tensor]:
     return found
 
 
+_EXITS = frozenset({"tolist", "numpy", "__array__", "__dlpack__"})  # a tensor's numbers, taken out of PyTorch whole
+
+
 class _Largest:
     """The largest storage a call allocates or writes into (a storage made before the call, written by it, counts
     whole; views and in-place changes of what it made do not count again), whether it ever reduces over many keys at
@@ -208,6 +219,7 @@ class _Largest:
     process."""
 
     def __init__(self, above: int = 0):
+        from torch.overrides import TorchFunctionMode
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_flatten
 
@@ -239,8 +251,25 @@ class _Largest:
                         owner.created.add(address)
                 return out
 
+        class Exits(TorchFunctionMode):
+            """Numbers taken out of PyTorch whole (.tolist(), .numpy(), np.asarray), counted with the ones read one
+            at a time: integers may leave (indices, mask flags; floating-point tensors are refused), but the
+            scores quantised to integers (q * 2**24 as int64, then attention in Python) read all of q, k and v."""
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if getattr(func, "__name__", "") in _EXITS and args and isinstance(args[0], torch.Tensor):
+                    numbers = args[0].numel()  # flags (a bool per row, say) by the float32 numbers their bits could be
+                    owner.scalar_reads += -(-numbers // 32) if args[0].dtype == torch.bool else numbers
+                return func(*args, **(kwargs or {}))
+
         self.largest, self.all_keys, self.scalar_reads, self.created = 0, False, 0, set()
-        self.mode = Mode()
+        self.mode, self.exits = Mode(), Exits()
+
+    @contextlib.contextmanager
+    def watching(self):
+        """Both modes: the allocations (dispatch) and the numbers taken out whole (functions)."""
+        with self.mode, self.exits:
+            yield
 
     def unseen(self, out) -> bool:
         """Whether the answer was made out of the mode's sight: by code that took the mode off PyTorch's stack
@@ -268,7 +297,7 @@ class _Measurement:
     def measuring(self):
         self.probe = _Largest(above=self.above)
         try:
-            with self.probe.mode:
+            with self.probe.watching():
                 yield
         finally:
             self.probe = None
@@ -302,7 +331,7 @@ def _measured(f, q, k, v, block, mask, watch_keys=False, measurement: _Measureme
     probe = measurement.probe if measurement is not None else None
     if probe is None:
         probe = _Largest(above=_keys_watched_above(q, k, v, block, watch_keys))
-    with torch.no_grad(), (probe.mode if measurement is None or measurement.probe is None else contextlib.nullcontext()), \
+    with torch.no_grad(), (probe.watching() if measurement is None or measurement.probe is None else contextlib.nullcontext()), \
             _numbers_not_printed():
         out = f(q.clone(), k.clone(), v.clone(), block, mask=None if mask is None else mask.clone())
     unseen = probe.unseen(out) or probe.scalar_reads > k.numel()  # attention in floats reads all of q, k and v
@@ -343,8 +372,8 @@ def _online_memory_cases(rng):
                           + f": (output, whether the largest tensor created inside stays below half of the "
                           f"[{B}, {H}, {T_q}, {T_k}] float32 score matrix, {full // 2} bytes, with what it writes "
                           f"into tensors made before the call{keys}; measured in PyTorch: the output made by its "
-                          f"operations, at most {B * H * T_k * D} numbers read out one at a time with .item(), "
-                          "float() or int())",
+                          f"operations, at most {B * H * T_k * D} numbers read out of tensors with .item(), "
+                          "float(), int(), .tolist() or .numpy())",
                           lambda f, q=q, k=k, v=v, b=block, m=mask, w=not masked, s=measurement:
                           _measured(f, q, k, v, b, m, w, s), derive=_fits(full // 2), around=measurement.measuring))
     return cases

@@ -36,6 +36,7 @@ from nbgrader.exchange.abc.exchange import ExchangeError
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.exchange.default.list import ExchangeList
 from nbgrader.utils import check_directory
+from traitlets import Unicode
 
 from .printable import printable
 
@@ -79,15 +80,19 @@ def _user_name(uid: int) -> str:
 
 
 def changed_at(path: str) -> datetime | None:
-    """When the kernel last changed folder `path` or anything in it (the latest ctime: set at each entry made or
-    removed, each file written, never set back by a user; a folder made before the due date, its notebook
-    rewritten after it, is dated by the notebook); naive UTC as nbgrader's parsed timestamps; None when the folder
-    cannot be read. Links are not followed (the copy takes none: a link to / had collect walk the whole disk), and
-    the walk is a loop with limits (Python's os.walk recursed: a folder 1,100 deep stopped the whole collect)."""
+    """When the kernel last changed what the folder's owner put in folder `path` (the latest ctime of their files
+    and folders in it: set at each one made, written or moved, never set back by a user; a folder made before the
+    due date, its notebook rewritten after it, is dated by the notebook); naive UTC as nbgrader's parsed timestamps;
+    None when the folder cannot be read. Others' entries, and the folder's own time that they move, never date it:
+    `nbgrader submit` leaves the folder writable by all, and a classmate who made and removed one file in it
+    re-dated an on-time student late (red team 13). An empty folder is dated by its own time. Links are not followed
+    (the copy takes none: a link to / had collect walk the whole disk), and the walk is a loop with limits (Python's
+    os.walk recursed: a folder 1,100 deep stopped the whole collect)."""
     try:
-        times = [os.lstat(path).st_ctime]
+        top = os.lstat(path)
     except OSError:
         return None
+    times, owner = [], top.st_uid
     pending, looked = [(path, 0)], 0
     while pending and looked < MAX_ENTRIES:
         folder, depth = pending.pop()
@@ -99,12 +104,14 @@ def changed_at(path: str) -> datetime | None:
                         info = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
+                    if info.st_uid != owner:
+                        continue  # another user's: never collected, never the date of the owner's submission
                     times.append(info.st_ctime)
                     if stat.S_ISDIR(info.st_mode) and depth < MAX_DEPTH:
                         pending.append((entry.path, depth + 1))
         except OSError:
             continue
-    return datetime.fromtimestamp(max(times), timezone.utc).replace(tzinfo=None)
+    return datetime.fromtimestamp(max(times or [top.st_ctime]), timezone.utc).replace(tzinfo=None)
 
 
 _DIR_MODE, _FILE_MODE = 0o755, 0o644  # what collect writes: the collecting user's alone to change
@@ -296,43 +303,72 @@ class OwnerCheckedCollect(ExchangeCollect):
     """nbgrader's ExchangeCollect; a submission whose folder another user owns is never collected as a
     student's who has folders of their own, and none is dated earlier than its folder was made."""
 
+    inbound_changed_at = Unicode("", help=(
+        "A moment (UTC, 'YYYY-MM-DD HH:MM:SS') at which you or an administrator changed the inbound's folders all at "
+        "once (a chmod -R, chown, copy or restore): the submissions whose folders were last changed within 5 s of it "
+        "keep the times their names claim, instead of being dated then. Collect names the moment when it sees many "
+        "folders changed together; students cannot name it (they chose when theirs changed, and a crowd of their "
+        "own folders kept a late submission's claimed time: red team 13).")).tag(config=True)
+
     def init_src(self):
         self._together = self._changed_together()
         return super().init_src()
 
+    def _named_change(self) -> datetime | None:
+        """`inbound_changed_at` as naive UTC, or None when not given; a moment that is none is refused, saying so."""
+        text = self.inbound_changed_at.strip()
+        if not text:
+            return None
+        try:
+            when = datetime.fromisoformat(text.removesuffix("UTC").removesuffix("Z").strip())
+        except ValueError:
+            message = (f"nothing collected: OwnerCheckedCollect.inbound_changed_at={text!r} is no moment: give it as "
+                       "'YYYY-MM-DD HH:MM:SS' in UTC, as collect printed it")
+            self.log.error(message)  # nbgrader's app says only "nbgrader collect failed"
+            raise ExchangeError(message) from None
+        return when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
+
     def _changed_together(self) -> set[str]:
-        """The inbound folders that one change of many students' folders at once would re-date: each claims a time
-        more than CLOCK_SLACK before its last change, and that change falls within BULK_WINDOW of the others', for
-        at least 3 owners and half of the inbound's. An administrator's chmod -R after the due date dated every
-        on-time submission then, and blamed the students (red team 12); one student predating a folder of theirs
-        is no such crowd, nor are a few."""
+        """The inbound folders whose claimed times are kept over their last change: those changed at the moment the
+        instructor named (`inbound_changed_at`). Folders that claim a time more than CLOCK_SLACK before their last
+        change, changed within BULK_WINDOW of each other, for at least 3 students, are said, with the moment to
+        name if that was the instructor's own change (an administrator's chmod -R after the due date dated every
+        on-time submission then: red team 12); they are never kept on their own say (red team 13: three colluding
+        students, or one with folders owned by uids of hers that no account has, kept a late submission's time)."""
         inbound = os.path.join(self.root, self.coursedir.course_id, "inbound")
-        early, owners = [], set()
-        for path in glob.glob(os.path.join(inbound, "*+*+*")):
-            owner = owner_of(path)
-            owners.add(owner)
+        early = []
+        for path in glob.glob(os.path.join(inbound, f"*+{glob.escape(self.coursedir.assignment_id)}+*")):
             try:
                 made, claimed = changed_at(path), ExchangeCollect._path_to_record(self, path)["timestamp"]
             except Exception:  # noqa: BLE001 - a name that is no time: dated as _path_to_record says
                 continue
             if made is not None and claimed is not None and claimed < made - CLOCK_SLACK:
-                early.append((made, owner, os.path.basename(path)))
-        together: set[str] = set()
+                early.append((made, owner_of(path), os.path.basename(path)))
+        named = self._named_change()
+        if named is not None:
+            together = {name for made, _, name in early if abs(made - named) <= BULK_WINDOW}
+            self.log.warning("%d submission(s) of %s changed at %s UTC, the moment you named "
+                             "(OwnerCheckedCollect.inbound_changed_at), keep the times their names claim: %s.",
+                             len(together), self.coursedir.assignment_id, named,
+                             ", ".join(sorted(together)) or "none was changed then")
+            return together
         early.sort()
         start = 0
         for end in range(1, len(early) + 1):
             if end == len(early) or early[end][0] - early[end - 1][0] > BULK_WINDOW:
                 crowd = early[start:end]
-                who = {owner for _, owner, _ in crowd}
-                if len(who) >= 3 and 2 * len(who) >= len(owners):
-                    together |= {name for _, _, name in crowd}
+                students = {owner for _, owner, _ in crowd if owner is not None}
+                if len(students) >= 3:
+                    moment = crowd[-1][0].strftime("%Y-%m-%d %H:%M:%S")
+                    self.log.warning(
+                        "%d submissions' folders (%d students) were all changed at about %s UTC, long after the times "
+                        "their names claim, and are dated then. If you or an administrator changed the inbound then (a "
+                        "chmod, chown, copy or restore), collect again with "
+                        "--OwnerCheckedCollect.inbound_changed_at='%s' to keep the times their names claim (those "
+                        "already collected are collected again); if nobody did, the students changed them.",
+                        len(crowd), len(students), crowd[-1][0], moment)
                 start = end
-        if together:
-            self.log.warning("%d submissions' folders were all changed at about %s UTC, long after the times their "
-                             "names claim: one change of the inbound (a chmod, chown, copy or restore), not that many "
-                             "students at once; their claimed times are kept.", len(together),
-                             max(made for made, _, name in early if name in together))
-        return together
+        return set()
 
     def _path_to_record(self, path):
         try:
@@ -347,7 +383,7 @@ class OwnerCheckedCollect(ExchangeCollect):
                            path, made)
             record = {"username": name.rsplit("+", 3)[0], "filename": name, "timestamp": made or datetime.min}
         if os.path.basename(path) in getattr(self, "_together", set()):
-            pass  # re-dated only by one change of many students' folders at once: the claimed time stands
+            pass  # changed at the moment the instructor named: the claimed time stands
         elif made is not None and record["timestamp"] is not None and record["timestamp"] < made - CLOCK_SLACK:
             self.log.error("%s claims to have been submitted at %s UTC, but it was last changed at %s UTC: dated "
                            "%s UTC (the time a student's own process writes is not taken over the file system's; a "
@@ -433,6 +469,7 @@ class OwnerCheckedCollect(ExchangeCollect):
                                                   self.coursedir.assignment_id)
                 with _kept_if_failed(dest) as earlier:
                     try:
+                        self._redate(record, dest)
                         super().copy_files()
                     except Exception as err:  # noqa: BLE001 - reported below, and collect then fails
                         kept = earlier.restore()
@@ -449,6 +486,20 @@ class OwnerCheckedCollect(ExchangeCollect):
                        "say why); every other one was")
             self.log.error(message)  # nbgrader's app says only "nbgrader collect failed"
             raise ExchangeError(message)
+
+    def _redate(self, record: dict, dest: str) -> None:
+        """A submission collected before, dated by the inbound's change the instructor has now named: removed, so that
+        it is collected again with its claimed time (nbgrader's --update takes only a later time); `_kept_if_failed`
+        puts it back if that copy fails."""
+        if record["filename"] not in getattr(self, "_together", set()) or not os.path.isdir(dest):
+            return
+        before = self.coursedir.get_existing_timestamp(dest)
+        if before is not None and before > record["timestamp"]:
+            import shutil
+
+            self.log.info("Dating again: %s %s, collected as of %s UTC, now %s UTC (the time its name claims).",
+                          record["username"], self.coursedir.assignment_id, before, record["timestamp"])
+            shutil.rmtree(dest)
 
     def _owners(self) -> dict[str, str | None]:
         """Each inbound entry (any student, any assignment) -> its owner (None: not a real folder)."""

@@ -94,6 +94,11 @@ PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/kmsg", "/p
 # entries are hidden one by one. Sockets elsewhere that the host lists are covered one by one too.
 CREDENTIAL_DIRS = ("/root", "/home", "/etc/ssh", "/etc/ssl/private", "/run", "/var/run",
                    "/var/lib/sss", "/var/mail", "/var/spool/cron")
+# ... and where classmates' work lies outside the course folder: nbgrader's exchange (its default root, the hub
+# recipe's, the one the hub names), and the usual mounts of shared data. The sandbox runs as the grader's user, who
+# owns the exchange's inbound that students cannot list: a notebook listed it and read every classmate's
+# submission, and their folders' secret names (red team 13).
+SHARED_DIRS = ("/srv", "/mnt", "/media", "/usr/local/share/nbgrader", "/var/lib/nbgrader")
 CREDENTIAL_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
                     "/etc/security/opasswd")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
@@ -708,7 +713,8 @@ def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], 
     root = Path(course_root) if course_root else None
     lib = Path(library) if library else None
     folders, files = [], [f for f in CREDENTIAL_FILES if os.path.isfile(f)]
-    todo = [Path(p) for p in CREDENTIAL_DIRS if os.path.isdir(p)]
+    shared = [*SHARED_DIRS, os.environ.get("ATTN_HUB_EXCHANGE", "")]
+    todo = [Path(p) for p in (*CREDENTIAL_DIRS, *shared) if p and os.path.isdir(p)]
     # a /tmp or /var/tmp the Python lives in is kept (not replaced by the scratch): its other entries (a class
     # folder, another grading folder and its secret salt, a red team found) are covered one by one, as homes are
     todo += [Path(p) for p in PRIVATE_SCRATCH if p != SCRATCH and _contains_needed(p) and os.path.isdir(p)]

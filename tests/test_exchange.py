@@ -6,6 +6,7 @@ submission secret carried from the collected submission into the grading course'
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -426,11 +427,13 @@ def test_collect_refuses_an_exchange_a_student_could_have_replaced(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
-def test_one_change_of_many_students_folders_at_once_redates_none_of_them(tmp_path):
-    """A red team: an administrator's `chmod -R g+w inbound/*` after the due date set every folder's ctime to then,
+def test_one_change_of_many_students_folders_at_once_is_named_and_kept_only_on_the_instructors_word(tmp_path):
+    """A red team (12): an administrator's `chmod -R g+w inbound/*` after the due date set every folder's ctime to then,
     and collect dated every on-time submission at the chmod (0/17 under a zero late policy), blaming the students.
-    A crowd of folders of different owners changed together keeps its claimed times (said once); one student's
-    predated folder, alone, is still dated by its change (the test above)."""
+    Red team 13: keeping such a crowd's claimed times by itself let three colluding students (or one, with folders
+    owned by uids no account has) date a late submission on time. Now collect names the moment and the option; the
+    instructor who made the change names it, and the submissions already collected are collected again, dated as
+    their names claim."""
     exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
     inbound = exchange / COURSE_ID / "inbound"
     inbound.mkdir(parents=True)
@@ -441,9 +444,52 @@ def test_one_change_of_many_students_folders_at_once_redates_none_of_them(tmp_pa
     for folder in inbound.iterdir():  # the administrator's chmod, now: every folder's ctime is now
         for path in (folder, *folder.iterdir()):
             path.chmod(path.stat().st_mode | 0o020)
+    changed = max(os.lstat(p).st_ctime for folder in inbound.iterdir() for p in (folder, *folder.iterdir()))
     done = _collect(tmp_path, teaching, exchange)
     assert done.returncode == 0, done.stderr[-3000:]
+    for who, when in claimed.items():  # dated by the change, as students changing their own folders together would be
+        assert (teaching / "submitted" / who / A01 / "timestamp.txt").read_text() != f"{when} UTC", who
+    assert "3 submissions' folders (3 students) were all changed at about" in done.stderr, done.stderr[-3000:]
+    option = re.search(r"--OwnerCheckedCollect\.inbound_changed_at='([^']+)'", done.stderr)
+    assert option, done.stderr[-3000:]
+    assert abs(datetime.fromisoformat(option.group(1)).replace(tzinfo=timezone.utc).timestamp() - changed) < 1
+    again = _collect(tmp_path, teaching, exchange, f"--OwnerCheckedCollect.inbound_changed_at={option.group(1)}")
+    assert again.returncode == 0, again.stderr[-3000:]
     for who, when in claimed.items():
         assert (teaching / "submitted" / who / A01 / "timestamp.txt").read_text() == f"{when} UTC", who
-    assert "3 submissions' folders were all changed at about" in done.stderr, done.stderr[-3000:]
-    assert "claims to have been submitted at" not in done.stderr, done.stderr[-3000:]
+        assert nbformat.read(teaching / "submitted" / who / A01 / f"{A01}.ipynb", as_version=4).cells[0].source \
+            == f"{who}'s own"
+    assert "3 submission(s) of" in again.stderr and "keep the times their names claim" in again.stderr, again.stderr
+    assert "Dating again: daemon" in again.stderr, again.stderr[-3000:]
+    refused = _collect(tmp_path, teaching, exchange, "--OwnerCheckedCollect.inbound_changed_at=yesterday")
+    assert refused.returncode != 0 and "is no moment" in refused.stderr, refused.stderr[-3000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files owned by another user need root to make")
+def test_a_classmate_who_writes_into_a_students_folder_never_redates_it(tmp_path):
+    """Red team 13: `nbgrader submit` leaves a submission folder writable by all; a student who knew a classmate's
+    folder name made and removed one file in it after the due date, and collect dated the on-time classmate then
+    (0/17). Only what the folder's owner put in it dates it; an empty folder, by its own time."""
+    import time
+
+    from autograder.exchange import changed_at
+
+    inbound = tmp_path / "inbound"
+    inbound.mkdir()
+    _submit(inbound, "daemon", "daemon", _at(0), "daemon's own")
+    folder = next(inbound.iterdir())
+    folder.chmod(0o777)
+    handed_in = changed_at(str(folder))
+    time.sleep(1.1)  # past any file system's timestamp granularity
+    stray = folder / "x"  # nobody's, made and removed: the folder's own ctime is now
+    stray.write_text("")
+    shutil.chown(stray, "nobody")
+    planted = folder / "planted.ipynb"  # and one left there, never collected
+    planted.write_text("{}")
+    shutil.chown(planted, "nobody")
+    stray.unlink()
+    assert os.lstat(folder).st_ctime > handed_in.replace(tzinfo=timezone.utc).timestamp()
+    assert changed_at(str(folder)) == handed_in
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert changed_at(str(empty)) == datetime.fromtimestamp(os.lstat(empty).st_ctime, timezone.utc).replace(tzinfo=None)

@@ -413,6 +413,40 @@ def test_no_sandbox_shows_the_graders_home_or_credentials(class_folder, kind, wh
     assert "urandom=4" in text, found
 
 
+@pytest.mark.parametrize("kind", ["bubblewrap", "namespaces"])
+def test_no_sandbox_shows_the_exchange_where_classmates_submit(class_folder, kind):
+    """Red team 13: the namespaces sandbox runs as the grader's user, who owns the exchange's inbound that students
+    cannot list; a notebook listed it and read every classmate's submission (and their folders' secret names, the way
+    to re-date one). Every exchange the course knows of is hidden: nbgrader's default, the hub's (/srv/...)."""
+    if not os.access("/srv", os.W_OK):
+        pytest.skip("making a folder in /srv (where the hub recipe keeps the exchange) needs root")
+    if not kind_works(kind, None):
+        pytest.skip(f"the {kind} sandbox does not start here")
+    inbound = Path(tempfile.mkdtemp(prefix=f"attn-test-exchange-{kind}-", dir="/srv")) / "course" / "inbound"
+    classmate = inbound / "bob+01+2026-01-01 00:00:00.000000 UTC+secret" / "01.ipynb"
+    classmate.parent.mkdir(parents=True)
+    classmate.write_text("MARKER-a-classmates-notebook\n")
+    folder, paths = class_folder
+    attack = json.loads(paths["solved"].read_text())
+    listing = READ_SECRETS.replace("for path in [", "for path in [*glob.glob({inbound!r} + '/*/*'), ")
+    for cell in attack["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "normalize_rows":
+            cell["source"] = listing.format(secret=str(classmate), inbound=str(inbound))
+    hostile = _hostile_copy(folder, f"exchange-{kind}", attack)
+    try:
+        found = run_as(None, f"""
+        from pathlib import Path
+        from autograder.selfcheck import self_check
+        result, _ = self_check(Path({str(hostile)!r}))
+        print(json.dumps([c.message for c in result.cells if c.grade_id.startswith("test_normalize_rows")]))
+        """, sandbox=kind)
+    finally:
+        shutil.rmtree(inbound.parent.parent)
+    text = " ".join(found)
+    assert "ValueError" in text and "urandom=4" in text, found  # the attack ran and reported what it could read
+    assert "MARKER" not in text and "secret" not in text.replace(str(classmate), ""), found
+
+
 READ_THE_COURSE = '''def normalize_rows(S):
     import os
     seen = ["root=" + ",".join(sorted(os.listdir({root!r})))]

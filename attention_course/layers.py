@@ -39,6 +39,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        '''x [..., d_model] -> [..., d_model], every position on its own.'''
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 
@@ -75,6 +76,7 @@ class EncoderLayer(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        '''x [B, T, d_model], mask bool broadcastable to [B, H, T, T] (True = may attend) -> [B, T, d_model].'''
         if self.norm_first:
             h = self.norm1(x)
             x = x + self.dropout1(self.self_attn(h, h, h, mask=mask)[0])
@@ -129,6 +131,8 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        '''x [B, T, d_model], memory [B, S, d_model]; tgt_mask bool broadcastable to [B, H, T, T], memory_mask
+        to [B, H, T, S] (True = may attend) -> [B, T, d_model].'''
         if self.norm_first:
             h = self.norm1(x)
             out, self.self_attn_weights = self.self_attn(h, h, h, mask=tgt_mask)

@@ -27,6 +27,7 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model))   # [max_len, d_model]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        '''x [B, T, d_model] -> dropout(x + pe[:T]) [B, T, d_model]; ValueError when T > max_len.'''
         T = x.size(1)                                   # batch-first: positions are axis 1
         if T > self.pe.size(0):
             raise ValueError(f"sequence of length {T} is longer than max_len = {self.pe.size(0)}")

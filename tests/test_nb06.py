@@ -4,6 +4,7 @@ catalogued mistake fails and is named, the built-ins and the reference are refus
 nbgrader takes points off in exactly the right cells."""
 from __future__ import annotations
 
+import inspect
 import math
 import textwrap
 
@@ -210,6 +211,17 @@ def test_the_classes_beam_searches_are_told_their_own_mistake(code, name):
     message = _first_message("beam_search", _build(code, "beam_search"))
     assert f"This matches a known mistake: {name}" in message, message
     assert "length penalty" not in message.split("This matches", 1)[1].split("\n")[0], message
+
+
+def test_a_beam_that_stops_once_beam_size_have_finished_is_told_so_on_the_narrow_beam():
+    """A wrong-code audit: Hugging Face's early_stopping=True rule (stop once beam_size hypotheses have finished) ends
+    on the hand-made narrow beam exactly as a beam that keeps finished hypotheses does, and was told only that, which
+    sent a student whose beam was right to look there: the diagnosis names both."""
+    impl = Mistake("", "", nb06._beam_code(stop="ys.size(0) == 0 or len(finished) >= beam_size")).build("beam_search")
+    exercise = next(e for e in nb06.EXERCISES if e.name == "beam_search")
+    case = next(c for c in core.cases_of(exercise) if "what a beam of 2 keeps" in c.description)
+    message = core.judge(exercise, case, core.run_case(exercise, case, impl))
+    assert "or stops once beam_size hypotheses have finished" in message, message
 
 
 SEEDS_THE_GLOBAL_GENERATOR = """
@@ -449,6 +461,24 @@ def test_an_untied_generator_passes_the_logits_and_fails_the_gradients():
     nb06.check("Seq2SeqTransformer", untied)
     with pytest.raises(CheckFailed, match="known mistake: the generator not tied"):
         nb06.check("Seq2SeqTransformer_gradients", untied)
+
+
+def test_label_smoothing_written_with_view_fails_on_the_training_steps_own_slices():
+    """A wrong-code audit: .view(-1, V) took 30/30 (every case's tensors were contiguous), then crashed the notebook's
+    own training step, which passes tgt[:, 1:]; .reshape passes."""
+    def with_view(logits, target, epsilon=0.1, ignore_index=-100):
+        lp = torch.log_softmax(logits.view(-1, logits.size(-1)), -1)
+        t = target.view(-1)
+        keep = t != ignore_index
+        nll = -lp.gather(-1, t.clamp(min=0)[:, None]).squeeze(-1)
+        return ((1 - epsilon) * nll - epsilon * lp.mean(-1))[keep].mean()
+
+    with pytest.raises(CheckFailed, match=r"(?s)view size is not compatible.*tgt\[:, 1:\]: not contiguous"):
+        nb06.check("label_smoothed_cross_entropy", with_view)
+    reshaped = textwrap.dedent(inspect.getsource(with_view)).replace(".view(", ".reshape(")
+    env = {"torch": torch}
+    exec(reshaped, env)
+    nb06.check("label_smoothed_cross_entropy", env["with_view"])
 
 
 # --------------------------------------------------------------------------- refused

@@ -255,6 +255,16 @@ def _ls_cases(rng):
                           f"ignore_index {ignore}, epsilon={eps} (checks the loss, then that it is a 0-d tensor)",
                           lambda f, x=logits, y=target, e=eps, i=ignore: _guarded(f, x.clone(), y.clone(), e, i),
                           derive=_loss_and_rank))
+    # the training step's own call: target = tgt[:, 1:] and logits of a slice, neither contiguous (a loss written with
+    # .view(-1, V) passed every case above and crashed the notebook's training: view needs contiguous memory)
+    whole = torch.from_numpy(rng.normal(scale=2.0, size=(3, 7, 6)).astype(np.float32))
+    ids = torch.from_numpy(rng.integers(1, 6, size=(3, 7)).astype(np.int64))
+    ids[:, -2:] = 0
+    cases.append(Case("logits [3, 6, 6] and target [3, 6] sliced as the training step slices them (logits[:, 1:], "
+                      "tgt[:, 1:]: not contiguous in memory, so .view(-1, V) fails where .reshape(-1, V) works), "
+                      "ignore_index 0, epsilon=0.1",
+                      lambda f, x=whole, y=ids: _guarded(f, x.clone()[:, 1:], y.clone()[:, 1:], 0.1, 0),
+                      derive=_loss_and_rank))
     logits, target = tensor_pair = (torch.from_numpy(rng.normal(scale=2.0, size=(12, 7)).astype(np.float32)),
                                     torch.from_numpy(rng.integers(1, 7, size=(12,)).astype(np.int64)))
     target[::3] = 0
@@ -1211,10 +1221,15 @@ EARLY_STOP_MISTAKE = Mistake(
     _beam_code(stop="ys.size(0) == 0 or (finished and max(h[0] for h in finished) >= float(scores.max()) / "
                     "t ** length_penalty)"))
 # Told by beam_search's narrow-beam case: finished hypotheses that keep their places crowd the live ones out.
+# Stopping once beam_size hypotheses have finished (Hugging Face's early_stopping=True) ends exactly as this does on
+# that case (a wrong-code audit: told only "keeps finished hypotheses", a student whose beam was right looked there):
+# the diagnosis names both.
 STAY_MISTAKE = Mistake(
-    "keeps finished hypotheses in the beam (they hold places the live hypotheses need)",
+    "keeps finished hypotheses in the beam (they hold places the live hypotheses need), or stops once beam_size "
+    "hypotheses have finished",
     "a hypothesis that ends with eos leaves the beam for the list of finished ones: each step's beam_size places "
-    "go to the best live candidates, and the search goes on until none is live or max_len is reached",
+    "go to the best live candidates, and the search goes on until none is live or max_len is reached, however many "
+    "have finished (not until beam_size have: a live one can still overtake them)",
     '''
 def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0):
     with torch.no_grad():

@@ -228,6 +228,29 @@ def _cached_attention_cases(rng):
              lambda f: _cached_step(f, *two, short, 0)),
         keeps_inputs("a cache holding 3 positions and 2 new ones, q_t, k_t, v_t as above (the caller keeps them)",
                      lambda f, q, k, v: f(q, k, v, _prefilled(short), 0), *two),
+        *_cached_extreme_cases(x, B, H, D, Dv),
+    ]
+
+
+def _cached_extreme_cases(x, B, H, D, Dv) -> list[Case]:
+    """Scores a softmax of one's own gets wrong: in the hundreds (exp overflows unless the row's max is subtracted),
+    and a future key far above every key a new query may see (a max taken over it, the masked weights zeroed after
+    exp(), underflows every allowed weight)."""
+    big = (x(B, H, 1, D, scale=10.0), x(B, H, 1, D, scale=10.0), x(B, H, 1, Dv))
+    big_past = {0: (x(B, H, 4, D, scale=10.0), x(B, H, 4, Dv))}
+    direction = torch.ones(D)
+    q_new = torch.stack([3.0 * direction + x(B, H, D, scale=0.3), x(B, H, D)], dim=-2)            # [B, H, 2, D]
+    k_new = torch.stack([x(B, H, D), 20.0 * direction + x(B, H, D, scale=0.3)], dim=-2)           # the second: far up
+    future = (q_new, k_new, x(B, H, 2, Dv))
+    ordinary = {0: (x(B, H, 2, D), x(B, H, 2, Dv))}
+    return [
+        Case("cache layer 0 holds 4 positions, one new position, every score q . k / sqrt(d) in the hundreds "
+             "(exp() overflows unless each row's largest allowed score is subtracted first): (output, keys, values)",
+             lambda f: _cached_step(f, *big, big_past, 0), atol=1e-4, tells=("softmax without the max subtracted",)),
+        Case("a cache holding 2 positions and 2 new ones, where new position 0's score with new key 1 (its future, "
+             "masked) is about +170 and its allowed scores about 1: (output, keys, values)",
+             lambda f: _cached_step(f, *future, ordinary, 0),
+             tells=("the masked scores' max taken too (the mask applied after exp())",)),
     ]
 
 
@@ -276,6 +299,13 @@ def _rotary_cases(rng):
     half = x(2, 4, 8).to(torch.bfloat16)
     cases.append(Case("apply_rotary on x [2, 4, 8] in bfloat16, positions 0..3: the same shape and dtype back "
                       "(a model in bf16 gets bf16)", lambda f: f(half.clone(), torch.arange(4)), atol=2e-2))
+    # bfloat16 keeps 8 bits of a number: positions and angles computed in it are off by whole radians past ~256 (the
+    # angles of a 4,095th position, in bf16, turned vectors by up to 2.5 against entries of about 2.5)
+    far = x(4, 16).to(torch.bfloat16)
+    cases.append(Case("apply_rotary on x [4, 16] in bfloat16, positions [0, 300, 1000, 4095]: the angles computed in "
+                      "float32 (in bf16, a position like 1000 is rounded by 4 and its angle by whole radians)",
+                      lambda f: f(far.clone(), torch.tensor([0, 300, 1000, 4095])), atol=3e-2,
+                      tells=("angles computed in bfloat16",)))
     return cases
 
 
@@ -333,6 +363,13 @@ def _gqa_cases(rng):
         cases.append(Case(f"GroupedQueryAttention(d_model={d}, num_heads={H}, num_kv_heads={H_kv}) in evaluation mode, "
                           f"x [{B}, {T}, {d}], {what}: (output, weights)",
                           lambda cls, c=(d, H, H_kv), s=state, x=x, m=mask: _gqa_run(cls, c, s, x, m)))
+    # scores in the hundreds: exp() overflows in a softmax of one's own unless each row's max is subtracted
+    state = random_state(ref.GroupedQueryAttention(16, 4, 2), rng)
+    loud = tensor(rng, 2, 5, 16, scale=15.0)
+    cases.append(Case("GroupedQueryAttention(16, 4, 2) in evaluation mode, x [2, 5, 16] with entries of about 15 (scores "
+                      "in the hundreds: exp() overflows unless each row's largest score is subtracted first), a causal "
+                      "mask: (output, weights)", lambda cls, s=state, x=loud: _gqa_run(cls, (16, 4, 2), s, x, causal(5)),
+                      atol=1e-3, tells=("softmax without the max subtracted",)))
     # bias=False: every case above builds the default layer, so projections that ignored it passed
     state = random_state(ref.GroupedQueryAttention(16, 4, 2, bias=False), rng)
     x = tensor(rng, 2, 5, 16)
@@ -706,6 +743,31 @@ def cached_attention(q_t, k_t, v_t, cache, layer=0):
     Mistake("the layer argument ignored (always layer 0 of the cache)",
             "each layer has its own cache entry: cache.append(layer, k_t, v_t)",
             variant(CACHED_SOURCE, ("cache.append(layer, k_t, v_t)", "cache.append(0, k_t, v_t)"))),
+    Mistake("softmax without the max subtracted",
+            "exp() of a score above about 88 overflows to inf (and inf / inf is nan): subtract each row's largest "
+            "allowed score before exp(), as notebook 01's softmax does, or use torch.softmax",
+            """
+def cached_attention(q_t, k_t, v_t, cache, layer=0):
+    keys, values = cache.append(layer, k_t, v_t)
+    T_new, T_total = q_t.shape[-2], keys.shape[-2]
+    mask = torch.ones(T_new, T_total, dtype=torch.bool).tril(T_total - T_new)
+    e = torch.exp(q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1])) * mask
+    return e / e.sum(-1, keepdim=True) @ values
+"""),
+    Mistake("the masked scores' max taken too (the mask applied after exp())",
+            "a masked key (the future) must not count at all: fill the masked scores with -inf BEFORE the max and the "
+            "softmax (scores.masked_fill(~mask, float('-inf'))); a max over every key, masked ones too, underflows "
+            "the allowed weights when a masked score is far larger",
+            """
+def cached_attention(q_t, k_t, v_t, cache, layer=0):
+    keys, values = cache.append(layer, k_t, v_t)
+    T_new, T_total = q_t.shape[-2], keys.shape[-2]
+    mask = torch.ones(T_new, T_total, dtype=torch.bool).tril(T_total - T_new)
+    scores = q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1])
+    e = torch.exp(scores - scores.amax(-1, keepdim=True)) * mask
+    total = e.sum(-1, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total)) @ values
+"""),
     Mistake("no 1/sqrt(d) scaling",
             "scores are q . k / sqrt(head_dim), as in notebook 02",
             """
@@ -762,6 +824,11 @@ ROTARY_MISTAKES = (
             variant(ROTARY_SOURCE, ("torch.as_tensor(positions).to(torch.float32)",
                                     "(torch.as_tensor(positions).reshape(-1)[0] + torch.arange(x.shape[-2]))"
                                     ".to(torch.float32)"))),
+    Mistake("angles computed in bfloat16",
+            "compute the positions, frequencies and angles in float32 whatever x's dtype (bf16 keeps 8 bits: position "
+            "1000 becomes 1000 +- 4, its angle off by whole radians), and cast only the result back: .to(x.dtype)",
+            variant(ROTARY_SOURCE, ("angles = torch.as_tensor(positions).to(torch.float32)[..., None] * inv_freq",
+                                    "angles = torch.as_tensor(positions).to(x.dtype)[..., None] * inv_freq.to(x.dtype)"))),
     Mistake("the base argument ignored (always 10000)",
             "use base: inv_freq = base ** (-torch.arange(0, D, 2) / D)",
             variant(ROTARY_SOURCE, ("inv_freq = base **", "inv_freq = 10000.0 **"))),
@@ -807,6 +874,16 @@ _REPEAT = """        k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
 """
 GQA_MISTAKES = (
+    Mistake("softmax without the max subtracted",
+            "exp() of a score above about 88 overflows to inf (and inf / inf is nan): subtract each row's largest "
+            "allowed score before exp(), as notebook 01's softmax does, or call notebook 02's "
+            "scaled_dot_product_attention",
+            variant(GQA_SOURCE, ("        out, weights = scaled_dot_product_attention(q, k, v, mask)\n",
+                                 "        e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))\n"
+                                 "        e = e if mask is None else e * mask\n"
+                                 "        total = e.sum(-1, keepdim=True)\n"
+                                 "        weights = e / torch.where(total > 0, total, torch.ones_like(total))\n"
+                                 "        out = weights @ v\n"))),
     Mistake("key/value heads repeated in the wrong order (.repeat: query head h reads key/value head h % num_kv_heads)",
             "neighbouring query heads share a key/value head: query head h reads key/value head h // (num_heads // "
             "num_kv_heads), so repeat each head in place, k.repeat_interleave(group, dim=1), not k.repeat(1, group, 1, 1)",

@@ -143,6 +143,15 @@ def _online_mask_cases(rng):
                       "(about +500 against about 1), q [2, 6, 16], k [2, 10, 16], block_size=4",
                       lambda f: f(q4.clone(), k4.clone(), v4.clone(), 4, mask=pads.clone()),
                       tells=("the mask applied after exp(), with the running max taken over the masked scores too",)))
+    # left padding and every score about -400: a row's running max must stay -inf through the blocks it may not see (a
+    # max overwritten by 0 there underflows every later score of the row to exp(-400) = 0)
+    base = as_float32(10.0 * np.ones((1, 16)))
+    k5, q5, v5 = base + x(10, 16, scale=0.3), -base + x(4, 16, scale=0.3), x(10, 3)
+    late = (torch.arange(10) >= 4)[None, :].expand(4, 10)                                                  # [4, 10]
+    cases.append(Case("every score about -400 and the first block of 4 keys masked for every query (left padding), "
+                      "q [4, 16], k [10, 16], block_size=4: the running max stays -inf until a key is allowed",
+                      lambda f: f(q5.clone(), k5.clone(), v5.clone(), 4, mask=late.clone()), atol=WIDE_ATOL,
+                      tells=("the running max itself set to 0 while nothing is allowed (not only the one subtracted)",)))
     return cases
 
 
@@ -421,6 +430,13 @@ ONLINE_MISTAKES = (
     Mistake("the running output not rescaled when the max changes",
             "the output accumulator holds sums of exp(s - m) * v: rescale it by exp(m - m_new) too, like the running sum",
             variant(ONLINE_SOURCE, ("acc = acc * correction + p @", "acc = acc + p @"))),
+    Mistake("the running max itself set to 0 while nothing is allowed (not only the one subtracted)",
+            "keep m = -inf for a row that has seen no allowed key yet, and subtract 0 instead only in the exp: "
+            "m_safe = m_new.masked_fill(m_new == -inf, 0.0) for exp(s - m_safe) and exp(m - m_safe), then m = m_new "
+            "(a max of 0 left behind underflows every later score far below 0)",
+            variant(ONLINE_SOURCE, ("        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))\n",
+                                    "        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))\n"
+                                    "        m_new = m_new.masked_fill(m_new == float('-inf'), 0.0)\n"))),
     Mistake("the running max started at 0 instead of -inf",
             "start m at -inf: with scores far below 0, exp(score - 0) underflows to 0 and the row is lost",
             variant(ONLINE_SOURCE, ("m = q.new_full((*q.shape[:-1], 1), float('-inf'))", "m = q.new_zeros((*q.shape[:-1], 1))"))),

@@ -209,6 +209,52 @@ def test_other_correct_implementations_pass(graded, impl):
 
 
 # --------------------------------------------------------------------------- honesty and stubs
+OWN_CACHE_HELPERS = """
+class KVCache:
+    def __init__(self, num_layers):
+        self.keys, self.values = [None] * num_layers, [None] * num_layers
+
+    def append(self, layer, k, v):
+        self.keys[layer] = k if self.keys[layer] is None else torch.cat([self.keys[layer], k], dim=-2)
+        self.values[layer] = v if self.values[layer] is None else torch.cat([self.values[layer], v], dim=-2)
+        return self.keys[layer], self.values[layer]
+
+    def get(self, layer):
+        return self.keys[layer], self.values[layer]
+
+    @property
+    def layers(self):
+        return len(self.keys)
+
+    def seq_len(self, layer=0):
+        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]
+
+    def nbytes(self):
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+
+def cached_attention(q_t, k_t, v_t, cache, layer=0):
+    assert 0 <= layer < cache.layers
+    cache.append(layer, k_t, v_t)
+    keys, values = cache.get(layer)
+    T_new, T_total = q_t.shape[-2], keys.shape[-2]
+    mask = torch.ones(T_new, T_total, dtype=torch.bool).tril(T_total - T_new)
+    return scaled_dot_product_attention(q_t, keys, values, mask)[0]
+"""
+
+
+def test_a_cached_attention_that_calls_its_own_caches_helpers_passes():
+    """A fairness audit: a correct cached_attention calling a method its own KVCache has (get(layer), a property) got
+    0/5, told "'_Cache' object has no attribute 'get'", a class it never saw: the grader's cache lends the student's
+    own KVCache's methods; an attribute neither has is named for what it is."""
+    env = {"torch": torch, "scaled_dot_product_attention": scaled_dot_product_attention}
+    exec(OWN_CACHE_HELPERS, env)
+    for exercise in (e for e in nb07.EXERCISES if e.graded == "cached_attention"):
+        check_exercise(exercise, env["cached_attention"])
+    exec(OWN_CACHE_HELPERS.replace("cache.get(layer)", "cache.fetch(layer)"), env)
+    with pytest.raises(CheckFailed, match="KVCache has no attribute 'fetch'"):
+        nb07.check("cached_attention", env["cached_attention"])
+
+
 def test_pytorch_fused_attention_is_not_accepted():
     def cached_attention(q_t, k_t, v_t, cache, layer=0):
         keys, values = cache.append(layer, k_t, v_t)

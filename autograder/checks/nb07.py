@@ -11,6 +11,8 @@ run, so a wrong KVCache or apply_rotary costs only its own test cells.
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 
@@ -45,11 +47,25 @@ def _n(count: int, thing: str) -> str:
 
 class _Cache:
     """The KV cache the cases hand to cached_attention and the modules: the API of the notebook's
-    KVCache (keys[layer] / values[layer], append, seq_len, nbytes), written independently."""
+    KVCache (keys[layer] / values[layer], append, seq_len, nbytes), written independently. A method the student
+    added to their own KVCache (`like`) works on it too (a fairness audit: a correct cached_attention calling its
+    cache's own `get(layer)` got 0/5, told "'_Cache' object has no attribute 'get'", a class it never saw)."""
 
-    def __init__(self, num_layers: int = 1):
+    def __init__(self, num_layers: int = 1, like: type | None = None):
         self.keys = [None] * num_layers
         self.values = [None] * num_layers
+        self._theirs = like
+
+    def __getattr__(self, name: str):
+        theirs = self.__dict__.get("_theirs")
+        if theirs is None or name.startswith("__"):
+            raise AttributeError(f"the grader's KVCache has no attribute {name!r} (it has keys, values, append, "
+                                 "seq_len and nbytes, as the notebook's KVCache does)")
+        try:
+            found = inspect.getattr_static(theirs, name)
+        except AttributeError:
+            raise AttributeError(f"KVCache has no attribute {name!r}") from None
+        return found.__get__(self, type(self)) if hasattr(found, "__get__") else found
 
     def append(self, layer, k, v):
         if self.keys[layer] is None:
@@ -64,6 +80,13 @@ class _Cache:
 
     def nbytes(self):
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+
+
+def _their_kvcache(solution) -> type | None:
+    """The notebook's own KVCache class, seen from the student's function or class (None where it has none)."""
+    code = solution if hasattr(solution, "__globals__") else getattr(solution, "forward", None)
+    found = (getattr(code, "__globals__", None) or {}).get("KVCache")
+    return found if isinstance(found, type) else None
 
 
 def _key(name: str):
@@ -191,16 +214,16 @@ def _kv_cache_cases(rng):
 
 
 # --------------------------------------------------------------------------- cases: cached attention
-def _prefilled(layer_fill: dict, num_layers: int = 2) -> _Cache:
+def _prefilled(layer_fill: dict, num_layers: int = 2, like: type | None = None) -> _Cache:
     """A _Cache whose layers hold the given (k, v) already (`layer_fill`: {layer: (k, v)})."""
-    cache = _Cache(num_layers)
+    cache = _Cache(num_layers, like)
     for layer, (k, v) in layer_fill.items():
         cache.append(layer, k.clone(), v.clone())
     return cache
 
 
 def _cached_step(f, q, k, v, fill, layer):
-    cache = _prefilled(fill)
+    cache = _prefilled(fill, like=_their_kvcache(f))
     out = f(q.clone(), k.clone(), v.clone(), cache, layer)
     return out, cache.keys[layer], cache.values[layer]
 
@@ -227,7 +250,7 @@ def _cached_attention_cases(rng):
         Case("a cache holding 3 positions and 2 new ones: new position i (absolute 3 + i) may attend to 0 .. 3 + i",
              lambda f: _cached_step(f, *two, short, 0)),
         keeps_inputs("a cache holding 3 positions and 2 new ones, q_t, k_t, v_t as above (the caller keeps them)",
-                     lambda f, q, k, v: f(q, k, v, _prefilled(short), 0), *two),
+                     lambda f, q, k, v: f(q, k, v, _prefilled(short, like=_their_kvcache(f)), 0), *two),
         *_cached_extreme_cases(x, B, H, D, Dv),
     ]
 
@@ -256,7 +279,7 @@ def _cached_extreme_cases(x, B, H, D, Dv) -> list[Case]:
 
 def _decode(f, q, k, v, chunks, layer=0):
     """Feed q, k, v [B, H, T, D] through f in chunks of the given sizes, with one cache: the outputs joined."""
-    cache = _Cache(layer + 1)
+    cache = _Cache(layer + 1, _their_kvcache(f))
     outs, start = [], 0
     for n in chunks:
         outs.append(f(q[..., start:start + n, :].clone(), k[..., start:start + n, :].clone(),
@@ -424,7 +447,7 @@ def _gqa_cached(cls, cfg, state, x, prefill):
     d, H, H_kv = cfg
     m = load_state(cls(d, H, H_kv), state)
     T = x.shape[1]
-    cache = _Cache(2)
+    cache = _Cache(2, _their_kvcache(cls))
     with torch.no_grad():
         full = m(x.clone(), mask=causal(T))[0]
         outs = [m(x[:, :prefill].clone(), mask=causal(prefill), cache=cache, layer=1)[0]]
@@ -519,7 +542,7 @@ def _mla_cases(rng):
 def _mla_cache_run(cls, cfg, state, x, layer):
     def run():
         m = _mla_make(cls, cfg, state)
-        cache = _Cache(layer + 1)
+        cache = _Cache(layer + 1, _their_kvcache(cls))
         with torch.no_grad():
             m(x.clone(), mask=causal(x.shape[1]), cache=cache, layer=layer)
         return cache.keys[layer], cache.values[layer], np.array([cache.nbytes()])
@@ -544,7 +567,7 @@ def _mla_decode(cls, cfg, state, x, prefill, layer=0):
     def run():
         m = _mla_make(cls, cfg, state)
         T = x.shape[1]
-        cache = _Cache(layer + 1)
+        cache = _Cache(layer + 1, _their_kvcache(cls))
         on = {"layer": layer} if layer else {}
         with torch.no_grad():
             if layer:

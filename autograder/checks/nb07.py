@@ -191,6 +191,13 @@ def _kv_cache_cases(rng):
         cache.append(0, keys[..., :1, :].clone(), values[..., :1, :].clone())
         return np.array([first, cache.nbytes()])
 
+    longer_k, longer_v = tensor(rng, 1, 2, 50, 8), tensor(rng, 1, 2, 50, 8)
+
+    def sliced(cls):
+        cache = cls(1)
+        cache.append(0, longer_k.clone()[..., :3, :], longer_v.clone()[..., :3, :])
+        return np.array([cache.nbytes()])
+
     def layers(cls):
         cache, _ = _kv_appends(cls, two, 2)
         return cache.keys[0], cache.values[0], cache.keys[1], cache.values[1]
@@ -210,6 +217,9 @@ def _kv_cache_cases(rng):
              "then after one more position on each layer (bytes, keys and values, all layers)", sizes),
         Case("the same in float16, as a cache is kept for inference (2 bytes per number: the tensors' own element "
              "size, t.element_size())", lambda cls: sizes(cls, torch.float16)),
+        Case("KVCache(1): a prefill appended as slices of longer tensors (k_all[..., :3, :], as a model that computed "
+             "more keys than it keeps hands them over): nbytes() counts the numbers cached, 2 x 2 x 3 x 8 x 4 = 384 "
+             "bytes, not the storage under the slices", sliced),
     ]
 
 
@@ -670,6 +680,10 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
 """
 KV_MISTAKES = (
+    Mistake("nbytes counts the storage under the tensors, not the numbers cached",
+            "count what the cache holds, t.numel() * t.element_size() for each tensor; t.untyped_storage().nbytes() "
+            "is the memory under a view, which for a slice of a longer tensor is the whole of it",
+            variant(KV_SOURCE, ("t.numel() * t.element_size()", "t.untyped_storage().nbytes()"))),
     Mistake("keys and values share one list (self.keys = self.values = [None] * num_layers)",
             "two names for one list: every value overwrites a key. Make two lists: self.keys = [None] * n; "
             "self.values = [None] * n",

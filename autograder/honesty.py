@@ -915,6 +915,8 @@ class _Walker:
         if isinstance(name, ast.Constant) and isinstance(name.value, str):
             self._use(node, node.args[0], [name.value], _snippet(node))
             return
+        if func == "setattr" and _own_numbered_attribute(node):
+            return  # setattr(self, f"norm{i}", ...): an attribute of one's own, never a way to anything (a fairness audit)
         values = self._strings(name)  # computed names are reviewed, never failed
         self._fact("dynattr", node, values=None if values is None else tuple(sorted(values)), how=_snippet(node))
 
@@ -1498,6 +1500,16 @@ def _reachable_hits(rule: Rules, fact: _Fact, exempt: set[str]) -> Iterator[tupl
             yield REVIEW, f"it builds the name {hidden[0]!r} at run time (`{fact.how}`): {why}" + _REVIEW_NOTE
     elif fact.kind == "review" and not fact.anywhere:
         yield REVIEW, fact.text + _REVIEW_NOTE
+
+
+def _own_numbered_attribute(node: ast.Call) -> bool:
+    """setattr(self, f"<name>{...}", value): setting an attribute of the object being written, whose name starts with
+    a plain word (so never a special one, such as __class__). Setting reaches nothing: what is set is read as code."""
+    target, name = node.args[0], node.args[1]
+    if not (isinstance(target, ast.Name) and target.id == "self" and isinstance(name, ast.JoinedStr) and name.values):
+        return False
+    head = name.values[0]
+    return isinstance(head, ast.Constant) and isinstance(head.value, str) and re.match(r"[A-Za-z]", head.value) is not None
 
 
 def _with_spelling(why: str, fact: _Fact) -> str:

@@ -433,6 +433,20 @@ def test_a_library_file_run_as_a_script_is_reviewed():
     assert any("runpy" in f.reason for f in only(findings, REVIEW)), findings
 
 
+def test_numbered_layers_set_with_setattr_on_self_are_not_sent_to_review():
+    """A fairness audit: `setattr(self, f"norm{i}", nn.LayerNorm(d))` in __init__ (an ordinary way to register
+    layers) was sent to an instructor's hand review as an attribute name computed at run time. Setting an attribute
+    of one's own named from a plain word reaches nothing; a name that could be special, or another object's, is
+    still reviewed."""
+    layer = ("class EncoderLayer(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+             "        for i in (1, 2):\n            setattr(self, {name}, nn.LayerNorm(d))\n")
+    assert scan([HEAD, layer.format(name='f"norm{i}"')], rules("05")) == []
+    for name in ('f"__{i}"', 'f"{i}"', "name"):
+        assert only(scan([HEAD, layer.format(name=name)], rules("05")), REVIEW), name
+    assert only(scan([HEAD, layer.format(name='f"norm{i}"').replace("setattr(self,", "setattr(nn,")], rules("05")),
+                REVIEW)
+
+
 def test_naming_torch_tensor_or_a_layers_own_forward_is_not_refused():
     """A red team's honest student: notebook 08's answer with `isinstance(mask, (torch.Tensor, type(None)))` lost 6
     of 8 points as turning tensors into numpy arrays (Tensor.__array__ banned the name `Tensor`), and notebook 05's

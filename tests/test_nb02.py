@@ -234,6 +234,136 @@ def test_reference_matches_torch_builtin():
                                    F.scaled_dot_product_attention(q, k, v, attn_mask=m), rtol=1e-5, atol=1e-6)
 
 
+# --------------------------------------------------------------------------- softmax by hand, inverted masks
+def sdpa_no_max(q, k, v, mask=None):
+    """A softmax by hand without the max subtracted (an audit's 14 / 14): NaN once a score passes about 88."""
+    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        e = e * mask
+    total = e.sum(dim=-1, keepdim=True)
+    weights = e / torch.where(total > 0, total, torch.ones_like(total))
+    return weights @ v, weights
+
+
+def sdpa_max_over_masked(q, k, v, mask=None):
+    """Stable, but the max is taken over the masked keys too and the mask multiplied in after exp() (14 / 14)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    if mask is not None:
+        e = e * mask
+    total = e.sum(dim=-1, keepdim=True)
+    weights = e / torch.where(total > 0, total, torch.ones_like(total))
+    return weights @ v, weights
+
+
+def sdpa_inverted_unguarded(q, k, v, mask=None):
+    """PyTorch's convention (True = blocked) and no NaN guard: the inverted causal mask's last row is all -inf."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+class AdditiveMaxOverMasked(nn.Module):
+    """The reference's projections, then a softmax by hand whose max runs over the padded keys too (14 / 14)."""
+
+    def __init__(self, query_dim, key_dim, attn_dim):
+        super().__init__()
+        self.q_proj = nn.Linear(query_dim, attn_dim, bias=False)
+        self.k_proj = nn.Linear(key_dim, attn_dim, bias=False)
+        self.score = nn.Linear(attn_dim, 1, bias=False)
+
+    def forward(self, query, key, value=None, mask=None):
+        value = key if value is None else value
+        scores = self.score(torch.tanh(self.q_proj(query).unsqueeze(-2) + self.k_proj(key).unsqueeze(-3))).squeeze(-1)
+        e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+        if mask is not None:
+            e = e * mask
+        total = e.sum(dim=-1, keepdim=True)
+        weights = e / torch.where(total > 0, total, torch.ones_like(total))
+        return weights @ value, weights
+
+
+def _named(graded, impl, name):
+    """`impl` fails a check of `graded`, and a message names the mistake `name` (with its hint)."""
+    messages = []
+    for exercise in (e for e in nb02.EXERCISES if e.graded == graded):
+        try:
+            check_exercise(exercise, impl)
+        except CheckFailed as err:
+            messages.append(str(err))
+    assert messages, f"{impl.__name__} passed every check of {graded}"
+    assert any(f"{core.KNOWN_MISTAKE}{name}." in m for m in messages), messages
+
+
+@pytest.mark.parametrize("impl,name", [(sdpa_no_max, nb02.UNSTABLE), (sdpa_max_over_masked, nb02.MAX_OVER_MASKED)],
+                         ids=["no max", "max over masked keys"])
+def test_a_softmax_by_hand_that_loses_rows_fails_and_is_named(impl, name):
+    _named("scaled_dot_product_attention", impl, name)
+
+
+def test_additive_attention_with_the_max_over_padded_keys_fails_and_is_named():
+    _named("AdditiveAttention", AdditiveMaxOverMasked, nb02.MAX_OVER_MASKED)
+
+
+def test_the_inverted_mask_without_the_nan_guard_is_named():
+    """The output is NaN where the inverted causal mask hides every key: the check names the inversion (the
+    reader's 3 / 6 said only 'contains NaN where the expected values are finite')."""
+    _named("scaled_dot_product_attention", sdpa_inverted_unguarded, "inverted mask (True treated as 'blocked', "
+           "PyTorch's nn convention): the row that may see every key becomes fully masked and gives NaN")
+
+
+class AdditiveInvertedUnguarded(AdditiveMaxOverMasked):
+    """masked_fill(mask, -inf) (PyTorch's convention) and no zeroing after the softmax: NaN for a sentence without
+    padding, whose inverted mask hides every key."""
+
+    def forward(self, query, key, value=None, mask=None):
+        value = key if value is None else value
+        scores = self.score(torch.tanh(self.q_proj(query).unsqueeze(-2) + self.k_proj(key).unsqueeze(-3))).squeeze(-1)
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return weights @ value, weights
+
+
+def test_additive_attention_with_the_inverted_mask_without_the_nan_guard_is_named():
+    _named("AdditiveAttention", AdditiveInvertedUnguarded, "inverted mask (True treated as 'blocked', PyTorch's nn "
+           "convention): a row that may see every key becomes fully masked and gives NaN")
+
+
+def test_the_large_score_cases_are_finite_and_far_from_each_mistake():
+    """The reference's output on the new cases is finite; the unstable softmax gives NaN there, the max over masked
+    keys gives rows of zeros."""
+    exercise = next(e for e in nb02.EXERCISES if e.name == "scaled_dot_product_attention_mask")
+    large, dominant = core.cases_of(exercise)[-2:]
+    for case in (large, dominant):
+        out, weights = case.run(ref.scaled_dot_product_attention)
+        assert torch.isfinite(out).all() and torch.allclose(weights.sum(-1), torch.ones(()))
+    assert torch.isnan(large.run(sdpa_no_max)[0]).any()
+    assert (dominant.run(sdpa_max_over_masked)[1][:, :2].sum(-1) == 0).all()
+
+
+def test_a_float64_answer_passes_the_large_score_cases_under_every_salt():
+    """Scores of a few hundred are rounded by about 3e-5 in the float32 reference: a float64 answer (and one that
+    scales q first) is that far from it, inside the cases' wider atol whatever the salt draws."""
+    from autograder.checks.core import THREAD_SALT
+
+    exercise = next(e for e in nb02.EXERCISES if e.name == "scaled_dot_product_attention_mask")
+    failed = []
+    for n in range(40):
+        token = THREAD_SALT.set(f"salt-{n}")
+        try:
+            for impl in (sdpa_where_nan_to_num, sdpa_einsum):
+                try:
+                    check_exercise(exercise, impl)
+                except CheckFailed as failure:
+                    failed.append((n, impl.__name__, str(failure).splitlines()[0]))
+        finally:
+            THREAD_SALT.reset(token)
+    assert failed == [], failed
+
+
 # --------------------------------------------------------------------------- real nbgrader
 def _code(graded, name):
     for e in nb02.EXERCISES:

@@ -157,6 +157,29 @@ def test_the_classes_dropout_mistakes_fail_and_are_named(impl, name):
     assert f"known mistake: {name}." in str(err.value), str(err.value)
 
 
+class OwnUnstableSoftmax(MultiHeadAttentionAlt):
+    """An audit's 18 / 18: the heads' softmax written by hand, exp(q k^T / sqrt(d)) without the max subtracted."""
+
+    def forward(self, query, key=None, value=None, mask=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        q = self.q_proj(query).unflatten(-1, (self.h, self.kd)).transpose(1, 2)
+        k = self.k_proj(key).unflatten(-1, (self.h, self.kd)).transpose(1, 2)
+        v = self.v_proj(value).unflatten(-1, (self.h, self.vd)).transpose(1, 2)
+        e = torch.exp(q @ k.transpose(-2, -1) / self.kd ** 0.5)
+        if mask is not None:
+            e = e * mask
+        weights = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+        heads = F.dropout(weights, self.p, self.training) @ v
+        return self.out_proj(heads.transpose(1, 2).flatten(2)), weights
+
+
+def test_an_unstable_softmax_by_hand_fails_and_is_named():
+    with pytest.raises(CheckFailed, match="scores in the hundreds") as err:
+        nb03.check("MultiHeadAttention", OwnUnstableSoftmax)
+    assert f"known mistake: {nb03.UNSTABLE}." in str(err.value), str(err.value)
+
+
 def test_counting_only_trainable_parameters_fails_and_is_named():
     with pytest.raises(CheckFailed, match="frozen") as err:
         nb03.check("count_parameters", count_parameters_trainable)

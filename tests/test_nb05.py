@@ -192,6 +192,70 @@ def test_the_dropout_verdicts_are_decided_by_the_grader():
     assert judged_as_in_grading(FF, FeedForwardAlt) == [None] * len(messages)
 
 
+# --------------------------------------------------------------------------- masks, softmax by hand, dropout passed on
+def masked_softmax_max_over_masked(scores, mask=None):
+    """An audit's 29 / 29: stable and fully-masked-safe, but the max runs over the masked scores too."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * mask
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def masked_softmax_inverted_unguarded(scores, mask=None):
+    """PyTorch's convention (True = blocked), no zeroing after the softmax: NaN where the inverted mask hides all."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+
+
+def _messages(graded, impl):
+    messages = []
+    for exercise in (e for e in nb05.EXERCISES if e.graded == graded):
+        try:
+            check_exercise(exercise, impl)
+        except CheckFailed as err:
+            messages.append(str(err))
+    return messages
+
+
+@pytest.mark.parametrize("impl,name", [
+    (masked_softmax_max_over_masked, nb05.MAX_OVER_MASKED),
+    (masked_softmax_inverted_unguarded, "mask convention inverted (True treated as 'blocked', PyTorch's nn "
+                                        "convention): the row that may see every key becomes fully masked and gives NaN"),
+], ids=["max over masked keys", "inverted mask, no NaN guard"])
+def test_masked_softmax_mistakes_fail_and_are_named(impl, name):
+    messages = _messages("masked_softmax", impl)
+    assert messages, f"{impl.__name__} passed every check of masked_softmax"
+    assert any(f"{core.KNOWN_MISTAKE}{name}." in m for m in messages), messages
+
+
+class EncoderLayerFFWithoutDropout(EncoderLayerAlt):
+    """The reader's layer: FeedForward(d_model, d_ff), the dropout not passed on (its default 0.0 stays)."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.ff = FeedForwardAlt(d_model, d_ff)
+
+
+class DecoderLayerFFWithoutDropout(DecoderLayerAlt):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.ff = FeedForwardAlt(d_model, d_ff)
+
+
+@pytest.mark.parametrize("graded,impl", [("EncoderLayer", EncoderLayerFFWithoutDropout),
+                                         ("DecoderLayer", DecoderLayerFFWithoutDropout)], ids=["encoder", "decoder"])
+def test_a_feed_forward_built_without_the_dropout_is_named_and_told_what_to_pass(graded, impl):
+    """It fails only the case that calls each sublayer twice in training mode, which said just 'expected True,
+    got False at index (1,)': the message names the mistake and the call to write."""
+    messages = _messages(graded, impl)
+    assert messages and all("each called twice" in m for m in messages), messages
+    for message in messages:
+        assert f"{core.KNOWN_MISTAKE}the feed-forward built without the layer's dropout" in message, message
+        assert "FeedForward(d_model, d_ff, dropout)" in message, message
+
+
 # --------------------------------------------------------------------------- honesty and stubs
 def test_pytorch_transformer_layer_is_not_accepted():
     class EncoderLayer(EncoderLayerAlt):

@@ -20,6 +20,7 @@ from .core import Case, Exercise, Mistake, keeps_inputs, make_checker, reference
 from .tensors import (
     RANDOM_COLUMN,
     Builtin,
+    as_float32,
     backpropagate,
     causal,
     load_weights,
@@ -104,6 +105,38 @@ def _sdpa_mask_cases(rng):
     q, k, v = tensor(rng, 2, 4, 6), tensor(rng, 2, 4, 6), tensor(rng, 2, 4, 3)
     cases.append(keeps_inputs("q, k [2, 4, 6], v [2, 4, 3], a [4, 4] causal mask (a mask shared by every layer of a "
                               "model)", lambda f, *given: f(*given), q, k, v, causal(4)))
+    return cases + _sdpa_large_score_cases(rng)
+
+
+# Scores of a few hundred are rounded by about 3e-5 in float32: a correct answer computing in float64 (or scaling q
+# before the product) lands that far from the float32 reference; every mistake these cases are for is NaN or 0.
+WIDE_ATOL = 1e-4
+UNSTABLE = "softmax written by hand without subtracting the row's max (exp overflows past a score of about 88)"
+MAX_OVER_MASKED = ("the mask applied after exp(), with the max taken over the masked scores too (a masked key that "
+                   "scores far above the allowed ones underflows every allowed weight to 0)")
+
+
+def _sdpa_large_score_cases(rng):
+    """q and k share a direction, so that every score is in the hundreds and they differ by a few units: exp()
+    overflows unless the row's max is subtracted. Then keys that the mask forbids score about 200 above the allowed
+    ones: a max taken over every key, the mask applied after exp(), underflows each allowed weight to 0."""
+    D = 16
+    direction = as_float32(np.ones((1, D)))
+    q = 3.0 * direction + tensor(rng, 2, 4, D, scale=0.5)
+    k = 20.0 * direction + tensor(rng, 2, 6, D, scale=0.5)
+    v = tensor(rng, 2, 6, 3)
+    prefix = causal(6)[2:]                        # 4 queries at positions 2..5 of 6
+    cases = [Case("scores in the hundreds (q . k / sqrt(d_k) about 240, a few units apart: exp() overflows unless the row's max "
+                  "is subtracted), q [2, 4, 16], k [2, 6, 16], v [2, 6, 3], a [4, 6] causal mask",
+                  _sdpa_case("", q, k, v, prefix).run, atol=WIDE_ATOL, tells=(UNSTABLE,))]
+    T = 5
+    q = 2.0 * direction + tensor(rng, 2, T, D, scale=0.5)
+    k = torch.cat([tensor(rng, 2, 2, D, scale=0.5), 25.0 * direction + tensor(rng, 2, T - 2, D, scale=0.5)], dim=-2)
+    v = tensor(rng, 2, T, 4)
+    cases.append(Case(f"a [{T}, {T}] causal mask whose future keys score far above the allowed ones (queries 0 and 1 "
+                      "see keys scoring about 1, the keys they may not see score about 200), q, k [2, 5, 16], "
+                      "v [2, 5, 4]", _sdpa_case("", q, k, v, causal(T)).run, atol=WIDE_ATOL,
+                      tells=(MAX_OVER_MASKED, UNSTABLE)))
     return cases
 
 
@@ -183,6 +216,14 @@ SDPA_MISTAKES = (
             "True means *may attend*: fill the scores where the mask is False, masked_fill(~mask, -inf)",
             _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(mask, float('-inf'))",
                   after="    weights = weights.masked_fill(mask, 0.0)")),
+    # the same without the NaN guard: an inverted causal mask leaves the last row fully masked, so the output is NaN
+    # there (placed before "a fully masked row gives NaN", which sends the student to the guard, not the inversion)
+    Mistake("inverted mask (True treated as 'blocked', PyTorch's nn convention): the row that may see every key "
+            "becomes fully masked and gives NaN",
+            "True means *may attend*: fill the scores where the mask is False, masked_fill(~mask, -inf), not "
+            "masked_fill(mask, -inf); then zero the masked weights after the softmax, weights.masked_fill(~mask, 0.0), "
+            "so that a row with no allowed key gives zeros, not NaN",
+            _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(mask, float('-inf'))", after="    pass")),
     Mistake("the scale applied after the softmax (each row of weights sums to 1/sqrt(d_k), not 1)",
             "divide the *scores* by math.sqrt(d_k) before the softmax: softmax(q @ k^T / sqrt(d_k)); dividing the "
             "weights afterwards only shrinks them",
@@ -213,6 +254,30 @@ SDPA_MISTAKES = (
             "filling with a large negative number makes an all-masked row uniform; such a row must get "
             "zero weights: weights.masked_fill(~mask, 0.0) after the softmax",
             _sdpa(GOOD_SCORES, mask_fill="    scores = scores.masked_fill(~mask, -1e9)", after="    pass")),
+    Mistake(UNSTABLE,
+            "exp() of a score above about 88 is inf in float32, and inf / inf is NaN: subtract each row's max before "
+            "exp(), e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) (with the masked scores filled with -inf "
+            "first), or use torch.softmax, which does it for you",
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            f"{GOOD_SCORES}\n"
+            "    e = torch.exp(scores)\n"
+            "    if mask is not None:\n"
+            "        e = e * mask\n"
+            "    total = e.sum(dim=-1, keepdim=True)\n"
+            "    weights = e / torch.where(total > 0, total, torch.ones_like(total))\n"
+            "    return weights @ v, weights\n"),
+    Mistake(MAX_OVER_MASKED,
+            "fill the masked scores with -inf *before* taking the max and exp(), scores.masked_fill(~mask, "
+            "float('-inf')), then zero the masked weights after; multiplying exp(scores - max) by the mask afterwards "
+            "lets a forbidden key set the max",
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            f"{GOOD_SCORES}\n"
+            "    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))\n"
+            "    if mask is not None:\n"
+            "        e = e * mask\n"
+            "    total = e.sum(dim=-1, keepdim=True)\n"
+            "    weights = e / torch.where(total > 0, total, torch.ones_like(total))\n"
+            "    return weights @ v, weights\n"),
 )
 
 
@@ -226,14 +291,18 @@ def _additive_state(rng, query_dim, key_dim, attn_dim):
             "score.weight": tensor(rng, 1, attn_dim, scale=1.5 / np.sqrt(attn_dim))}
 
 
-def _additive_case(rng, description, query_shape, key_shape, attn_dim, value_dim=None, mask=None, grads=False):
+def _additive_case(rng, description, query_shape, key_shape, attn_dim, value_dim=None, mask=None, grads=False,
+                   adjust=None, **extra):
     """AdditiveAttention(query_dim, key_dim, attn_dim) with the hidden weights, on query [B, T_q, query_dim]
-    and key [B, T_k, key_dim] (value [B, T_k, value_dim] when given, else the keys are the values)."""
+    and key [B, T_k, key_dim] (value [B, T_k, value_dim] when given, else the keys are the values). `adjust(state,
+    key)` may change the hidden weights and the keys in place before they are used; `extra` goes to the Case."""
     *_, query_dim = query_shape
     *lead, T_k, key_dim = key_shape
     state = _additive_state(rng, query_dim, key_dim, attn_dim)
     query, key = tensor(rng, *query_shape), tensor(rng, *key_shape)
     value = None if value_dim is None else tensor(rng, *lead, T_k, value_dim)
+    if adjust is not None:
+        adjust(state, key)
     args = dict(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
 
     def run(cls):
@@ -258,7 +327,7 @@ def _additive_case(rng, description, query_shape, key_shape, attn_dim, value_dim
     inputs = f"query {list(query_shape)}, key {list(key_shape)}" + (
         "" if value is None else f", value {list(value.shape)}")
     return Case(f"AdditiveAttention(query_dim={query_dim}, key_dim={key_dim}, attn_dim={attn_dim}) on "
-                f"{inputs}{description}", run)
+                f"{inputs}{description}", run, **extra)
 
 
 def _additive_cases(rng):
@@ -294,7 +363,29 @@ def _additive_mask_cases(rng):
         _additive_case(rng, ", gradients through a mask with a fully masked row (returns context, weights and "
                        "every gradient)", (2, 3, 4), (2, 4, 5), attn_dim=6, value_dim=2, mask=empty, grads=True),
         _additive_keeps_inputs(rng, lengths),
+        _additive_dominant_pads_case(rng),
     ]
+
+
+def _additive_dominant_pads_case(rng):
+    """Padded keys that score about +100 and real ones about -100: the first key feature says 'pad' (+1) or 'real'
+    (-1), k_proj carries it into 4 of the 8 attention features (tanh saturates there at +1 or -1) and the score
+    weights those features by 25. The other 4 features give the real keys' scores their differences. A max taken
+    over every key, the mask applied after exp(), underflows each real weight to 0; exp(+100) overflows a softmax
+    written without the max."""
+    keep = torch.ones(2, 1, 6, dtype=torch.bool)
+    keep[0, :, 4:] = False
+    keep[1, :, 2:] = False
+
+    def adjust(state, key):
+        state["k_proj.weight"][:4, 0] = 20.0
+        state["k_proj.weight"][4:, 0] = 0.0
+        state["score.weight"][0, :4] = 25.0
+        state["score.weight"][0, 4:] *= 3.0
+        key[..., 0] = torch.where(keep[:, 0, :], -1.0, 1.0)
+    return _additive_case(rng, ", a [2, 1, 6] padding mask whose padded keys score far above the real ones (about "
+                          "+100 against about -100)", (2, 3, 5), (2, 6, 6), attn_dim=8, value_dim=3, mask=keep,
+                          adjust=adjust, tells=(MAX_OVER_MASKED, UNSTABLE))
 
 
 def _additive_keeps_inputs(rng, mask):
@@ -335,6 +426,12 @@ _MASK_SCORES = ("        if mask is not None:\n"
                 "            scores = scores.masked_fill(~mask, float('-inf'))\n")
 _MASK_WEIGHTS = ("        if mask is not None:\n"
                  "            weights = weights.masked_fill(~mask, 0.0)\n")
+_SOFTMAX = "        weights = torch.softmax(scores, dim=-1)\n"
+_OWN_SOFTMAX = ("        e = {e}\n"                       # a softmax by hand, the mask multiplied in after exp()
+                "        if mask is not None:\n"
+                "            e = e * mask\n"
+                "        total = e.sum(dim=-1, keepdim=True)\n"
+                "        weights = e / torch.where(total > 0, total, torch.ones_like(total))\n")
 
 ADDITIVE_MISTAKES = (
     Mistake("softmax over the query axis (columns sum to 1, not rows)",
@@ -374,6 +471,13 @@ ADDITIVE_MISTAKES = (
             "True means *may attend*: fill where the mask is False, masked_fill(~mask, ...)",
             variant(ADDITIVE_SOURCE, ("masked_fill(~mask, float('-inf'))", "masked_fill(mask, float('-inf'))"),
                     ("masked_fill(~mask, 0.0)", "masked_fill(mask, 0.0)"))),
+    Mistake("inverted mask (True treated as 'blocked', PyTorch's nn convention): a row that may see every key "
+            "becomes fully masked and gives NaN",
+            "True means *may attend*: fill where the mask is False, masked_fill(~mask, -inf), not masked_fill(mask, "
+            "-inf); then zero the masked weights after the softmax, weights.masked_fill(~mask, 0.0), so that a row "
+            "with no allowed key gives zeros, not NaN",
+            variant(ADDITIVE_SOURCE, ("masked_fill(~mask, float('-inf'))", "masked_fill(mask, float('-inf'))"),
+                    (_MASK_WEIGHTS, ""))),
     Mistake("mask ignored",
             "use the mask: scores.masked_fill(~mask, float('-inf')) before the softmax",
             variant(ADDITIVE_SOURCE, (_MASK_SCORES, ""), (_MASK_WEIGHTS, ""))),
@@ -386,6 +490,16 @@ ADDITIVE_MISTAKES = (
             "weights: weights.masked_fill(~mask, 0.0) after the softmax",
             variant(ADDITIVE_SOURCE, ("masked_fill(~mask, float('-inf'))", "masked_fill(~mask, -1e9)"),
                     (_MASK_WEIGHTS, ""))),
+    Mistake(UNSTABLE,
+            "exp() of a score above about 88 is inf in float32, and inf / inf is NaN: subtract each row's max before "
+            "exp() (with the masked scores filled with -inf first), or use torch.softmax, which does it for you",
+            variant(ADDITIVE_SOURCE, (_MASK_SCORES + _SOFTMAX + _MASK_WEIGHTS, _OWN_SOFTMAX.format(e="torch.exp(scores)")))),
+    Mistake(MAX_OVER_MASKED,
+            "fill the masked scores with -inf *before* taking the max and exp(), scores.masked_fill(~mask, "
+            "float('-inf')), then zero the masked weights after; multiplying exp(scores - max) by the mask afterwards "
+            "lets a padded key set the max",
+            variant(ADDITIVE_SOURCE, (_MASK_SCORES + _SOFTMAX + _MASK_WEIGHTS,
+                                      _OWN_SOFTMAX.format(e="torch.exp(scores - scores.amax(dim=-1, keepdim=True))")))),
 )
 
 

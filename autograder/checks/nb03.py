@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from attention_course import multihead as ref
 
 from .core import Case, Exercise, Mistake, Told, keeps_inputs, make_checker, numbers, raises, reference_guard
-from .nb02 import ATTEND_SOURCE
+from .nb02 import ATTEND_SOURCE, UNSTABLE, WIDE_ATOL
 from .tensors import Builtin, backpropagate, causal, load_weights, random_mask, tensor, torch_attention, two_outputs
 
 # Cases are pickled by value into the grading sandbox, where neither the other checks modules
@@ -201,12 +201,15 @@ def _args_text(args: dict) -> str:
 
 
 def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mask_text="",
-              grads=False, dropout_check=False):
-    """call: 'self' -> m(x); 'key' -> m(x, memory); 'key_value' -> m(x, memory, value)."""
+              grads=False, dropout_check=False, adjust=None, **extra):
+    """call: 'self' -> m(x); 'key' -> m(x, memory); 'key_value' -> m(x, memory, value). `adjust(state)` may
+    change the hidden weights in place; `extra` goes to the Case (atol, tells)."""
     d_model, H = args["d_model"], args["num_heads"]
     key_dim = args.get("key_dim") or d_model // H
     value_dim = args.get("value_dim") or key_dim
     state = _mha_state(rng, d_model, H, key_dim, value_dim, args.get("bias", True))
+    if adjust is not None:
+        adjust(state)
     T_k = T_q if T_k is None else T_k
     query = tensor(rng, B, T_q, d_model)
     memory = tensor(rng, B, T_k, d_model)
@@ -247,7 +250,7 @@ def _mha_case(rng, args: dict, T_q=5, T_k=None, B=2, call="self", mask=None, mas
             " (returns output and weights in eval mode, and [training mode changes the output, training mode "
             "returns the same weights: the weights before dropout])" if dropout_check else "")
     return Case(f"MultiHeadAttention({_args_text(args)}) on {inputs_text}{mask_text}{what}", run,
-                derive=_dropout_verdict if dropout_check else None)
+                derive=_dropout_verdict if dropout_check else None, **extra)
 
 
 def _mha_cases(rng):
@@ -260,7 +263,18 @@ def _mha_cases(rng):
         _mha_case(rng, dict(d_model=8, num_heads=1), T_q=4),
         _mha_case(rng, dict(d_model=12, num_heads=3, dropout=0.5), T_q=5, dropout_check=True),
         _mha_dropout_structure_case(rng),
+        _mha_case(rng, dict(d_model=16, num_heads=2), T_q=5, adjust=_shared_direction,
+                  mask_text=", q_proj's bias shifted by +3 and k_proj's by +20, so that every query and key share a "
+                  "direction: scores in the hundreds (about 170, a few units apart), where exp() overflows unless the "
+                  "row's max is subtracted", atol=WIDE_ATOL, tells=(UNSTABLE,)),
     ]
+
+
+def _shared_direction(state):
+    """Queries about +3 and keys about +20 in every feature: each score q . k / sqrt(key_dim) is about 60
+    sqrt(key_dim), in the hundreds, and the scores of one query still differ by a few units."""
+    state["q_proj.bias"] = state["q_proj.bias"] + 3.0
+    state["k_proj.bias"] = state["k_proj.bias"] + 20.0
 
 
 def _mha_dropout_structure_case(rng, H=2, T_k=5, T_q=40, B=2, p=0.3):
@@ -545,6 +559,18 @@ MHA_MISTAKES = (
         if mask is not None:
             scores = scores.masked_fill(~mask, -1e9)
         w = torch.softmax(scores, dim=-1)
+        out = self.dropout(w) @ v
+""")),
+    Mistake(UNSTABLE,
+            "exp() of a score above about 88 is inf in float32, and inf / inf is NaN: subtract each row's max before "
+            "exp() (with the masked scores filled with -inf first), or call your scaled_dot_product_attention, whose "
+            "torch.softmax does it for you",
+            _mha(attention="""\
+        e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(self.dk))
+        if mask is not None:
+            e = e * mask
+        total = e.sum(dim=-1, keepdim=True)
+        w = e / torch.where(total > 0, total, torch.ones_like(total))
         out = self.dropout(w) @ v
 """)),
     Mistake("value defaults to the query instead of the key",

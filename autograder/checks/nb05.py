@@ -98,7 +98,18 @@ def _softmax_cases(rng):
                       lambda f, s=scores: f(s.clone())))
     found.append(keeps_inputs("scores [2, 4, 5] with a causal mask [4, 5]", lambda f, *given: f(*given),
                               tensor(rng, 2, 4, 5), torch.ones(4, 5, dtype=torch.bool).tril()))
+    # the masked scores far above the allowed ones (a future token, a pad that happens to match the query): a max
+    # taken over every key, the mask multiplied in after exp(), underflows each allowed weight to 0
+    causal45 = torch.ones(4, 5, dtype=torch.bool).tril()
+    high = tensor(rng, 2, 4, 5, scale=2).masked_fill(~causal45, 0.0) + 150.0 * (~causal45).float()
+    found.append(Case("scores [2, 4, 5] with a causal mask [4, 5] whose masked scores are about 150, far above the "
+                      "allowed ones (a few units either side of 0): every allowed weight must survive",
+                      lambda f, s=high, m=causal45: f(s.clone(), m.clone()), tells=(MAX_OVER_MASKED,)))
     return found
+
+
+MAX_OVER_MASKED = ("the mask applied after exp(), with the max taken over the masked scores too (a masked key that "
+                   "scores far above the allowed ones underflows every allowed weight to 0)")
 
 
 def _fully_masked_cases(rng):
@@ -668,6 +679,13 @@ SOFTMAX_MISTAKES = (
             "True means 'may attend': fill where the mask is False, scores.masked_fill(~mask, float('-inf'))",
             _NONE + "    w = torch.softmax(scores.masked_fill(mask, float('-inf')), dim=-1)\n"
             "    return w.masked_fill(mask, 0.0)"),
+    # the same without the zeroing after the softmax: an inverted causal mask leaves its last row with no key, NaN
+    Mistake("mask convention inverted (True treated as 'blocked', PyTorch's nn convention): the row that may see "
+            "every key becomes fully masked and gives NaN",
+            "True means 'may attend': fill where the mask is False, scores.masked_fill(~mask, float('-inf')), not "
+            "masked_fill(mask, ...); then zero the masked weights after the softmax, w.masked_fill(~mask, 0.0), so "
+            "that a row with no allowed key gives zeros, not NaN",
+            _NONE + "    return torch.softmax(scores.masked_fill(mask, float('-inf')), dim=-1)"),
     Mistake("masked scores set to 0 (or multiplied by the mask) instead of -inf",
             "exp(0) = 1 is not 'no weight': masked scores must be -inf so that exp gives 0",
             _NONE + "    return torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)"),
@@ -675,6 +693,19 @@ SOFTMAX_MISTAKES = (
             "each query's row of weights sums to 1: softmax over the keys, dim=-1",
             _NONE + "    w = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-2)\n"
             "    return torch.nan_to_num(w.masked_fill(~mask, 0.0))"),
+    Mistake("softmax written by hand without subtracting the row's max (exp overflows past a score of about 88)",
+            "exp() of a score above about 88 is inf in float32, and inf / inf is NaN: subtract each row's max "
+            "(over the allowed scores) before exp(), or use torch.softmax, which does it for you",
+            _NONE + "    e = torch.exp(scores) * mask\n"
+            "    total = e.sum(dim=-1, keepdim=True)\n"
+            "    return e / torch.where(total > 0, total, torch.ones_like(total))"),
+    Mistake(MAX_OVER_MASKED,
+            "fill the masked scores with -inf *before* taking the max and exp(), scores.masked_fill(~mask, "
+            "float('-inf')), and zero the masked weights after; multiplying exp(scores - max) by the mask afterwards "
+            "lets a forbidden key set the max",
+            _NONE + "    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * mask\n"
+            "    total = e.sum(dim=-1, keepdim=True)\n"
+            "    return e / torch.where(total > 0, total, torch.ones_like(total))"),
 )
 
 FULLY_MASKED_MISTAKES = (
@@ -813,6 +844,18 @@ ENCODER_MISTAKES = (
     Mistake("norm_first ignored (always post-norm)",
             "with norm_first=True: x = x + self_attn(norm1(x)); x = x + ff(norm2(x))",
             variant(ENCODER_SOURCE, ("if self.norm_first:", "if False:"))),
+    # seen only by the training-mode case that calls each sublayer twice (evaluation mode switches dropout off, and
+    # with dropout=1.0 the residual dropout hides what the sublayer does): named instead of "expected True, got False"
+    Mistake("the feed-forward built without the layer's dropout (FeedForward(d_model, d_ff): its dropout stays 0)",
+            "pass the dropout on: self.ff = FeedForward(d_model, d_ff, dropout). FeedForward's dropout defaults to 0.0, "
+            "so without it the feed-forward never drops a hidden unit in training",
+            variant(ENCODER_SOURCE, ("FeedForward(d_model, d_ff, dropout)", "FeedForward(d_model, d_ff)"))),
+    Mistake("the self-attention built without the layer's dropout (MultiHeadAttention(d_model, num_heads): its "
+            "dropout stays 0)",
+            "pass the dropout on: MultiHeadAttention(d_model, num_heads, dropout=dropout). Its dropout defaults to 0.0, "
+            "so without it the attention weights are never dropped in training",
+            variant(ENCODER_SOURCE, ("MultiHeadAttention(d_model, num_heads, dropout=dropout)",
+                                     "MultiHeadAttention(d_model, num_heads)"))),
     Mistake("pre-norm that normalizes the residual stream itself (x = norm(x); x = x + sublayer(x))",
             "in pre-norm the residual path is never normalized: x = x + self_attn(norm1(x)), not x = norm1(x) first",
             variant(ENCODER_SOURCE, (_PRE_SA + _IND + _PRE_FF,
@@ -906,6 +949,17 @@ DECODER_MISTAKES = (
     Mistake("norm_first ignored (always post-norm)",
             "with norm_first=True each sublayer is x = x + sublayer(norm(x))",
             variant(DECODER_SOURCE, ("if self.norm_first:", "if False:"))),
+    Mistake("the feed-forward built without the layer's dropout (FeedForward(d_model, d_ff): its dropout stays 0)",
+            "pass the dropout on: self.ff = FeedForward(d_model, d_ff, dropout). FeedForward's dropout defaults to 0.0, "
+            "so without it the feed-forward never drops a hidden unit in training",
+            variant(DECODER_SOURCE, ("FeedForward(d_model, d_ff, dropout)", "FeedForward(d_model, d_ff)"))),
+    Mistake("the attention sublayers built without the layer's dropout (MultiHeadAttention(d_model, num_heads): "
+            "their dropout stays 0)",
+            "pass the dropout on to both: MultiHeadAttention(d_model, num_heads, dropout=dropout) for self_attn and "
+            "cross_attn. Its dropout defaults to 0.0, so without it the attention weights are never dropped in "
+            "training",
+            variant(DECODER_SOURCE, ("MultiHeadAttention(d_model, num_heads, dropout=dropout)",
+                                     "MultiHeadAttention(d_model, num_heads)"))),
     Mistake("pre-norm that also normalizes the memory with norm2",
             "only the queries are normalized: cross_attn(norm2(x), memory, memory) — the memory is used as it comes",
             variant(DECODER_SOURCE, ("self.cross_attn(h, memory, memory,", "self.cross_attn(h, self.norm2(memory), self.norm2(memory),"))),

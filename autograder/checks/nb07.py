@@ -539,6 +539,14 @@ def _mla_cases(rng):
         cases.append(Case(f"{_mla_text(cfg)} in evaluation mode, x [{B}, {T}, {cfg[0]}], {what}, no cache "
                           f"(positions 0..{T - 1}): (output, weights)",
                           lambda cls, c=cfg, s=state, x=x, m=mask: _mla_run(cls, c, s, x, m)))
+    cfg, loud = MLA_CONFIGS[0], _mla_state(MLA_CONFIGS[0], rng)  # q_up and k_up x 8: scores 64 times larger
+    loud = {name: value * 8.0 if name in ("q_up.weight", "k_up.weight") else value for name, value in loud.items()}
+    x = tensor(rng, 2, 5, cfg[0])
+    cases.append(Case(f"{_mla_text(cfg)} in evaluation mode with q_up's and k_up's weights 8 times larger (scores in the "
+                      f"hundreds: exp() overflows unless each row's largest score is subtracted first), x [2, 5, "
+                      f"{cfg[0]}], a causal mask: (output, weights)",
+                      lambda cls, s=loud, x=x: _mla_run(cls, cfg, s, x, causal(5)), atol=1e-3,
+                      tells=("softmax without the max subtracted",)))
     cfg, state = MLA_CONFIGS[0], _mla_state(MLA_CONFIGS[0], rng)  # a mask flipped in place: flipped for the next layer
 
     def call(cls, x, mask):
@@ -989,6 +997,12 @@ _MLA_APPEND = """        if cache is not None:
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, T_k, self.rope_dim)], dim=-1)
 """
 MLA_MISTAKES = (
+    Mistake("softmax without the max subtracted",
+            "exp() of a score above about 88 overflows to inf (and inf / inf is nan): subtract each row's largest "
+            "allowed score before exp(), as notebook 01's softmax does, or use torch.softmax",
+            variant(MLA_SOURCE, ("        weights = torch.softmax(scores, dim=-1)\n",
+                                 "        e = torch.exp(scores)\n"
+                                 "        weights = e / e.sum(dim=-1, keepdim=True)\n"))),
     Mistake("the up-projected keys and values cached (as large a cache as multi-head attention)",
             "cache the small things: the normalized latent [B, T, kv_lora_rank] and the rotated shared key [B, T, "
             "qk_rope_head_dim], and up-project what the cache returns: cache.append(layer, latent, k_rope)",

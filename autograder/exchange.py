@@ -458,6 +458,7 @@ class OwnerCheckedCollect(ExchangeCollect):
         if not records:
             super().copy_files()  # nbgrader's own "No submissions of ... to collect"
             return
+        self._say_newer_left(records)
         self.log.info("Processing %d submissions of '%s' for course '%s'", len(records), self.coursedir.assignment_id,
                       self.coursedir.course_id)
         quiet = _Without("Processing 1 submissions")  # nbgrader's line, once per record below
@@ -486,6 +487,27 @@ class OwnerCheckedCollect(ExchangeCollect):
                        "say why); every other one was")
             self.log.error(message)  # nbgrader's app says only "nbgrader collect failed"
             raise ExchangeError(message)
+
+    def _say_newer_left(self, records: list[dict]) -> None:
+        """A WARNING naming the students whose submission in the inbound is newer than the one collected before, when
+        --update was not given: nbgrader leaves the collected one (logging only an INFO line, exit 0), and a grade run
+        then grades the old notebook without a word (an instructor's first week)."""
+        if self.update or self.before_duedate:
+            return
+        newer = []
+        for record in records:
+            dest = self.coursedir.format_path(self.coursedir.submitted_directory, record["username"],
+                                              self.coursedir.assignment_id)
+            if not os.path.isdir(dest):
+                continue
+            before = self.coursedir.get_existing_timestamp(dest)
+            if before is not None and record["timestamp"] is not None and record["timestamp"] > before:
+                newer.append(f"{record['username']} (collected: {before} UTC; in the exchange: {record['timestamp']} UTC)")
+        if newer:
+            self.log.warning("NOT COLLECTED: %d student(s) handed in %s again since it was collected, and without "
+                             "--update the copy collected before stays: %s. Collect again with --update (nbgrader "
+                             "collect %s --update), then grade again.", len(newer), self.coursedir.assignment_id,
+                             ", ".join(newer), self.coursedir.assignment_id)
 
     def _redate(self, record: dict, dest: str) -> None:
         """A submission collected before, dated by the inbound's change the instructor has now named: removed, so that

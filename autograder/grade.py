@@ -685,14 +685,18 @@ def _nbgrader_reason(log: str) -> str:
 
 # --------------------------------------------------------------------------- outputs
 def write_csv(results: list[NotebookResult], path: Path) -> None:
-    """Write atomically: a crash mid-write never leaves a half table behind."""
+    """Write atomically: a crash mid-write never leaves a half table behind. A notebook not handed in before its
+    due date (`not_due_yet`: the class's, or an extension's) has an empty score and the status 'not handed in yet:
+    due ...', not 'missing' (grades_wide.csv and the exports leave it empty too: never a 0)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", newline="", dir=path.parent, delete=False, suffix=".tmp") as fh:
         writer = csv.writer(fh)
         writer.writerow(safe_row(CSV_COLUMNS))
         for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
-            writer.writerow(safe_row([r.student_id, r.notebook, f"{r.score:g}", f"{r.max_score:g}", f"{r.late_penalty:g}",
-                                      r.timestamp, r.due, f"{r.seconds_late:.0f}", r.status_text, r.review, r.sandbox,
+            waiting = r.not_due_yet()  # no score and not 'missing' before its due date: never a 0 (the wide CSV, exports)
+            writer.writerow(safe_row([r.student_id, r.notebook, "" if waiting else f"{r.score:g}", f"{r.max_score:g}",
+                                      f"{r.late_penalty:g}", r.timestamp, r.due, f"{r.seconds_late:.0f}",
+                                      r.detail if waiting else r.status_text, r.review, r.sandbox,
                                       r.source_file, "; ".join([BLANK] * is_blank(r) + r.notes)]))
     os.chmod(fh.name, 0o644)  # readable by the group (NamedTemporaryFile makes 0600)
     os.replace(fh.name, path)
@@ -719,7 +723,7 @@ def format_table(results: list[NotebookResult], hide_missing: bool = False) -> s
         if r.late_penalty:
             score = f"{max(r.score - r.late_penalty, 0):g} / {r.max_score:g} ({r.score:g} - {r.late_penalty:g} late)"
         late = f"; {how_late(r.seconds_late)} (due {r.due})" if r.seconds_late > 0 else ""
-        status = r.status_text
+        status = r.detail if r.not_due_yet() else r.status_text  # 'not handed in yet: due ...', as in grades.csv
         if is_blank(r):  # the report's "blank" too: handed in, but every exercise still the release's stub
             status = BLANK if status == Status.OK.value else f"{status}; {BLANK}"
         rows.append(tuple(map(printable, (r.student_id, r.notebook, score, status + late + notes))))
@@ -1158,6 +1162,23 @@ def import_roster(course: Course, roster: Path) -> list[str]:
     return ids
 
 
+def differ_in_case(ids: Iterable[str], roster_ids: set[str] | None) -> dict[str, str]:
+    """{student id not on the roster: the roster id(s) it differs from only in case} ('Alice' -> 'alice'): never
+    merged (a grade under the wrong id is worse than a clear message), only named."""
+    folded: dict[str, list[str]] = {}
+    for rid in sorted(roster_ids or ()):
+        folded.setdefault(rid.casefold(), []).append(rid)
+    return {sid: " or ".join(repr(rid) for rid in folded[sid.casefold()]) for sid in ids
+            if roster_ids is not None and sid not in roster_ids and sid.casefold() in folded}
+
+
+def case_note(twin: str) -> str:
+    """The note (grades.csv's notes, the report) on a student id that differs from roster id(s) `twin` only in case."""
+    return (f"the roster has {twin}, which differs from this id only in case: ids are exact, so these are two "
+            f"students here (not merged); if this is their work, rename the folder or file to the roster's id (or "
+            f"correct the roster's id) and grade again")
+
+
 def read_roster_ids(course: Course) -> set[str] | None:
     """The ids of the last roster given to this class (None when none was)."""
     try:
@@ -1511,9 +1532,14 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     roster_ids = read_roster_ids(course)
     strangers = sorted(s.student_id for s in subs if roster_ids is not None and s.student_id not in roster_ids)
     if progress and strangers:
+        twins = differ_in_case(strangers, roster_ids)
+        named = [f"{sid} (the roster has {twins[sid]}: the ids differ only in case)" if sid in twins else sid
+                 for sid in strangers]
         print(f"not on the roster ({len(strangers)}; graded all the same, marked in the report and the notes "
-              f"column): {', '.join(strangers)}; add them to the roster CSV and pass it again with --roster, "
-              f"or check whose folder or file that is")
+              f"column): {', '.join(named)}; add them to the roster CSV and pass it again with --roster, "
+              f"or check whose folder or file that is"
+              + ("; student ids are exact, case too: rename a folder or file that differs from its roster id only "
+                 "in case (or correct the roster's id) and grade again" if twins else ""))
     workers = workers or GradingSettings().worker_count
     done: list[NotebookResult] = []  # notebooks graded in this run
     reused: list[NotebookResult] = []
@@ -1683,6 +1709,11 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
             print(f"graded again: {len(other_code)} notebook{'s' if len(other_code) > 1 else ''} whose saved grade was "
                   "made by other grading code (the grader's checks or the course library changed since)")
         stale = graded_by_other_tests(out, chosen, skip=now)
+        left_out = _left_out_here(stale, submissions, intake.students, students)
+        _print_listed(f"NOT GRADED AGAIN, made with earlier hidden tests or grader code, left out by --student "
+                      f"({len(left_out)}; their files are in this folder: grade it again without --student, before "
+                      "exporting):", left_out)
+        stale = [line for line in stale if line not in left_out]
         _print_listed(f"NOT GRADED AGAIN, made with earlier hidden tests or grader code ({len(stale)}; a run grades the "
                       "files of its own folder: grade the folder that holds each file again, e.g. the late uploads', "
                       "before exporting):", stale)
@@ -1691,6 +1722,17 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
                            playing, course.late_policy(), kept=len(kept) + len(unreadable_newer), missing=missing,
                            held=len(held), not_yet=not_yet, failed=failed))
     return reported
+
+
+def _left_out_here(stale: list[str], submissions: Path, here: list[StudentSubmission],
+                   students: list[str] | None) -> list[str]:
+    """The lines of `stale` (graded_by_other_tests) that a --student run left out: the grade of a student of this
+    folder not named by --student, made from a file of this folder ('... (file time; in week1)')."""
+    if not students:
+        return []
+    folder = f"; in {Path(submissions).resolve().name})"
+    others = {s.student_id for s in here} - set(students)
+    return [line for line in stale if line.split(" ", 1)[0] in others and folder in line]
 
 
 def _progress_as_done(pool: ThreadPoolExecutor, one: Callable[[StudentSubmission], None],
@@ -1756,9 +1798,12 @@ def write_outputs(course: Course, out: Path, playing: list[str], said: list[str]
         if said is not None:
             said.append(f"not on the roster and nothing handed in ({len(dropped)}; no rows in the tables and "
                         f"exports, still in the gradebook): {', '.join(dropped)}")
+    twins = differ_in_case(strangers, roster_ids)
     for r in results:
         if r.student_id in strangers and NOT_ON_ROSTER not in r.notes:
             r.notes = [*r.notes, NOT_ON_ROSTER]
+        if r.student_id in twins and case_note(twins[r.student_id]) not in r.notes:
+            r.notes = [*r.notes, case_note(twins[r.student_id])]
     write_csv(results, out / "grades.csv")
     write_wide_csv(results, out / "grades_wide.csv")
     collect_feedback(course, out)
@@ -1768,7 +1813,7 @@ def write_outputs(course: Course, out: Path, playing: list[str], said: list[str]
         if r.status is Status.UNREADABLE:
             unreadable_feedback(r, out / "feedback" / r.student_id / f"{r.notebook}.html")
 
-    class_report(results, out / "report.html", course.late_policy(), not_on_roster=strangers)
+    class_report(results, out / "report.html", course.late_policy(), not_on_roster=strangers, differ_in_case=twins)
     (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=1))
     return results
 

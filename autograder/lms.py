@@ -211,17 +211,28 @@ def read_canvas_roster(path: Path) -> CanvasRoster:
     return CanvasRoster(students, headers)
 
 
-def canvas_user_id(source_file: str) -> str:
-    """The Canvas user id in the name of the file a notebook was graded from ('' when not a Canvas name).
-    `source_file` is NotebookResult.source_file: '<path in the class folder> (<where its time came from>)'."""
+def canvas_owner(source_file: str) -> tuple[str, str]:
+    """(the name, the Canvas user id) in the name of the file a notebook was graded from (``smithjohn_345678_...``:
+    ('smithjohn', '345678')); ('', '') when not a Canvas name. `source_file` is NotebookResult.source_file: '<path in
+    the class folder> (<where its time came from>)'."""
     head, sep, _ = source_file.rpartition(" (")
     parts = PurePosixPath(head if sep else source_file).parts
     if not parts:
-        return ""
+        return "", ""
     top = parts[0]
     suffix = next((s for s in (".ipynb", ".zip") if top.lower().endswith(s)), "")
     found = flat_name(top, {}, suffix=suffix)
-    return found.user if found is not None and found.platform == "canvas" else ""
+    return (found.student, found.user) if found is not None and found.platform == "canvas" and found.user else ("", "")
+
+
+def canvas_user_id(source_file: str) -> str:
+    """The Canvas user id in the name of the file a notebook was graded from ('' when not a Canvas name)."""
+    return canvas_owner(source_file)[1]
+
+
+def _handed_in(results: list[NotebookResult]) -> bool:
+    """Whether a student handed in anything here (a row of theirs is more than the 0s of missing notebooks)."""
+    return any(r.status is not Status.MISSING for r in results)
 
 
 def _name_key(name: str) -> str:
@@ -243,15 +254,10 @@ def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[st
     that fits two students, or two rows that fit one, tie nobody."""
     people = people or {}
     by_uid = {row["ID"]: row for row in roster}
-    by_id: dict[str, dict[str, dict[str, str]]] = {}
-    by_name: dict[str, dict[str, dict[str, str]]] = {}
-    for row in roster:
-        for column in ("ID", "SIS User ID", "SIS Login ID"):
-            if row.get(column):
-                by_id.setdefault(row[column].lower(), {})[row["ID"]] = row
-        by_name.setdefault(_name_key(row.get("Student", "")), {})[row["ID"]] = row
+    index = _roster_index(roster)
     found: dict[str, dict[str, str]] = {}
     why: dict[str, str] = {}
+    by_file: set[str] = set()  # tied by the Canvas user id of their own files (no guess)
     for sid in sorted(students):
         uid = next((u for r in students[sid] if (u := canvas_user_id(r.source_file))), "")
         if uid:
@@ -259,13 +265,9 @@ def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[st
             if not fits:
                 why[sid] = f"Canvas user {uid}, from the name of the file graded, is not in the roster"
                 continue
+            by_file.add(sid)
         else:
-            email = people.get(sid, {}).get("email", "").strip().lower()
-            fits = by_id.get(sid.lower()) or (by_id.get(email, {}) if email else {}) or by_name.get(_name_key(sid), {})
-            for name in [] if fits else _names_of(people.get(sid, {})):
-                fits = by_name.get(_name_key(name), {})
-                if fits:
-                    break
+            fits = _roster_rows_fitting(sid, index, people)
             if len(fits) != 1:
                 why[sid] = ("no roster row has this id or their email as ID, SIS User ID or SIS Login ID, nor this id or "
                             "their name as Student" if not fits else
@@ -278,31 +280,84 @@ def match_canvas(students: dict[str, list[NotebookResult]], roster: list[dict[st
         claimed.setdefault(row["ID"], []).append(sid)
     for uid, sids in claimed.items():
         if len(sids) > 1:
+            owners = [sid for sid in sids if sid in by_file]
+            if len(owners) == 1 and not any(_handed_in(students[sid]) for sid in sids if sid != owners[0]):
+                # graded from a file of that very Canvas user; the others (fitting by id or name) handed in nothing:
+                # the same person under another id (a roster of institutional ids for a Canvas download)
+                sids = [sid for sid in sids if sid != owners[0]]
+                for sid in sids:
+                    del found[sid]
+                    why[sid] = (f"the roster row of Canvas user {uid} fits them too, but {owners[0]} was graded from a "
+                                f"Canvas file of that user")
+                continue
             for sid in sids:
                 del found[sid]
                 why[sid] = f"the roster row of Canvas user {uid} fits {', '.join(sids)}: not guessed"
     return found, why
 
 
+RosterIndex = tuple[dict[str, dict[str, dict[str, str]]], dict[str, dict[str, dict[str, str]]]]
+
+
+def _roster_index(roster: list[dict[str, str]]) -> RosterIndex:
+    """({ID, SIS User ID or SIS Login ID, lower case: {Canvas user id: row}}, {name key of Student: {...}})."""
+    by_id: dict[str, dict[str, dict[str, str]]] = {}
+    by_name: dict[str, dict[str, dict[str, str]]] = {}
+    for row in roster:
+        for column in ("ID", "SIS User ID", "SIS Login ID"):
+            if row.get(column):
+                by_id.setdefault(row[column].lower(), {})[row["ID"]] = row
+        by_name.setdefault(_name_key(row.get("Student", "")), {})[row["ID"]] = row
+    return by_id, by_name
+
+
+def _roster_rows_fitting(sid: str, index: RosterIndex, people: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """{Canvas user id: roster row} of the rows that fit student `sid` without a Canvas file of theirs: their id or
+    the email the class roster gave them as ID, SIS User ID or SIS Login ID, else their id as Student, else the names
+    the gradebook has for them."""
+    by_id, by_name = index
+    email = people.get(sid, {}).get("email", "").strip().lower()
+    fits = by_id.get(sid.lower()) or (by_id.get(email, {}) if email else {}) or by_name.get(_name_key(sid), {})
+    for name in [] if fits else _names_of(people.get(sid, {})):
+        fits = by_name.get(_name_key(name), {})
+        if fits:
+            break
+    return fits
+
+
 def canvas_csv(results: list[NotebookResult], path: Path, roster: CanvasRoster | None = None,
                people: dict[str, dict[str, str]] | None = None) -> Exported:
     """Canvas's gradebook import CSV at `path`; every student has a row (one not tied to a Canvas user
-    has an empty ID, and Canvas asks about it on import) and is listed in `problems`."""
+    has an empty ID, and Canvas asks about it on import) and is listed in `problems`, but for one who handed
+    in nothing whose row Canvas would tie, by name, to a Canvas user that a student who did hand in has a row
+    for (by the user id of their Canvas files) or fits (`_withheld`): that 0 could replace their grade, so it
+    is not written, and is listed."""
     notebooks, tops, by_student = _table(results)
     people = people or {}
     found, why = match_canvas({s: list(nbs.values()) for s, nbs in by_student.items()}, roster.students, people) \
         if roster is not None else ({}, {})
+    index = _roster_index(roster.students) if roster is not None else ({}, {})
     headers = [roster.headers.get(n, n) if roster is not None else n for n in notebooks]
     rows = [CANVAS_COLUMNS + headers, [POINTS_POSSIBLE, "", "", "", ""] + [points(tops[n]) for n in notebooks]]
     done = Exported(path, [path])
+    owners = {sid: next((o for r in nbs.values() if (o := canvas_owner(r.source_file))[1]), ("", ""))
+              for sid, nbs in by_student.items()}
+    names = {}
+    for sid in by_student:
+        person = people.get(sid, {})
+        names[sid] = ", ".join(p for p in (person.get("last_name"), person.get("first_name")) if p) or sid
+    claims = _graded_claims(by_student, found, owners, index, people)
     for sid in sorted(by_student):
         row = found.get(sid)
         if row is not None:
             who = [row.get(c, "") for c in CANVAS_COLUMNS]
         else:
-            uid = next((u for r in by_student[sid].values() if (u := canvas_user_id(r.source_file))), "")
-            person = people.get(sid, {})
-            name = ", ".join(p for p in (person.get("last_name"), person.get("first_name")) if p) or sid
+            uid, name = owners[sid][1], names[sid]
+            withheld = "" if uid or _handed_in(list(by_student[sid].values())) else \
+                _withheld(sid, name, claims, index, people, roster)
+            if withheld:
+                done.problems.append(withheld)
+                continue
             who = [name, uid, "", "", ""]
             if roster is not None:
                 done.problems.append(f"{sid}: not tied to a row of the Canvas roster ({why[sid]}); Canvas matches its "
@@ -313,17 +368,67 @@ def canvas_csv(results: list[NotebookResult], path: Path, roster: CanvasRoster |
         rows.append(who + [_cell(by_student[sid].get(n)) for n in notebooks])
     _write_csv(rows, path)
     if roster is not None:
-        tied = {row["ID"] for row in found.values()}
-        absent = sorted(row.get("Student", row["ID"]) for row in roster.students if row["ID"] not in tied)
+        reached: set[str] = set()  # the Canvas users a row of the file goes to: by its ID, else by its name
+        for row in rows[2:]:
+            reached |= {row[1]} if row[1] else set(index[1].get(_name_key(row[0]), {}))
+        absent = sorted(row.get("Student", row["ID"]) for row in roster.students if row["ID"] not in reached)
         if absent:
-            done.notes.append(f"{len(absent)} roster student(s) have no grades here (not in this gradebook), their "
-                              f"Canvas grades are left as they are: {'; '.join(absent)}")
+            done.notes.append(f"{len(absent)} roster student(s) have no row in this file (none has their Canvas user "
+                              f"id or their name), so Canvas leaves their grades as they are, unless you tie to them "
+                              f"a row it asks about: {'; '.join(absent)}")
         new = [n for n in notebooks if n not in roster.headers]
         if new:
             done.notes.append(f"not among the roster's assignments (Canvas fills an assignment of that title or makes "
                               f"a new one): {', '.join(new)}")
     done.problems += _held_back(results)
     return done
+
+
+def _graded_claims(by_student: dict[str, dict[str, NotebookResult]], found: dict[str, dict[str, str]],
+                   owners: dict[str, tuple[str, str]], index: RosterIndex,
+                   people: dict[str, dict[str, str]]) -> dict[str, tuple[str, str]]:
+    """{Canvas user id: (a student who handed in something, how they claim that user)}: by the row tied to them,
+    by the user id of their Canvas files; and, for one tied to no row and graded from no Canvas file, by the roster
+    rows that fit them (not guessed, but theirs perhaps). `index` is empty without a Canvas roster, where a Canvas
+    file's name part ('smithjohn') stands for its user's name too (`_name_key`: 'Smith, John')."""
+    claims: dict[str, tuple[str, str]] = {}
+    for sid in sorted(by_student):
+        if not _handed_in(list(by_student[sid].values())):
+            continue
+        file_name, uid = owners[sid]
+        if sid in found:
+            claims.setdefault(found[sid]["ID"], (sid, "tied to that user"))
+        elif uid:
+            claims.setdefault(uid, (sid, "graded from a Canvas file of that user"))
+        else:
+            for fit in _roster_rows_fitting(sid, index, people):
+                claims.setdefault(fit, (sid, "not tied, but that user's roster row fits them too"))
+        if file_name and uid:
+            claims.setdefault("name:" + _name_key(file_name), (sid, f"graded from a Canvas file of user {uid}, named "
+                                                                    f"{file_name!r}"))
+    return claims
+
+
+def _withheld(sid: str, name: str, claims: dict[str, tuple[str, str]], index: RosterIndex,
+              people: dict[str, dict[str, str]], roster: CanvasRoster | None) -> str:
+    """The problems line for a student who handed in nothing whose 0 row is not written, or '' to write it: the row
+    (named `name`, no ID) goes by name to a Canvas user some student who handed in something claims (`claims`)."""
+    reached = set(index[1].get(_name_key(name), {})) | set(_roster_rows_fitting(sid, index, people))
+    taken = [(uid, claims[uid]) for uid in sorted(reached) if uid in claims]
+    if not taken and "name:" + _name_key(name) in claims:
+        taken = [("", claims["name:" + _name_key(name)])]
+    if not taken:
+        return ""
+    uid, (other, how) = taken[0]
+    student = next((r.get("Student", "") for r in (roster.students if roster else []) if r["ID"] == uid), "")
+    user = f"Canvas user {uid}{f' ({student})' if student else ''}" if uid else "the Canvas user of that name"
+    advice = (f"their ids differ only in case: if this is one student, rename the folder or file to {sid} (or correct "
+              f"the roster's id) and grade again" if sid.casefold() == other.casefold() else
+              f"if {sid} and {other} are one student under two ids (a roster of other ids than the Canvas files' "
+              f"names), grade the Canvas download without --roster and export with --canvas-roster, or give the "
+              f"roster their id as the files name them")
+    return (f"{sid}: no row written (they handed in nothing here, a 0): Canvas would give a row named {name!r} to "
+            f"{user}, whose grade is {other}'s ({how}); that 0 could replace it. {advice[0].upper()}{advice[1:]}")
 
 
 # --------------------------------------------------------------------------- Gradescope, PrairieLearn
@@ -508,14 +613,27 @@ def default_dest(out: Path, to: str) -> Path:
     return out / "lms" / (f"{to}.csv" if to in ("canvas", "moodle") else to)
 
 
-def _not_on_the_roster(out: Path, results: list) -> list[str]:
-    """The problems line for each student graded who is not on the class's last roster (none without one)."""
-    from .grade import Course, read_roster_ids
+WRITTEN_UNDER_THE_ID = {  # what each format writes for a student graded who is not on the roster
+    "canvas": ("their grades are written in a row of the CSV (with the Canvas user id of their file, if any; a line "
+               "above says so if it is tied to no row of the Canvas roster)"),
+    "moodle": "their row of the CSV is written under this id (Moodle ties it by its email address, if the gradebook has one)",
+    "gradescope": "their results.json files are written under this id",
+    "prairielearn": "their results.json files are written under this id",
+}
+
+
+def _not_on_the_roster(out: Path, results: list, to: str = "gradescope") -> list[str]:
+    """The problems line for each student graded who is not on the class's last roster (none without one), saying
+    what format `to` writes for them, and the roster id theirs differs from only in case, if one does."""
+    from .grade import Course, differ_in_case, read_roster_ids
 
     roster = read_roster_ids(Course(out / "course"))
     strangers = sorted({r.student_id for r in results if r.status is not Status.MISSING} - (roster or set()))
-    return [f"{sid}: not on the class roster (graded all the same): their results.json files are written under this "
-            "id; check whose folder or file this is before handing them on" for sid in strangers] if roster else []
+    twins = differ_in_case(strangers, roster)
+    return [f"{sid}: not on the class roster (graded all the same): {WRITTEN_UNDER_THE_ID[to]}; "
+            + (f"the roster has {twins[sid]}, which differs from it only in case (ids are exact: rename the folder "
+               f"or file, or correct the roster's id, and grade again); " if sid in twins else "")
+            + "check whose folder or file this is before handing them on" for sid in strangers] if roster else []
 
 
 def _made_with_other_tests(out: Path, results: list) -> list[str]:
@@ -554,7 +672,7 @@ def export(out: Path, to: str, dest: Path | None = None, canvas_roster: Path | N
         done = moodle_csv(results, dest, people)
     else:
         done = json_results(results, dest, gradescope_result if to == "gradescope" else prairielearn_result, comments)
-    done.problems += _not_on_the_roster(out, results)  # Canvas and Moodle tie students to users: these files, by id
+    done.problems += _not_on_the_roster(out, results, to)  # Canvas and Moodle tie students to users: these rows, by id
     done.problems += _made_with_other_tests(out, results)
     if to in ("canvas", "moodle"):
         return done

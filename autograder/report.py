@@ -92,12 +92,14 @@ def _cell(r, out: Path) -> _Cell:
 NOT_ON_ROSTER = "not on the roster: graded all the same; add them to the roster, or check whose folder or file this is"
 
 
-def _attention(results, not_on_roster=()) -> list[tuple[str, list[str]]]:
+def _attention(results, not_on_roster=(), differ_in_case=None) -> list[tuple[str, list[str]]]:
     """Per student (in order), what an instructor should look at; first, for `not_on_roster`, that
-    they are not on the class's roster."""
+    they are not on the class's roster (and, from `differ_in_case`, the roster id theirs differs from only in case)."""
     found: dict[str, list[str]] = defaultdict(list)
     for sid in not_on_roster:
-        found[sid].append(NOT_ON_ROSTER)
+        twin = (differ_in_case or {}).get(sid)
+        found[sid].append(NOT_ON_ROSTER + (f" (the roster has {twin}, which differs from this id only in case: ids "
+                                           "are exact, so these are two students)" if twin else ""))
     for r in sorted(results, key=lambda r: (r.student_id, r.notebook)):
         if r.status is Status.MISSING:
             found[r.student_id].append(f"{r.notebook}: not handed in yet (due {r.due})" if r.not_due_yet()
@@ -184,10 +186,12 @@ def unreadable_feedback(r, path: Path) -> Path:
     return path
 
 
-def class_report(results, path: Path, policy: LatePolicy | None = None, not_on_roster=()) -> Path:
+def class_report(results, path: Path, policy: LatePolicy | None = None, not_on_roster=(),
+                 differ_in_case: dict[str, str] | None = None) -> Path:
     """Write the report for a list of NotebookResult (feedback pages are linked where they exist
     beside it, in feedback/<student>/<notebook>.html); returns its path. `not_on_roster`: the students
-    graded who are not on the class's roster, named first under "Who needs attention"."""
+    graded who are not on the class's roster, named first under "Who needs attention"; `differ_in_case`:
+    those of them whose id differs from a roster id only in case, with that roster id (grade.differ_in_case)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     out = Path(path).resolve().parent
@@ -206,7 +210,7 @@ def class_report(results, path: Path, policy: LatePolicy | None = None, not_on_r
     env.filters["points"] = lambda x: f"{x:g}"
     page = env.get_template("report.html.j2").render(
         students=students, notebooks=notebooks, tops=tops, max_total=sum(tops.values()),
-        policy=(policy or LatePolicy()).describe(), attention=_attention(results, not_on_roster),
+        policy=(policy or LatePolicy()).describe(), attention=_attention(results, not_on_roster, differ_in_case),
         per_notebook=[_notebook_section(n, by_notebook[n]) for n in notebooks],
         flagged=sorted((r for r in results if r.review), key=lambda r: (r.student_id, r.notebook)))
     path.write_text(page, encoding="utf-8")

@@ -849,7 +849,10 @@ def parser() -> argparse.ArgumentParser:
                         "01_similarity_attention=2026-12-01T23:59:00Z (repeatable; overrides --due-file)")
     p.add_argument("--due-file", metavar="TOML",
                    help='due dates, one line per notebook: "01_similarity_attention" = 2026-12-01T23:59:00Z')
-    p.add_argument("--roster", metavar="CSV", help="class list: a CSV file with an 'id' column (nbgrader's format)")
+    p.add_argument("--roster", metavar="CSV",
+                   help="class list: a CSV file with an 'id' column (nbgrader's format), each id the name a student's "
+                        "folder, zip or LMS files are graded under, case too (for a Canvas download: leave it out and "
+                        "give `export --to canvas` --canvas-roster)")
     p.add_argument("--late-penalty", metavar="POLICY", default=None,
                    help="none (late work marked, no points taken; the default), zero (a late notebook scores 0) or "
                         "per-day:P (P%% of the points per day or part of a day late). Kept for later runs and applied "

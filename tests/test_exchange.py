@@ -391,6 +391,34 @@ def test_a_newer_submission_that_cannot_be_collected_leaves_the_one_collected_be
     assert sorted(p.name for p in (teaching / "submitted" / "bin").iterdir()) == [A01]  # nothing left aside
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
+def test_collect_without_update_names_the_students_whose_newer_submission_it_left(tmp_path):
+    """An instructor's first week (finding 4): a student handed in again, `nbgrader collect` without --update kept
+    the copy collected before, logged one INFO line and exited 0, and the grade run reported the old score as clean.
+    The course's collect says it as a WARNING naming the student; --update collects it (and says nothing)."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    _submit(inbound, "bin", "bin", _at(1), "bin's first")
+    _submit(inbound, "daemon", "daemon", _at(1), "daemon's first")
+    first = _collect(tmp_path, teaching, exchange)
+    assert first.returncode == 0 and "NOT COLLECTED" not in first.stderr, first.stderr[-3000:]
+    _submit(inbound, "bin", "bin", _at(5), "bin's second")
+    again = _collect(tmp_path, teaching, exchange)
+    assert again.returncode == 0, again.stderr[-3000:]
+    warning = next((line for line in again.stderr.splitlines() if "NOT COLLECTED" in line), "")
+    assert "WARNING" in warning and "1 student(s) handed in 01_similarity_attention again" in warning, again.stderr
+    assert "bin (collected: " in warning and "daemon" not in warning and "--update" in warning, warning
+    kept = nbformat.read(teaching / "submitted" / "bin" / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
+    assert kept == "bin's first"
+    updated = _collect(tmp_path, teaching, exchange, "--update")
+    assert updated.returncode == 0 and "NOT COLLECTED" not in updated.stderr, updated.stderr[-3000:]
+    got = nbformat.read(teaching / "submitted" / "bin" / A01 / f"{A01}.ipynb", as_version=4).cells[0].source
+    assert got == "bin's second"
+    assert "NOT COLLECTED" not in _collect(tmp_path, teaching, exchange).stderr  # nothing newer left
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a folder owned by another user needs root to make")
 def test_collect_refuses_an_exchange_a_student_could_have_replaced(tmp_path):
     """A red team: the hub's exchange was made 777 without the sticky bit (the README's recipe then, and nbgrader's

@@ -292,6 +292,34 @@ def test_a_hidden_test_fixed_after_the_late_uploads_names_the_late_grades_it_did
     assert not [p for p in lms.export(out, "moodle").problems if "earlier hidden tests" in p]
 
 
+def test_a_student_regrade_says_the_others_of_its_own_folder_were_left_out_by_student(course, tmp_path):
+    """An instructor's first week (finding 7): after a hidden test was fixed, `grade week1/ --student carol` listed
+    the other week1 students' grades as NOT GRADED AGAIN with "grade the folder that holds each file again", for files
+    in the very folder it had just read. --student left them out, not the folder: the run now says so; a grade made
+    from another folder (week1-late/) keeps the old advice."""
+    solutions = tmp_path / "solutions"
+    shutil.copytree(REPO / "solutions" / A01, solutions / A01)
+    source = solutions / A01 / f"{A01}.ipynb"
+    fixed = source.read_text()
+    source.write_text(fixed.replace(STABILITY_CHECK, SWAPPED))
+    week1, late, out = tmp_path / "week1", tmp_path / "week1-late", tmp_path / "out"
+    _put(week1 / "ann" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(week1 / "bob" / f"{A01}.ipynb", solved_notebook(course, A01))
+    _put(late / "cy" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)
+    _graded(week1, out, solutions=solutions, due=DUE)
+    _graded(late, out, solutions=solutions)
+    source.write_text(fixed)
+    said = _graded(week1, out, solutions=solutions, students=["ann"])
+    assert ("NOT GRADED AGAIN, made with earlier hidden tests or grader code, left out by --student (1; their files "
+            f"are in this folder: grade it again without --student, before exporting):\n  bob {A01}: bob/{A01}.ipynb "
+            "(file time; in week1)\n") in said, said
+    assert ("NOT GRADED AGAIN, made with earlier hidden tests or grader code (1; a run grades the files of its own "
+            f"folder: grade the folder that holds each file again, e.g. the late uploads', before exporting):\n  cy "
+            f"{A01}: cy/{A01}.ipynb (file time; in week1-late)\n") in said, said
+    again = _graded(week1, out, solutions=solutions)  # the whole folder: bob made again; cy's is late's to make
+    assert "left out by --student" not in again and f"bob {A01}" not in again.split("NOT GRADED AGAIN", 1)[-1], again
+
+
 def test_grades_saved_by_other_grading_code_are_made_again_and_said(course, tmp_path, monkeypatch):
     """A tolerance loosened in autograder/checks/ (the instructor's walkthrough) reached no one: every grade
     was reused, as its notebook and solution had not changed. Grades remember the code that judged them."""

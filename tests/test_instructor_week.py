@@ -189,6 +189,32 @@ def test_a_student_not_on_the_roster_is_graded_and_flagged(week):
     assert wide["zed"][A01] == "17"  # graded and exported: never lost
 
 
+def test_an_id_that_differs_from_a_roster_id_only_in_case_is_named_never_merged(course, tmp_path, capsys):
+    """An instructor's first week (finding 2): a folder Alice/ and the roster id alice were two students, Alice 17
+    "not on the roster" and alice missing with a 0, and nothing said why. They stay two (a grade under a wrong id is
+    worse than a clear message), and the console's "not on the roster" line, the notes column, the report and the
+    export name the roster id that differs only in case."""
+    subs, out, roster = tmp_path / "subs", tmp_path / "out", tmp_path / "roster.csv"
+    _put(subs, "Alice", solved_notebook(course, A01), ON_TIME)
+    roster.write_text("id\nalice\nbob\n")
+    assert cli.main(["grade", str(subs), "--out", str(out), "--workers", "1", "--roster", str(roster),
+                     "--assignment", A01]) == 1  # alice and bob: missing
+    said = capsys.readouterr().out
+    line = next(x for x in said.splitlines() if x.startswith("not on the roster (1;"))
+    assert "Alice (the roster has 'alice': the ids differ only in case)" in line and "ids are exact" in line, line
+    rows = _rows(out)
+    assert rows["Alice", A01]["score"] == "17" and rows["alice", A01]["status"].startswith("missing"), rows
+    assert "the roster has 'alice', which differs from this id only in case" in rows["Alice", A01]["notes"], rows
+    assert "the roster has" not in rows["bob", A01]["notes"]
+    attention = (out / "report.html").read_text().split('id="attention"')[1].split("</table>")[0]
+    assert "the roster has &#39;alice&#39;, which differs from this id only in case" in attention, attention
+    from autograder import lms
+
+    problems = lms.export(out, "moodle").problems
+    [alice] = [p for p in problems if p.startswith("Alice: not on the class roster")]
+    assert "the roster has 'alice', which differs from it only in case" in alice, alice
+
+
 # --------------------------------------------------------------------------- 4. an empty folder
 @pytest.mark.parametrize("junk", [False, True])
 def test_an_empty_submissions_folder_is_an_error_naming_it_and_the_layouts(tmp_path, capsys, junk):
@@ -384,7 +410,9 @@ def test_before_the_due_date_a_notebook_not_handed_in_is_not_missing_yet(course,
     report = (out / "report.html").read_text()
     assert f"{A01}: not handed in yet (due 2099-12-01T23:59:00Z)" in report and "0 missing, 1 not handed in yet" in report
     rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
-    assert rows["ben"]["status"] == "missing: not handed in yet: due 2099-12-01T23:59:00Z", rows["ben"]
+    # no 0 and not 'missing' before the due date, as in grades_wide.csv and the exports (was 'missing: not handed...')
+    assert rows["ben"]["status"] == "not handed in yet: due 2099-12-01T23:59:00Z", rows["ben"]
+    assert rows["ben"]["score"] == "", rows["ben"]
     assert rows["ben"]["due"] == "2099-12-01T23:59:00Z"
     wide = {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}
     assert wide["ben"][A01] == "" and wide["ann"][A01] == "17"
@@ -558,7 +586,9 @@ def test_an_extension_waiting_for_a_hand_in_makes_the_row_not_due_yet_instead_of
     assert cli.main(["extend", str(out), "frank", A01, "--days", "36500"]) == 0  # his own due date: in 2120
     capsys.readouterr()
     rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
-    assert rows["frank"]["status"] == "missing: not handed in yet: due 2120-11-07T23:59:00Z", rows["frank"]
+    # an instructor's first week (finding 9): 'score 0' and 'missing: not handed in yet' there, never a 0 elsewhere
+    assert rows["frank"]["status"] == "not handed in yet: due 2120-11-07T23:59:00Z", rows["frank"]
+    assert rows["frank"]["score"] == "", rows["frank"]
     assert {r["student_id"]: r for r in csv.DictReader((out / "grades_wide.csv").open())}["frank"][A01] == ""
     assert cli.main(["export", str(out), "--to", "moodle"]) == 1  # no e-mail addresses: listed, not a 0 for frank
     assert {r["Student ID"]: r[A01] for r in csv.DictReader((out / "lms" / "moodle.csv").open())}["frank"] == ""

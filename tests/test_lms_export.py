@@ -176,6 +176,77 @@ def test_canvas_roster_matching_by_the_email_of_the_class_roster():
     assert "gina" in lms.match_canvas(ours, roster, {"gina": {"first_name": "Gina", "last_name": "Green"}})[1]
 
 
+def _split_class() -> tuple[list[NotebookResult], dict[str, dict[str, str]], lms.CanvasRoster]:
+    """An instructor's first week (finding 1): a Canvas download graded with a roster of institutional ids. Each
+    Canvas student is two: smithjohn (graded from smithjohn_345678_...) and the roster's jsmith (missing, 0); a folder
+    Alice/ and the roster's alice (missing) likewise. The Canvas gradebook export ties 345678 to the login jsmith."""
+    missing = dict(status=Status.MISSING, detail="no notebook for this assignment was submitted")
+    results = [
+        NotebookResult("Alice", A01, 17.0, 17.0, source_file=f"Alice/{A01}.ipynb (file time)"),
+        NotebookResult("alice", A01, 0.0, 17.0, **missing),
+        NotebookResult("doejane", A01, 13.0, 17.0, source_file=f"doejane_456789_9013_{A01}.ipynb (file time)"),
+        NotebookResult("jdoe", A01, 0.0, 17.0, **missing),
+        NotebookResult("jsmith", A01, 0.0, 17.0, **missing),
+        NotebookResult("smithjohn", A01, 17.0, 17.0, source_file=f"smithjohn_345678_9012_{A01}.ipynb (file time)"),
+    ]
+    people = {"alice": {"first_name": "Alice", "last_name": "Test", "email": "alice@u.example"},
+              "jsmith": {"first_name": "John", "last_name": "Smith", "email": "jsmith@u.example"},
+              "jdoe": {"first_name": "Jane", "last_name": "Doe", "email": "jdoe@u.example"}}
+    roster = lms.CanvasRoster([
+        {"Student": "Smith, John", "ID": "345678", "SIS User ID": "S001", "SIS Login ID": "jsmith", "Section": "Sec 1"},
+        {"Student": "Doe, Jane", "ID": "456789", "SIS User ID": "S002", "SIS Login ID": "jdoe", "Section": "Sec 1"},
+        {"Student": "Test, Alice", "ID": "567890", "SIS User ID": "S003", "SIS Login ID": "alice", "Section": "Sec 1"},
+        {"Student": "Away, Al", "ID": "678901", "SIS User ID": "S004", "SIS Login ID": "al", "Section": "Sec 1"},
+    ], {A01: f"{A01} (99001)"})
+    return results, people, roster
+
+
+def test_canvas_never_writes_a_0_row_for_a_canvas_user_a_graded_student_has_a_row_for(tmp_path):
+    """The export wrote "Smith, John",,,,,0 beside smithjohn,345678,...,17: one person, two rows, and Canvas could
+    settle on the 0; and its note said the roster students' grades were 'left as they are' while the file held a 0
+    row under each of their names. Now the student graded from that Canvas user's file is tied to the row, the 0 of
+    the id that handed in nothing is not written (listed), and the note names only the users no row goes to."""
+    results, people, roster = _split_class()
+    done = lms.canvas_csv(results, tmp_path / "canvas.csv", roster, people)
+    _, _, rows = _canvas_rows(tmp_path / "canvas.csv")
+    assert rows["Smith, John"] == ["Smith, John", "345678", "S001", "jsmith", "Sec 1", "17"], rows
+    assert rows["Doe, Jane"] == ["Doe, Jane", "456789", "S002", "jdoe", "Sec 1", "13"], rows
+    assert "Test, Alice" not in rows, rows  # alice's 0: Alice (17, a folder) fits Test, Alice too: not guessed
+    assert rows["Alice"][1:] == ["", "", "", "", "17"], rows
+    assert len(rows) == 3, rows
+    problems = "\n".join(done.problems)
+    for sid, user in (("jsmith", "345678 (Smith, John)"), ("jdoe", "456789 (Doe, Jane)"), ("alice", "567890 (Test, Alice)")):
+        assert f"{sid}: no row written (they handed in nothing here, a 0): Canvas would give a row named" in problems
+        assert f"Canvas user {user}" in problems, problems
+    assert not [p for p in done.problems if p.startswith(("smithjohn:", "doejane:"))], problems  # tied, no question
+    [left] = [n for n in done.notes if "as they are" in n]
+    assert left.startswith("2 roster student(s) have no row in this file") and left.endswith(": Away, Al; Test, Alice")
+    # without Canvas's roster, a Canvas file's name part is its user's name: no "Smith, John" 0 beside smithjohn's row
+    done = lms.canvas_csv(results, tmp_path / "plain.csv", people=people)
+    _, _, rows = _canvas_rows(tmp_path / "plain.csv")
+    assert "Smith, John" not in rows and "Doe, Jane" not in rows and rows["smithjohn"][1] == "345678", rows
+    assert "jsmith: no row written" in "\n".join(done.problems)
+
+
+def test_the_not_on_the_roster_line_says_what_each_format_writes_and_a_case_twin(tmp_path):
+    """The Canvas and Moodle exports said "their results.json files are written under this id" (finding 8); and a
+    folder Alice/ beside the roster's alice said nothing of the case (finding 2)."""
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "roster-ids.json").write_text('["alice", "bob"]')
+    results = [NotebookResult("Alice", A01, 17.0, 17.0), NotebookResult("zed", A01, 3.0, 17.0),
+               NotebookResult("bob", A01, 0.0, 17.0, Status.MISSING)]
+    said = {to: lms._not_on_the_roster(tmp_path, results, to) for to in lms.FORMATS}
+    for to in ("canvas", "moodle"):
+        assert all("results.json" not in line and "row of the CSV" in line for line in said[to]), said[to]
+    for to in ("gradescope", "prairielearn"):
+        assert "zed: not on the class roster (graded all the same): their results.json files are written under " \
+               "this id; check whose folder or file this is before handing them on" in said[to], said[to]
+    alice = [line for line in said["moodle"] if line.startswith("Alice:")][0]
+    assert "the roster has 'alice', which differs from it only in case" in alice, alice
+    assert all("only in case" not in line for line in said["moodle"] if line.startswith("zed:"))
+
+
 @pytest.mark.parametrize("source, uid", [
     ("smithjane_101_9001_01_similarity_attention.ipynb (file time)", "101"),
     ("doejohn_LATE_102_9003_01 (1).ipynb (file time)", "102"),

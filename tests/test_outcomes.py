@@ -341,6 +341,24 @@ def test_the_unreadable_notebooks_page_names_the_students_own_file(tmp_path):
         assert f"The file you handed in, {shown}," in page and "0 / 17" in page, page
 
 
+def test_grades_csv_gives_a_notebook_not_due_yet_no_score_and_no_missing_status(tmp_path):
+    """An instructor's first week (finding 9): a student given an extension before handing in had `score 0` and a
+    status `missing: not handed in yet: due ...` in grades.csv (a filter on 'missing' or on the score counted a 0),
+    while grades_wide.csv and the exports left the cell empty. Now an empty score and 'not handed in yet: due ...'."""
+    from autograder.grade import write_wide_csv
+
+    waiting = NotebookResult("gus", A01, 0.0, 14.0, Status.MISSING, detail="not handed in yet: due 2026-12-10T23:59:00Z",
+                             not_yet=True, due="2026-12-10T23:59:00Z")
+    gone = NotebookResult("al", A01, 0.0, 14.0, Status.MISSING, detail="no notebook for this assignment was submitted")
+    write_csv([waiting, gone], tmp_path / "grades.csv")
+    rows = {r["student_id"]: r for r in csv.DictReader((tmp_path / "grades.csv").open())}
+    assert (rows["gus"]["score"], rows["gus"]["status"]) == ("", "not handed in yet: due 2026-12-10T23:59:00Z"), rows
+    assert (rows["al"]["score"], rows["al"]["status"]) == ("0", "missing: no notebook for this assignment was submitted")
+    write_wide_csv([waiting, gone], tmp_path / "grades_wide.csv")
+    wide = {r["student_id"]: r for r in csv.DictReader((tmp_path / "grades_wide.csv").open())}
+    assert (wide["gus"][A01], wide["al"][A01]) == ("", "0"), wide  # the two tables agree
+
+
 def test_a_notebook_not_due_yet_has_no_score_and_is_not_called_missing(tmp_path):
     """An extension given before the student hands in: the exports leave it empty, and the console and the report's
     table said "0 / 14" and "missing" (an instructor's first week): now "- / 14" and "not handed in yet"."""
@@ -349,6 +367,7 @@ def test_a_notebook_not_due_yet_has_no_score_and_is_not_called_missing(tmp_path)
     gone = NotebookResult("al", A01, 0.0, 14.0, Status.MISSING, detail="no notebook")
     lines = {line.split()[0]: line for line in format_table([waiting, gone]).splitlines()[2:]}
     assert "- / 14" in lines["gus"] and "0 / 14" in lines["al"], lines
+    assert "missing" not in lines["gus"] and "not handed in yet: due 2026-12-10T23:59:00Z" in lines["gus"], lines
     page = class_report([waiting, gone], tmp_path / "report.html").read_text()
     gus = page[page.index('id="student-gus"'):]
     gus = gus[:gus.index("</tr>")]

@@ -286,8 +286,8 @@ def test_the_instructors_term_runs_as_written(tmp_path):
     out = root / "build" / "grading"
     first, late = graded
     assert "3 graded now, 0 reused from earlier runs" in first and "4 students in the gradebook" in first
-    leekim = "missing: not handed in yet" if not_due else "missing: no notebook"
-    assert re.search(rf"leekim\s+01_similarity_attention\s+0 / 17\s+{leekim}", first), first[-3000:]
+    leekim = r"- / 17\s+not handed in yet" if not_due else r"0 / 17\s+missing: no notebook"  # never 'missing' nor 0 early
+    assert re.search(rf"leekim\s+01_similarity_attention\s+{leekim}", first), first[-3000:]
     assert "1 graded now, 3 reused from earlier runs" in late, late[-3000:]
     assert "1 day 10 h late" in late and "4 notebooks of 4 students graded without problems" in late
 

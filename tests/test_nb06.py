@@ -463,6 +463,27 @@ def test_an_untied_generator_passes_the_logits_and_fails_the_gradients():
         nb06.check("Seq2SeqTransformer_gradients", untied)
 
 
+def test_a_library_not_implemented_error_is_a_crash_not_an_unwritten_stub():
+    """A reader: make_masks with a float causal mask combined by `&` makes PyTorch raise NotImplementedError
+    ('"bitwise_and_cpu" not implemented for 'Float''), and the student who had written it was told "not attempted
+    yet". Only a `raise` of the notebook's code is an unwritten stub; the stub itself still is."""
+    def make_masks(src, tgt_in, pad_id):
+        causal = torch.ones(tgt_in.size(1), tgt_in.size(1)).tril()
+        return (src != pad_id)[:, None, None, :], (tgt_in != pad_id)[:, None, None, :] & causal
+
+    with pytest.raises(CheckFailed) as crashed:
+        nb06.check("make_masks", make_masks)
+    assert "raised NotImplementedError" in str(crashed.value) and "'Float'" in str(crashed.value), str(crashed.value)
+    assert "not attempted" not in str(crashed.value)
+
+    def stub(src, tgt_in, pad_id):
+        raise NotImplementedError()
+
+    stub.__name__ = stub.__qualname__ = "make_masks"
+    with pytest.raises(CheckFailed, match="not attempted yet"):
+        nb06.check("make_masks", stub)
+
+
 def test_label_smoothing_written_with_view_fails_on_the_training_steps_own_slices():
     """A wrong-code audit: .view(-1, V) took 30/30 (every case's tensors were contiguous), then crashed the notebook's
     own training step, which passes tgt[:, 1:]; .reshape passes."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dis
 import hashlib
 import math
 import os
@@ -1218,8 +1219,8 @@ def _read_error(err: Exception) -> _StudentRaised:
         message = str(err)[:2000]
     except Exception:  # noqa: BLE001 - a message that cannot be written is not the student's crash
         message = "(its message could not be written)"
-    return _StudentRaised(isinstance(err, NotImplementedError), type_name(type(err)), message, crash_site(err),
-                          _raised_in(err) if isinstance(err, NotImplementedError) else "")
+    stub = _a_stub_raised(err)
+    return _StudentRaised(stub, type_name(type(err)), message, crash_site(err), _raised_in(err) if stub else "")
 
 
 def _around(case: Case):
@@ -1340,7 +1341,9 @@ def run_case(exercise: Exercise, case: Case, impl) -> tuple:
     except ForbiddenCall as err:
         return ("forbidden", str(err))
     except NotImplementedError as err:
-        return ("notimpl", _raised_in(err))
+        if _a_stub_raised(err):
+            return ("notimpl", _raised_in(err))
+        return ("error", type(err).__name__, str(err)[:2000], crash_site(err))
     except Exception as err:  # noqa: BLE001 - any crash is reported to the student
         return ("error", type(err).__name__, str(err)[:2000], crash_site(err))
 
@@ -1407,6 +1410,24 @@ def crash_site_of(outcome) -> str:
     shapes the student's message about their own code, and never earns a point."""
     site = outcome[3] if isinstance(outcome, tuple) and len(outcome) > 3 else ""
     return " ".join(site.split())[:300] if isinstance(site, str) else ""
+
+
+def _a_stub_raised(err: BaseException) -> bool:
+    """Whether `err` is a NotImplementedError raised by a `raise` statement (a stub, or a part not written yet), not by
+    a library: PyTorch raises one for an operation a dtype lacks (`&` of two float masks: '"bitwise_and_cpu" not
+    implemented for 'Float''), and a student who had written make_masks was told it was "not attempted yet"."""
+    if not isinstance(err, NotImplementedError):
+        return False
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return True
+    code = tb.tb_frame.f_code.co_code
+    return tb.tb_lasti >= len(code) or code[tb.tb_lasti] in _RAISES
+
+
+_RAISES = frozenset(dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap)
 
 
 def _raised_in(err: BaseException) -> str:

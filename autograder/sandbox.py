@@ -706,6 +706,30 @@ def _set_limits(limits: dict, nproc: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
 
 
+@lru_cache(maxsize=8)
+def _configured_exchanges(course_root: str) -> tuple[str, ...]:
+    """nbgrader's Exchange.root wherever the course's settings name one (the checkout's nbgrader_config.py, as the
+    README says to set it, and the grading user's and the system's Jupyter config): an exchange kept there was
+    readable by a namespaces sandbox (a review). The instructor's own settings: read as nbgrader reads them."""
+    try:
+        from jupyter_core.paths import jupyter_config_path
+        from traitlets.config.loader import PyFileConfigLoader
+    except ImportError:  # pragma: no cover - nbgrader's own dependencies
+        return ()
+    roots = []
+    for folder in [*jupyter_config_path(), course_root]:
+        if not folder or not os.path.isfile(os.path.join(folder, "nbgrader_config.py")):
+            continue
+        try:
+            config = PyFileConfigLoader("nbgrader_config.py", path=folder).load_config()
+        except Exception:  # noqa: BLE001 - a settings file nbgrader would refuse too: nothing named there
+            continue
+        root = config.Exchange.get("root") if "Exchange" in config else None
+        if isinstance(root, str) and root:
+            roots.append(os.path.abspath(os.path.expanduser(root)))
+    return tuple(roots)
+
+
 def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], list[str]]:
     """(folders, files) the namespaces fallback hides in every sandbox: homes and credentials, and a /tmp
     kept because the Python lives in it. A folder that holds what the sandbox needs (the Python, the
@@ -713,7 +737,7 @@ def denied_always(course_root: str = "", library: str = "") -> tuple[list[str], 
     root = Path(course_root) if course_root else None
     lib = Path(library) if library else None
     folders, files = [], [f for f in CREDENTIAL_FILES if os.path.isfile(f)]
-    shared = [*SHARED_DIRS, os.environ.get("ATTN_HUB_EXCHANGE", "")]
+    shared = [*SHARED_DIRS, os.environ.get("ATTN_HUB_EXCHANGE", ""), *_configured_exchanges(course_root)]
     todo = [Path(p) for p in (*CREDENTIAL_DIRS, *shared) if p and os.path.isdir(p)]
     # a /tmp or /var/tmp the Python lives in is kept (not replaced by the scratch): its other entries (a class
     # folder, another grading folder and its secret salt, a red team found) are covered one by one, as homes are

@@ -213,6 +213,7 @@ OWN_CACHE_HELPERS = """
 class KVCache:
     def __init__(self, num_layers):
         self.keys, self.values = [None] * num_layers, [None] * num_layers
+        self.num_layers = num_layers
 
     def append(self, layer, k, v):
         self.keys[layer] = k if self.keys[layer] is None else torch.cat([self.keys[layer], k], dim=-2)
@@ -220,6 +221,7 @@ class KVCache:
         return self.keys[layer], self.values[layer]
 
     def get(self, layer):
+        assert 0 <= layer < self.num_layers
         return self.keys[layer], self.values[layer]
 
     @property
@@ -245,7 +247,8 @@ def cached_attention(q_t, k_t, v_t, cache, layer=0):
 def test_a_cached_attention_that_calls_its_own_caches_helpers_passes():
     """A fairness audit: a correct cached_attention calling a method its own KVCache has (get(layer), a property) got
     0/5, told "'_Cache' object has no attribute 'get'", a class it never saw: the grader's cache lends the student's
-    own KVCache's methods; an attribute neither has is named for what it is."""
+    own KVCache's methods, and the attributes its __init__ sets (self.num_layers, a review); an attribute neither
+    has is named for what it is."""
     env = {"torch": torch, "scaled_dot_product_attention": scaled_dot_product_attention}
     exec(OWN_CACHE_HELPERS, env)
     for exercise in (e for e in nb07.EXERCISES if e.graded == "cached_attention"):

@@ -176,6 +176,50 @@ def test_the_attentions_numbers_taken_out_of_pytorch_are_refused_or_counted():
         check_exercise(memory, quantised)
 
 
+class _NoFloats(torch.Tensor):
+    """A subclass that says it holds no floats."""
+
+    def is_floating_point(self):
+        return False
+
+
+class _Pretender:
+    """Says it is a tensor (isinstance), and runs code of its own when asked what it holds."""
+
+    __class__ = property(lambda self: torch.Tensor)
+    ran = []
+
+    def is_floating_point(self):
+        _Pretender.ran.append(ref.online_softmax_attention(*(torch.randn(1, 3, 4),) * 3, 2))
+        return False
+
+    is_complex = is_floating_point
+
+
+def _patched_is_floating_point(t):
+    return False
+
+
+@pytest.mark.parametrize("take_out", [
+    lambda q: q.as_subclass(_NoFloats).tolist(),
+    lambda q: q.as_subclass(_NoFloats).numpy(),
+    lambda q: torch.Tensor.__array__(_Pretender()),
+    lambda q: (setattr(torch.Tensor, "is_floating_point", _patched_is_floating_point), q.tolist()),
+], ids=["subclass tolist", "subclass numpy", "pretender", "patched method"])
+def test_whether_a_tensor_holds_floats_is_never_asked_of_the_students_own_code(take_out, monkeypatch):
+    """A review: the guard asked the student's tensor `is_floating_point()`; a subclass, a patched method or a
+    pretender said no, took the scores out of PyTorch, and ran the reference inside the guard's own hook, unwatched.
+    Only a plain tensor's dtype, read by PyTorch's C getter, lets numbers out."""
+    from autograder.checks.core import ForbiddenCall, _CallGuard
+
+    monkeypatch.setattr(torch.Tensor, "is_floating_point", torch.Tensor.is_floating_point)  # restored afterwards
+    _Pretender.ran.clear()
+    exercise = next(e for e in nb08.EXERCISES if e.graded == "online_softmax_attention")
+    with pytest.raises(ForbiddenCall, match="floating-point numbers"), _CallGuard(exercise.forbidden):
+        take_out(torch.randn(2, 3))
+    assert _Pretender.ran == []
+
+
 def test_calling_the_reference_is_not_accepted():
     def sliding_window_mask(size, window):
         return ref.sliding_window_mask(size, window)

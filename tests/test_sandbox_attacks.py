@@ -447,6 +447,20 @@ def test_no_sandbox_shows_the_exchange_where_classmates_submit(class_folder, kin
     assert "MARKER" not in text and "secret" not in text.replace(str(classmate), ""), found
 
 
+def test_the_exchange_the_courses_settings_name_is_hidden_by_the_namespaces_sandbox(tmp_path):
+    """A review: the README sets the exchange with c.Exchange.root in the checkout's nbgrader_config.py; an exchange
+    kept anywhere else than the folders hidden by name stayed readable by a namespaces sandbox."""
+    from autograder import sandbox
+
+    course, exchange = tmp_path / "course", tmp_path / "exchange"
+    (exchange / "course" / "inbound").mkdir(parents=True)
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(exchange)!r}\n")
+    sandbox._configured_exchanges.cache_clear()
+    folders, _ = sandbox.denied_always(str(course), str(Path(sandbox.__file__).parents[1] / "attention_course"))
+    assert str(exchange) in folders, folders
+
+
 READ_THE_COURSE = '''def normalize_rows(S):
     import os
     seen = ["root=" + ",".join(sorted(os.listdir({root!r})))]

@@ -216,13 +216,29 @@ class OnNumbers(str):
 
 
 def refuses(why: str, first_argument) -> bool:
-    """Whether a forbidden entry's reason holds for a call whose first argument is `first_argument`."""
+    """Whether a forbidden entry's reason holds for a call whose first argument is `first_argument`: always, but for
+    an OnNumbers reason on a plain tensor (its exact type, never a subclass or a pretender) whose dtype, read by
+    PyTorch's own C getter (no method of the student's runs inside the guard: a review), is an integer or bool one."""
     if not isinstance(why, OnNumbers):
         return True
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(first_argument, torch.Tensor):
+    if torch is None or type(first_argument) not in (torch.Tensor, torch.nn.Parameter):
         return True
-    return bool(first_argument.is_floating_point() or first_argument.is_complex())
+    dtype_of, whole = _dtype_reading(torch)
+    return dtype_of(first_argument) not in whole
+
+
+_DTYPE_READING: list = []
+
+
+def _dtype_reading(torch) -> tuple:
+    """(PyTorch's C getter of a tensor's dtype, which no Python code can replace; the integer and bool dtypes, whose
+    numbers are indices or flags), read once."""
+    if not _DTYPE_READING:
+        whole = frozenset(getattr(torch, name) for name in ("bool", "uint8", "int8", "int16", "int32", "int64",
+                                                            "uint16", "uint32", "uint64") if hasattr(torch, name))
+        _DTYPE_READING.append((torch._C.TensorBase.dtype.__get__, whole))
+    return _DTYPE_READING[0]
 
 
 def _first_argument(frame):

@@ -27,6 +27,7 @@ from .core import (
     same_both_times,
     variant,
 )
+from .nb02 import MAX_OVER_MASKED
 from .tensors import RANDOM_COLUMN, as_float32, load_state, random_mask, require_names, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
@@ -106,10 +107,6 @@ def _softmax_cases(rng):
                       "allowed ones (a few units either side of 0): every allowed weight must survive",
                       lambda f, s=high, m=causal45: f(s.clone(), m.clone()), tells=(MAX_OVER_MASKED,)))
     return found
-
-
-MAX_OVER_MASKED = ("the mask applied after exp(), with the max taken over the masked scores too (a masked key that "
-                   "scores far above the allowed ones underflows every allowed weight to 0)")
 
 
 def _fully_masked_cases(rng):

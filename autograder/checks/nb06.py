@@ -289,6 +289,20 @@ def _ls_stability_cases(rng):
 
 
 LS_MISTAKES = (
+    Mistake("epsilon times the SUM of -log p over the classes, not their mean",
+            "the smoothed target gives each of the V classes epsilon / V: the smoothing term is epsilon * the MEAN "
+            "over all V classes of -log p[c] (-log_probs.mean(-1)), not epsilon * their sum (V times too large)",
+            """
+def label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    nll = -logp.gather(1, safe[:, None]).squeeze(1)
+    loss = (1 - epsilon) * nll + epsilon * (-logp.sum(-1))
+    return (loss * keep).sum() / keep.sum()
+"""),
     Mistake("smoothing mass spread over the V-1 wrong classes instead of all V classes",
             "the spec (and F.cross_entropy) spreads epsilon uniformly over *all* classes: "
             "(1 - eps) * nll + eps * mean over all c of -log p[c]",

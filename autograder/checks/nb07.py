@@ -55,6 +55,20 @@ class _Cache:
         self.keys = [None] * num_layers
         self.values = [None] * num_layers
         self._theirs = like
+        self._lend_their_attributes(num_layers)
+
+    def _lend_their_attributes(self, num_layers: int) -> None:
+        """The attributes the student's own KVCache(num_layers) sets besides its keys and values (self.num_layers,
+        which their methods read: a review), copied here; none where their class cannot be built so."""
+        if self._theirs is None:
+            return
+        try:
+            theirs = vars(self._theirs(num_layers))
+        except Exception:  # noqa: BLE001 - their own class, judged by its own exercise: its methods may still do
+            return
+        for name, value in theirs.items():
+            if isinstance(name, str) and name not in ("keys", "values", "_theirs") and not hasattr(type(self), name):
+                self.__dict__.setdefault(name, value)
 
     def __getattr__(self, name: str):
         theirs = self.__dict__.get("_theirs")

@@ -267,8 +267,9 @@ class _Largest:
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 if getattr(func, "__name__", "") in _EXITS and args and isinstance(args[0], torch.Tensor):
-                    numbers = args[0].numel()  # flags (a bool per row, say) by the float32 numbers their bits could be
-                    owner.scalar_reads += -(-numbers // 32) if args[0].dtype == torch.bool else numbers
+                    t = args[0]  # counted as the float32 numbers its bits could carry: an int64 view carries two,
+                    bits = t.numel() * (1 if t.dtype == torch.bool else 8 * t.element_size())   # a flag one bit
+                    owner.scalar_reads += -(-bits // 32)
                 return func(*args, **(kwargs or {}))
 
         self.largest, self.all_keys, self.scalar_reads, self.created = 0, False, 0, set()

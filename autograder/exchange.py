@@ -87,14 +87,17 @@ def changed_at(path: str) -> datetime | None:
     `nbgrader submit` leaves the folder writable by all, and a classmate who made and removed one file in it
     re-dated an on-time student late (red team 13). An empty folder is dated by its own time. Links are not followed
     (the copy takes none: a link to / had collect walk the whole disk), and the walk is a loop with limits (Python's
-    os.walk recursed: a folder 1,100 deep stopped the whole collect)."""
+    os.walk recursed: a folder 1,100 deep stopped the whole collect). A folder of more entries than MAX_ENTRIES, which
+    are not all looked at, is dated now: the rest may hold a notebook written after the due date (red team 14)."""
     try:
         top = os.lstat(path)
     except OSError:
         return None
     times, owner = [], top.st_uid
     pending, looked = [(path, 0)], 0
-    while pending and looked < MAX_ENTRIES:
+    while pending:
+        if looked >= MAX_ENTRIES:  # not all of it looked at: what is left may be newer (a red team wrote its notebook
+            return datetime.now(timezone.utc).replace(tzinfo=None)  # behind 20,000 empty files): dated now
         folder, depth = pending.pop()
         try:
             with os.scandir(folder) as entries:

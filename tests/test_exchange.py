@@ -225,6 +225,29 @@ def test_a_folder_is_dated_by_the_last_change_of_anything_in_it(tmp_path):
     assert changed_at(str(folder)) == datetime.fromtimestamp(linked, timezone.utc).replace(tzinfo=None)
 
 
+def test_a_folder_too_large_to_look_at_whole_is_dated_now(tmp_path, monkeypatch):
+    """Red team 14: the dating walk stopped, silently, after MAX_ENTRIES entries; 20,000 empty files made before the
+    due date, then a notebook written late in a folder walked after them, and the hand-in was dated on time (17/17).
+    A folder that is not all looked at is dated when collect looks."""
+    from autograder import exchange
+
+    monkeypatch.setattr(exchange, "MAX_ENTRIES", 50)
+    import time
+
+    folder = tmp_path / "daemon+x+2026-01-01 00:00:00.000000 UTC+x"
+    (folder / "z").mkdir(parents=True)
+    for n in range(60):  # more than MAX_ENTRIES beside z: the walk's limit is reached before z is looked into
+        (folder / f"{n}.pyc").write_text("")
+    early = exchange.changed_at(str(folder))
+    time.sleep(1.1)  # past any file system's timestamp granularity
+    before = datetime.now(timezone.utc).replace(tzinfo=None)
+    (folder / "z" / "late.ipynb").write_text("{}")
+    dated = exchange.changed_at(str(folder))
+    assert dated >= before and dated >= early, (dated, before)
+    monkeypatch.setattr(exchange, "MAX_ENTRIES", 20_000)
+    assert exchange.changed_at(str(folder)) <= datetime.now(timezone.utc).replace(tzinfo=None)
+
+
 def test_a_folder_a_thousand_deep_is_dated_and_copied_without_recursion(tmp_path):
     """A red team's: 1,100 nested folders in a student's own inbound folder ended the whole collect with a bare
     RecursionError (os.walk recursed), before anyone's submission was collected."""

@@ -7,6 +7,7 @@ import inspect
 import math
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -174,6 +175,28 @@ def test_the_attentions_numbers_taken_out_of_pytorch_are_refused_or_counted():
     memory = next(e for e in nb08.EXERCISES if e.name == "online_softmax_attention_memory")
     with pytest.raises(CheckFailed, match="numbers read out of tensors"):
         check_exercise(memory, quantised)
+    # red team 14: the floats' bytes seen as bools (8/8 when a bool counted as 1/32 of a number): counted by their bytes
+    with pytest.raises(CheckFailed, match="numbers read out of tensors"):
+        check_exercise(memory, _plain_attention_through_bool_views)
+
+
+def _plain_attention_through_bool_views(q, k, v, block_size, mask=None):
+    """Red team 14's: the whole score matrix in numpy, q, k and v read as the bytes of their floats seen as bools, the
+    answer copied into a tensor made where the measurement sees it."""
+    def raw(t):
+        t = t.detach().contiguous()
+        return t.numpy() if t.dtype == torch.bool else t.view(torch.bool).numpy().view(np.float32).reshape(t.shape)
+
+    Q, K, V = (raw(x).astype(np.float64) for x in (q, k, v))
+    scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(np.broadcast_to(raw(mask), scores.shape), scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    weights = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = weights.sum(-1, keepdims=True)
+    out = q.new_empty(q.shape[:-1] + v.shape[-1:])
+    out.copy_(torch.from_numpy(((weights @ V) / np.where(total == 0, 1.0, total)).astype(np.float32)))
+    return out
 
 
 class _NoFloats(torch.Tensor):

@@ -267,9 +267,8 @@ class _Largest:
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 if getattr(func, "__name__", "") in _EXITS and args and isinstance(args[0], torch.Tensor):
-                    t = args[0]  # counted as the float32 numbers its bits could carry: an int64 view carries two,
-                    bits = t.numel() * (1 if t.dtype == torch.bool else 8 * t.element_size())   # a flag one bit
-                    owner.scalar_reads += -(-bits // 32)
+                    t = args[0]  # counted as the float32 numbers its bytes could carry: an int64 view two, four
+                    owner.scalar_reads += -(-t.numel() * t.element_size() // 4)   # bools (a view of one float) one
                 return func(*args, **(kwargs or {}))
 
         self.largest, self.all_keys, self.scalar_reads, self.created = 0, False, 0, set()

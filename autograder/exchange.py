@@ -454,6 +454,7 @@ class OwnerCheckedCollect(ExchangeCollect):
         if wrong:
             self.log.error("Nothing collected: %s.", wrong)
             raise ExchangeError(f"nothing collected: {wrong}")
+        self._say_inbound_not_sticky()
         if pwd is not None and self.check_owner and self.src_records:
             owners = self._owners()
             self.src_records = [r for r in (self._own_record(r, owners) for r in self.src_records) if r is not None]
@@ -490,6 +491,21 @@ class OwnerCheckedCollect(ExchangeCollect):
                        "say why); every other one was")
             self.log.error(message)  # nbgrader's app says only "nbgrader collect failed"
             raise ExchangeError(message)
+
+    def _say_inbound_not_sticky(self) -> None:
+        """A WARNING where students may rename or remove one another's submission folders: nbgrader makes the inbound
+        733, and a student who learnt a classmate's folder name renamed it away (never collected, without a word) or
+        renamed the notebook in it away and back (dated then: red team 14). The sticky bit stops both."""
+        try:
+            mode = os.stat(self.inbound_path).st_mode
+        except OSError:
+            return
+        if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+            self.log.warning("The inbound folder %s lets every user rename or remove what is in it (mode %o, no sticky "
+                             "bit): a student who learns a classmate's folder name can hide or re-date their "
+                             "submission. Make it %o (chmod +t %s; nbgrader submit works as before).",
+                             self.inbound_path, stat.S_IMODE(mode), stat.S_IMODE(mode) | stat.S_ISVTX,
+                             self.inbound_path)
 
     def _say_newer_left(self, records: list[dict]) -> None:
         """A WARNING naming the students whose submission in the inbound is newer than the one collected before, when

@@ -477,6 +477,24 @@ def test_collect_refuses_an_exchange_a_student_could_have_replaced(tmp_path):
     assert "planted.ipynb: not collected (made by nobody, not by the student whose submission this is)" in done.stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a submission owned by another user needs root to make")
+def test_collect_warns_of_an_inbound_where_students_can_rename_one_anothers_folders(tmp_path):
+    """Red team 14: nbgrader makes the inbound 733; a student who learnt a classmate's folder name renamed it away
+    (never collected, without a word). Collect says so, with the fix (the sticky bit)."""
+    exchange, teaching = tmp_path / "exchange", tmp_path / "teaching"
+    inbound = exchange / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    teaching.mkdir()
+    _submit(inbound, "daemon", "daemon", _at(1), "daemon's own")
+    inbound.chmod(0o733)
+    done = _collect(tmp_path, teaching, exchange)
+    assert done.returncode == 0 and "lets every user rename or remove what is in it" in done.stderr, done.stderr
+    assert f"chmod +t {inbound}" in done.stderr, done.stderr
+    inbound.chmod(0o1733)
+    again = _collect(tmp_path, teaching, exchange, "--update")
+    assert again.returncode == 0 and "lets every user rename" not in again.stderr, again.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="submissions owned by other users need root to make")
 def test_one_change_of_many_students_folders_at_once_is_named_and_kept_only_on_the_instructors_word(tmp_path):
     """A red team (12): an administrator's `chmod -R g+w inbound/*` after the due date set every folder's ctime to then,

@@ -484,6 +484,16 @@ def test_a_library_not_implemented_error_is_a_crash_not_an_unwritten_stub():
         nb06.check("make_masks", stub)
 
 
+def test_values_that_differ_inside_the_printed_arrays_elision_are_listed():
+    """A reader: an inverse_sqrt_lr with step // warmup printed two identical-looking arrays (its wrong entries were
+    inside the '...'); the message lists the entries that differ."""
+    def inverse_sqrt_lr(step, warmup, peak_lr):
+        return 0.0 if step <= 0 else peak_lr * min(step // warmup, math.sqrt(warmup / step))
+
+    with pytest.raises(CheckFailed, match=r"4 of 11 entries differ: \(1,\): expected 1\.75e-07, got 0"):
+        nb06.check("inverse_sqrt_lr", inverse_sqrt_lr)
+
+
 def test_label_smoothing_written_with_view_fails_on_the_training_steps_own_slices():
     """A wrong-code audit: .view(-1, V) took 30/30 (every case's tensors were contiguous), then crashed the notebook's
     own training step, which passes tgt[:, 1:]; .reshape passes."""

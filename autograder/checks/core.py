@@ -465,8 +465,21 @@ def _values_differ(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, where
         expected, received = _short(e), _short(g)
         return Difference(f"{where}: values differ (largest difference {float(diff.max()):.3g}{at}: "
                           f"expected {float(e[idx]):.6g}, got {float(g[idx]):.6g})" + _half_precision(e, g)
-                          + f"\n    expected: {expected}\n    received: {received}", expected, received)
+                          + f"\n    expected: {expected}\n    received: {received}" + _where_they_differ(e, g, rtol, atol),
+                          expected, received)
     return None
+
+
+def _where_they_differ(e: np.ndarray, g: np.ndarray, rtol: float, atol: float, shown: int = 4) -> str:
+    """Which entries differ, each with both values, when the printed arrays elide them (a reader: an
+    inverse_sqrt_lr with step // warmup printed two identical-looking arrays, its wrong entries inside the '...')."""
+    if e.ndim == 0 or e.size <= 6:
+        return ""
+    wrong = np.argwhere(~np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True))
+    listed = ", ".join(f"{tuple(int(i) for i in at)}: expected {float(e[tuple(at)]):.6g}, got {float(g[tuple(at)]):.6g}"
+                       for at in wrong[:shown])
+    more = f", and {len(wrong) - shown} more" if len(wrong) > shown else ""
+    return f"\n    {len(wrong)} of {e.size} entries differ: {listed}{more}"
 
 
 def _half_precision(e: np.ndarray, g: np.ndarray) -> str:

@@ -193,6 +193,19 @@ def assert_mistake_fails_and_is_named(checks, mistake, graded: str) -> None:
     raise AssertionError(f"no message names {mistake.name!r}: {messages}")
 
 
+def failure_messages(checks, graded: str, impl) -> list[str]:
+    """The message of every check of `graded` (in the checks module `checks`) that `impl` fails."""
+    from autograder.checks.core import CheckFailed, check_exercise
+
+    messages = []
+    for exercise in (e for e in checks.EXERCISES if e.graded == graded):
+        try:
+            check_exercise(exercise, impl)
+        except CheckFailed as err:
+            messages.append(str(err))
+    return messages
+
+
 _ABSENT = object()
 
 

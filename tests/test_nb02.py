@@ -19,6 +19,7 @@ from .conftest import (
     autograde,
     catalogued_mistakes,
     failed_cells,
+    failure_messages,
     fresh_copy,
     inject,
     solved_notebook,
@@ -287,12 +288,7 @@ class AdditiveMaxOverMasked(nn.Module):
 
 def _named(graded, impl, name):
     """`impl` fails a check of `graded`, and a message names the mistake `name` (with its hint)."""
-    messages = []
-    for exercise in (e for e in nb02.EXERCISES if e.graded == graded):
-        try:
-            check_exercise(exercise, impl)
-        except CheckFailed as err:
-            messages.append(str(err))
+    messages = failure_messages(nb02, graded, impl)
     assert messages, f"{impl.__name__} passed every check of {graded}"
     assert any(f"{core.KNOWN_MISTAKE}{name}." in m for m in messages), messages
 

@@ -23,6 +23,7 @@ from .conftest import (
     autograde,
     catalogued_mistakes,
     failed_cells,
+    failure_messages,
     fresh_copy,
     inject,
     judged_as_in_grading,
@@ -210,13 +211,7 @@ def masked_softmax_inverted_unguarded(scores, mask=None):
 
 
 def _messages(graded, impl):
-    messages = []
-    for exercise in (e for e in nb05.EXERCISES if e.graded == graded):
-        try:
-            check_exercise(exercise, impl)
-        except CheckFailed as err:
-            messages.append(str(err))
-    return messages
+    return failure_messages(nb05, graded, impl)
 
 
 @pytest.mark.parametrize("impl,name", [

@@ -55,6 +55,7 @@ from .course import assignments as list_assignments
 from .exports import safe_row
 from .lateness import POLICY_FILE, LatePolicy, how_late, read_policy, write_policy
 from .outcomes import (
+    AS_HANDED_IN,
     BY_HAND,
     EXTENDED,
     GRADERS_OWN,
@@ -508,7 +509,8 @@ def grade_notebook(course: Course, student: str, assignment: str, data: bytes,
     status, detail, others = trusted.incidents_status(run, job)
     judged = NotebookResult(student, assignment, 0.0, 0.0, status, detail=detail, other_kinds=others,
                             review=trusted.review_notes(job), sandbox=run.isolation)
-    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder, secret)
+    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder, secret,
+                           notes=trusted.submission_notes(student_nb, source))
 
 
 def _job_folder(course: Course, student: str, assignment: str) -> Path:
@@ -533,14 +535,15 @@ def record_judged(course: Course, judged: NotebookResult, verdicts: dict[str, Ve
     normalized = trusted.normalize_submission(student_nb, source)
     folder = _job_folder(course, judged.student_id, judged.notebook)
     folder.mkdir(parents=True)
-    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder, secret)
+    return record_verdicts(course, normalized, source, verdicts, judged, timestamp, folder, secret,
+                           notes=trusted.submission_notes(student_nb, source))
 
 
 def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verdict], judged: NotebookResult,
-                    timestamp: datetime | None, folder: Path, secret: str = "") -> NotebookResult:
+                    timestamp: datetime | None, folder: Path, secret: str = "", notes: list[str] = ()) -> NotebookResult:
     """nbgrader's side of one judged notebook: the submission and its verdicts into the gradebook
-    (autograde, feedback), then the result read back, with `judged`'s status, review and sandbox
-    and the trusted messages on its cells."""
+    (autograde, feedback), then the result read back, with `judged`'s status, review and sandbox,
+    the trusted messages on its cells, and `notes` on the submission's form (trusted.submission_notes)."""
     student, assignment = judged.student_id, judged.notebook
     verdict_file = folder / "verdicts.json"
     verdict_file.write_text(json.dumps({k: v.to_dict() for k, v in verdicts.items()}))
@@ -565,7 +568,7 @@ def record_verdicts(course: Course, normalized, source, verdicts: dict[str, Verd
             cell.take_verdict(v)
         elif v and v.note and cell.score >= cell.max_score:
             cell.message = v.note  # passed, with something to know (a failed dependency was replaced)
-    result.notes = [*result.notes, *refusal_notes(verdicts)]
+    result.notes = [*result.notes, *notes, *refusal_notes(verdicts)]
     return result
 
 
@@ -942,14 +945,29 @@ def _print_listed(title: str, lines: list[str]) -> None:
             print(printable(f"  {line}"))
 
 
-def _results_before(out: Path) -> dict[tuple[str, str], NotebookResult]:
-    """The grades OUT's tables hold before this run (results.json), by (student, notebook); none when unreadable."""
+def _results_before(course: Course, out: Path) -> dict[tuple[str, str], NotebookResult]:
+    """The grades before this run, by (student, notebook): OUT's tables (results.json) for where each came from,
+    with the gradebook's score now, which holds the scores typed in formgrader since; none when unreadable."""
     try:
         rows = json.loads((out / "results.json").read_text())
-        earlier = [NotebookResult.from_dict(row) for row in rows]
+        earlier = {(r.student_id, r.notebook): r for r in map(NotebookResult.from_dict, rows)}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
-    return {(r.student_id, r.notebook): r for r in earlier}
+    for key, score in _gradebook_scores(course).items():
+        if key in earlier:
+            earlier[key].score = score
+    return earlier
+
+
+def _gradebook_scores(course: Course) -> dict[tuple[str, str], float]:
+    """Every submitted notebook's score in the gradebook (manual scores and extra credit included), by
+    (student, notebook); none when there is no gradebook yet."""
+    from nbgrader.api import Gradebook, SubmittedNotebook
+
+    if not course.db_path.exists():
+        return {}
+    with Gradebook(course.db_url) as gb:
+        return {(nb.student.id, nb.name): float(nb.score) for nb in gb.db.query(SubmittedNotebook)}
 
 
 def _lower_than_before(before: dict, results: list[NotebookResult], now: set, out: Path) -> list[str]:
@@ -1561,7 +1579,7 @@ def _grade(submissions: Path, out: Path, solutions: Path | None = None, progress
     overriding = bool(force and students and assignments)  # this run's grades replace others by hand: remembered
     started = time.time()
     salt = class_salt(out)
-    before = _results_before(out)  # the grades this run may replace: said when a newer file's grade is lower
+    before = _results_before(course, out)  # the grades this run may replace: said when a newer file's grade is lower
 
     def todo(sub: StudentSubmission) -> list[str]:
         """The student enrolled; their notebooks to grade (saved results of the same files reused). A
@@ -1880,7 +1898,7 @@ def note_submission(r: NotebookResult, sub: StudentSubmission, assignment: str, 
     duplicate files and Canvas late mark were on the student's 02 row too)."""
     others = {a: set() for a in assignments if a != assignment}
     r.notes = [printable(f"{k}: {v}") for k, v in sub.problems.items() if not _about_another(k, assignment, others)] + \
-        [n for n in r.notes if n.startswith(REFUSED + ": ")]
+        [n for n in r.notes if n.startswith((REFUSED + ": ", AS_HANDED_IN + ": "))]
     r.source_file = printable(sub.origins.get(assignment, ""))
     if folder and r.source_file.endswith(")"):  # 'bob/01.ipynb (file time)' -> '... (file time; in week1-late)'
         r.source_file = f"{r.source_file[:-1]}; in {folder})"

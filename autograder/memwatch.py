@@ -50,9 +50,9 @@ class MemoryWatch:
         return self.held() > self.limit_bytes
 
     def describe(self) -> str:
-        sockets = f", {_gib(self.peak_sockets)} of it in its sockets' buffers" if self.peak_sockets >= 2**28 else ""
-        return (f"the notebook's processes together held {_gib(self.peak_bytes)} of memory{sockets}, more than the "
-                f"{_gib(self.limit_bytes)} a notebook may use (counted over all the processes it starts)")
+        sockets = f", {gib(self.peak_sockets)} of it in its sockets' buffers" if self.peak_sockets >= 2**28 else ""
+        return (f"the notebook's processes together held {gib(self.peak_bytes)} of memory{sockets}, more than the "
+                f"{gib(self.limit_bytes)} a notebook may use (counted over all the processes it starts)")
 
 
 def _sysctl(name: str, default: int) -> int:
@@ -159,7 +159,8 @@ def _process_bytes(process: psutil.Process) -> int:
         return 0
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
+    """`n` bytes in GiB, one decimal."""
     return f"{n / 2**30:.1f} GiB"
 
 

@@ -19,6 +19,7 @@ from typing import Any
 EXTENDED = "extension"  # how the note on a grade due later than the class (attn-course extend) starts
 BY_HAND = "set by hand"  # how a note about a score typed in formgrader starts (grades.csv's notes column)
 REFUSED = "not accepted"  # how a note about an exercise refused for academic honesty starts (grades.csv's notes)
+AS_HANDED_IN = "as handed in"  # how a note about the notebook's form starts (a copied cell, another kernel): no points
 
 
 class Status(StrEnum):

@@ -850,6 +850,28 @@ def _cgroups(limits: Limits) -> list[Path]:
     return made
 
 
+def _oom_kills(groups: list[Path]) -> int:
+    """How many of the sandbox's processes the kernel has killed for memory in its memory cgroup (0 where none is
+    read): cgroup v2's memory.events, v1's memory.oom_control (Linux 4.13 on)."""
+    for group in groups:
+        for name in ("memory.events", "memory.oom_control"):
+            try:
+                lines = (group / name).read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+    return 0
+
+
+def _killed_for_memory(limits: Limits) -> str:
+    """Why a sandbox whose memory cgroup saw a process killed was stopped (as the watch says it, memwatch.py)."""
+    return (f"the kernel stopped one of the notebook's processes for memory: its processes together held the "
+            f"{memwatch.gib(limits.memory_bytes)} a notebook may use (counted over all the processes it starts)")
+
+
 def _make_group(group: Path, settings: list[tuple[str, str]]) -> Path | None:
     try:
         group.mkdir()
@@ -1095,6 +1117,9 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
     reader = Reader(read_fd, len(inputs["cells"]), record_cells, max_total=budget, order=order)
     cell_started, last_cell, code, stopped = time.monotonic(), None, None, ""
     watch = MemoryWatch(proc.pid, limits.memory_bytes) if memwatch.needed(groups) else None
+    # as root, the memory cgroup's kernel kills a process past the limit (a child, say) and the notebook went on: the
+    # sandbox is stopped at that cell and says why, as the watch does
+    oom_before = _oom_kills(groups)
     try:
         while True:
             try:
@@ -1111,6 +1136,10 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
                 _kill(proc)
                 code, stopped = None, watch.describe()
                 break
+            if groups and _oom_kills(groups) > oom_before:
+                _kill(proc)
+                code, stopped = None, _killed_for_memory(limits)
+                break
             now = time.monotonic()
             if (running is not None and now - cell_started > limits.cell_seconds + 5) or \
                     now - started > limits.notebook_seconds or reader.state.problem:
@@ -1124,6 +1153,8 @@ def _run_once(mode: str, world: World, limits: Limits, job: Path, inputs: dict, 
         err.close()
         _remove_all(made)
         raise
+    if not stopped and groups and _oom_kills(groups) > oom_before:  # the run ended (killed) between two looks
+        stopped = _killed_for_memory(limits)
     lost = getattr(proc, "lost", False)  # before _kill: a warm run whose fork server died under it
     _kill(proc)  # whatever the runner left behind in its process group
     _release(proc)
@@ -1169,12 +1200,17 @@ def _remove_all(folders: list[Path]) -> None:
 
 def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dict, groups: list[Path],
                  started: float, budget: int, progress: Progress | None = None,
-                 warm=None) -> tuple[Received, int | None, str, str]:
+                 warm=None, restart: bool = False) -> tuple[Received, int | None, str, str]:
     """`_run_once`, tried again (START_ATTEMPTS in all, a short pause between) while the sandbox
     does not reach student code: it could not start (namespaces, a process ceiling, a missing
-    program) or its self-check refused. Raises SandboxUnavailable when every try failed."""
+    program) or its self-check refused. Raises SandboxUnavailable when every try failed. A `restart`
+    (the student's code ran, and crashed or exited) whose start-up outlives the notebook's time is returned
+    as it is: that time was the student's (a red team's notebook left just before its limit, so that the
+    restart was stopped while starting and the notebook became the grader's incident, never a grade)."""
     why = ""
     for attempt in range(START_ATTEMPTS):
+        if restart and time.monotonic() - started > limits.notebook_seconds:
+            return Received(), None, "", ""  # not started: the notebook's time ran out (run_notebook_job says so)
         if attempt:
             time.sleep(0.5 * 2 ** attempt)
         try:
@@ -1184,7 +1220,7 @@ def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dic
             print(f"grader: {lost}; the run is done again in a fresh sandbox", file=sys.stderr)
             received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget,
                                                         progress)
-        if received.ready:
+        if received.ready or (restart and time.monotonic() - started > limits.notebook_seconds):
             return received, code, errors, stopped
         last = errors.strip().splitlines()[-1][:300] if errors.strip() else ""
         why = received.refused or last or (f"the sandbox exited with code {code} before running any cell"
@@ -1220,9 +1256,9 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
         warm.ready(world, limits)  # a server's start is the grader's time, not the notebook's
     started, budget = time.monotonic(), MAX_TOTAL_BYTES
     try:
-        for _attempt in range(limits.restarts + 1):
+        for attempt in range(limits.restarts + 1):
             received, code, errors, stopped = _started_run(mode, world, limits, job, inputs, groups, started, budget,
-                                                           progress, warm)
+                                                           progress, warm, restart=attempt > 0)
             budget -= received.total
             if received.tampered:  # forged frames: nothing this run sent counts
                 result.incidents.append(Incident(-1, "channel", received.problem))

@@ -49,7 +49,7 @@ from .checks.core import (
     owned_by,
     trusted_run,
 )
-from .outcomes import Status, Verdict, summarize
+from .outcomes import AS_HANDED_IN, Status, Verdict, summarize
 from .sandbox import Incident, JobResult
 from .syntax_trees import in_turn
 
@@ -312,6 +312,30 @@ def _own_answer_ids(student_nb: dict) -> list[str]:
         if shown and shown not in found:
             found.append(shown)
     return found
+
+
+def submission_notes(student_nb: dict, source_nb) -> list[str]:
+    """What the instructor's table says of a submission's form, handled without costing a point: an answer or test
+    cell that appears more than once (a copy made in the editor; every copy runs, in order, so the last definition
+    is the one graded), and a kernel other than Python (the notebook is run with the course's)."""
+    known = {c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells if "nbgrader" in c.metadata}
+    counts: dict[str, int] = {}
+    for cell in student_nb.get("cells", []) if isinstance(student_nb, dict) else []:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        nbgrader = meta.get("nbgrader") if isinstance(meta, dict) else None
+        gid = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
+        if isinstance(gid, str) and gid in known:
+            counts[gid] = counts.get(gid, 0) + 1
+    notes = [f"{AS_HANDED_IN}: cell `{gid}` appears {n} times (copied in the editor): every copy ran, in order, so "
+             f"the last one's code is what was graded" for gid, n in counts.items() if n > 1]
+    meta = student_nb.get("metadata") if isinstance(student_nb, dict) else None
+    kernel = meta.get("kernelspec") if isinstance(meta, dict) else None
+    if isinstance(kernel, dict):
+        language = str(kernel.get("language") or kernel.get("name") or "")
+        if language and "python" not in language.lower():
+            shown = re.sub(r"[^\w .()-]", "?", str(kernel.get("display_name") or kernel.get("name") or language))[:60]
+            notes.append(f"{AS_HANDED_IN}: its kernel was set to {shown}; it was run with the course's Python kernel")
+    return notes
 
 
 def with_answer_cells(normalized, source_nb) -> nbformat.NotebookNode:

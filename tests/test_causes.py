@@ -319,3 +319,37 @@ def test_biases_a_module_should_not_have_are_explained_for_a_module_without_a_bi
                                                    'Missing key(s) in state_dict: "score.bias". ')
     assert said is not None and "score.bias" in said, said
     assert "or the specification's layers have none at all" in said and "else with bias=False" in said, said
+
+
+def test_a_students_message_shaped_like_a_load_error_fails_the_test_not_the_grader():
+    """Red team 15: every answer raised a RuntimeError worded like PyTorch's load_state_dict error with a 400-digit
+    shape; the summary divided the two shapes (OverflowError) and the grader failed on the notebook, every run, so the
+    student had no grade and no 0 in any export. The message is the student's: the test fails with it."""
+    from autograder.checks import nb01
+    from autograder.checks.core import cases_of, failure_of, state_dict_summary
+
+    text = ("Error(s) in loading state_dict for Attention:\n\tsize mismatch for w: copying a param with shape "
+            "torch.Size([1]) from checkpoint, the shape in current model is torch.Size([" + "9" * 400 + "]).")
+    assert state_dict_summary("softmax", text) is None
+    exercise = nb01.check.exercises["softmax"]
+    case = cases_of(exercise)[0]
+    failure = failure_of(exercise, case, ("error", "RuntimeError", text, ""))
+    assert failure is not None and failure.message.startswith("softmax raised RuntimeError: Error(s) in loading"), failure
+
+
+def test_a_complex_answer_is_not_taken_for_its_real_part():
+    """Red team 15: a softmax returning the right numbers + 1e6j scored 17/17 (the comparison read it as float64,
+    which drops the imaginary part with a warning only)."""
+    import numpy as np
+
+    from autograder.checks import nb01
+    from autograder.checks.core import CheckFailed, difference
+
+    def softmax(x, axis=-1):
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True) + 1e6j
+
+    with pytest.raises(CheckFailed, match="expected real numbers, got complex numbers"):
+        nb01.check("softmax", softmax)
+    assert difference(np.array([1.0, 2.0]), np.array([1.0, 2.0])) is None
+    assert difference(np.array([1 + 1j]), np.array([1 + 1j])) is None  # complex where complex is expected

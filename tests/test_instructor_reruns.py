@@ -656,6 +656,27 @@ def test_a_late_fix_that_lowers_the_grade_and_a_comment_kept_over_it_are_said(co
     assert "replaced a higher one" not in _graded(late, out)  # said when it happens, not at every run
 
 
+def test_the_lowered_grade_line_starts_from_the_score_set_by_hand(course, tmp_path):
+    """erin's on-time 16 was raised to 17 by hand in formgrader; her late fix then scored 17 - 3.4 (two days late). The line that
+    a newer grade replaced a higher one said 16 -> 13.6 (results.json, written before the hand score): the grade she
+    lost is the 17 the instructor gave."""
+    from nbgrader.api import Gradebook
+
+    week1, late, out = tmp_path / "week1", tmp_path / "late", tmp_path / "out"
+    _put(week1 / "erin" / f"{A01}.ipynb", inject(solved_notebook(course, A01), WRONG))
+    _graded(week1, out, due=DUE, late_penalty="per-day:10")
+    assert _rows(out)["erin", A01]["score"] == "16"
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        lost = [g for g in gb.find_submission_notebook(A01, A01, "erin").grades if g.score < g.max_score]
+        assert len(lost) == 1, [(g.name, g.score) for g in lost]
+        lost[0].manual_score = lost[0].max_score
+        gb.db.commit()
+    _put(late / "erin" / f"{A01}.ipynb", solved_notebook(course, A01), LATE)
+    said = _graded(late, out)
+    assert f"replaced a higher one (1; to keep the earlier grade, grade the folder that holds its file again with " \
+        f"--force --student ID --assignment NAME):\n  erin {A01}: 17 -> 13.6, 3.4 taken for lateness" in said, said
+
+
 # --------------------------------------------------------------------------- a regrade the grader cannot do
 def _no_worker(course, subs, todo, finish, limits, salt, solutions, progress):
     """A remote grader with no worker to grade: every notebook handed to it is the grader's incident."""

@@ -364,3 +364,31 @@ def test_a_real_runner_speaks_the_protocol(tmp_path):
     verdicts = trusted.judge_job(job, tests, sandbox.JobResult("none: a unit test", results={2: frames[6][2]}))
     assert verdicts["test_softmax"].passed
     assert (scratch / "stdout.txt").read_text() == "the run went on\n"  # student output: a scratch file only
+
+
+def test_a_restart_still_starting_when_the_notebooks_time_runs_out_is_the_students_timeout(monkeypatch, tmp_path):
+    """Red team 15: a notebook that exits just before its time limit has its restart stopped while it starts (the
+    limit passes); that was read as a sandbox that could not start, tried twice more with the time spent, and the
+    notebook became the grader's incident: no grade, no 0, and every re-run another try. The time was the student's."""
+    import time
+
+    from autograder.settings import Limits
+
+    runs = []
+
+    def fake_run_once(mode, world, limits, job, inputs, groups, started, budget, progress=None, warm=None):
+        runs.append(sorted(inputs["skip"]))
+        if len(runs) == 1:  # the student's code ran, and left in cell 2 well before the limit
+            time.sleep(0.5)
+            return Received(running=2, ready=True), 1, "", ""
+        time.sleep(2.0)  # the restart, stopped while it starts: the notebook's limit passed meanwhile
+        return Received(), None, "", ""
+
+    monkeypatch.setattr(sandbox, "_run_once", fake_run_once)
+    monkeypatch.setattr(sandbox, "_cgroups", lambda limits: [])
+    inputs = {"cells": [{"kind": "code"} for _ in range(4)], "skip": []}
+    result = sandbox.run_notebook_job(tmp_path, inputs, world=None, limits=Limits(notebook_seconds=2.0))
+    assert len(runs) == 2, runs  # no retries with the time spent
+    kinds = [(i.cell, i.kind) for i in result.incidents]
+    assert kinds == [(2, "exit"), (-1, "timeout")], result.incidents
+    assert "ran past its 2 s limit" in result.incidents[-1].detail

@@ -122,6 +122,22 @@ def test_another_notebook_gets_every_answer_cell_back_in_order():
 
 
 # --------------------------------------------------------------------------- a class, graded for real
+def _copied_cell(nb, gid: str, first: str) -> nbformat.NotebookNode:
+    """`nb` with its answer cell `gid` copied in the editor, the copy first holding `first` (metadata and all)."""
+    nb = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    i = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+    copy = nbformat.from_dict(json.loads(json.dumps(nb.cells[i])))
+    copy.id, copy.source = "a-copy", first
+    nb.cells.insert(i, copy)
+    return nb
+
+
+def _with_kernel(nb, kernelspec: dict) -> nbformat.NotebookNode:
+    nb = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    nb.metadata["kernelspec"] = kernelspec
+    return nb
+
+
 @pytest.fixture(scope="module")
 def graded(course, tmp_path_factory):
     """One class: another notebook under 01's name, 01 with its answer cells deleted (a student whose
@@ -134,6 +150,9 @@ def graded(course, tmp_path_factory):
         "Иван Петров": _without(solved, _is_answer),
         "partial": _without(solved, {"normalize_rows", "test_normalize_rows"}),
         "pasted": _unmarked(solved),
+        "copied": _copied_cell(solved, "softmax", "def softmax(x, axis=-1):\n    return x"),
+        "kernel": _with_kernel(solved, {"name": "ir", "display_name": "R", "language": "R"}),
+        "vscode": _with_kernel(solved, {"name": "attn-venv", "display_name": ".venv (3.11)", "language": "python"}),
     }
     for name, nb in students.items():
         (root / "class" / name).mkdir(parents=True)
@@ -220,6 +239,23 @@ def test_an_empty_zip_is_named_in_the_notes(graded):
     assert r.status is Status.MISSING
     assert r.notes == ["empty.zip: nothing graded from this zip: no notebook (.ipynb) in it (it is empty); zip the "
                        ".ipynb files and upload again"]
+
+
+@pytest.mark.slow
+def test_a_copied_answer_cell_and_another_kernel_are_said_and_cost_nothing(graded):
+    """The spec's "duplicated cells ... a changed kernelspec: handled, graded fairly, reported": both were graded
+    fairly and said nowhere (a spec audit). A copy of an answer cell above the real one runs first, and the last
+    definition is the one graded; a Python kernel of another name (VS Code's) is no change worth a note."""
+    results, out = graded
+    copied, kernel, vscode = results["copied"], results["kernel"], results["vscode"]
+    assert copied.score == kernel.score == vscode.score == copied.max_score
+    assert copied.notes == ["as handed in: cell `softmax` appears 2 times (copied in the editor): every copy ran, in "
+                            "order, so the last one's code is what was graded"], copied.notes
+    assert kernel.notes == ["as handed in: its kernel was set to R; it was run with the course's Python kernel"], \
+        kernel.notes
+    assert vscode.notes == []
+    rows = {row["student_id"]: row for row in csv.DictReader((out / "grades.csv").open())}
+    assert "cell `softmax` appears 2 times" in rows["copied"]["notes"] and "set to R" in rows["kernel"]["notes"]
 
 
 # --------------------------------------------------------------------------- the student's check

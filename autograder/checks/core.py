@@ -215,6 +215,11 @@ class OnNumbers(str):
     runtime_only = True
 
 
+class Advised(str):
+    """A forbidden entry's reason that says itself what to use instead: the general advice (write it yourself with
+    basic operations) is not added after it. Notebook 07 asks for notebook 02's attention, not for one by hand."""
+
+
 def refuses(why: str, first_argument) -> bool:
     """Whether a forbidden entry's reason holds for a call whose first argument is `first_argument`: always, but for
     an OnNumbers reason on a plain tensor (its exact type, never a subclass or a pretender) whose dtype, read by
@@ -416,6 +421,8 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
             return _differs(where, "booleans", _kind_of(got))
         if g_arr.dtype != bool:
             return _differs(where, "a boolean mask", f"dtype {g_arr.dtype}")
+    if _is_complex(g) and not _is_complex(e):  # float64 below would drop the imaginary part without a word
+        return _differs(where, "real numbers", "complex numbers")
     try:
         g = np.asarray(g, dtype=np.float64) if not (isinstance(g, np.ndarray) and g.dtype == bool) else g
     except (TypeError, ValueError, OverflowError):  # not numbers, or integers past float64 (10**400)
@@ -428,6 +435,14 @@ def difference(expected, got, rtol: float = 1e-5, atol: float = 1e-6, where: str
                           + _right_values(e, g, rtol, atol, str(expected.dtype)),
                           f"dtype {expected.dtype}", f"dtype {got.dtype}")
     return _values_differ(e, g, rtol, atol, where)
+
+
+def _is_complex(x) -> bool:
+    """Whether `x` (a number, a list or an array) holds complex numbers."""
+    try:
+        return np.asarray(x).dtype.kind == "c"
+    except Exception:  # noqa: BLE001 - not numbers at all: the comparison says so
+        return False
 
 
 _CASTS = {"torch.float32": "`.float()`", "torch.int64": "`.long()`", "torch.float64": "`.double()`"}
@@ -1487,6 +1502,10 @@ _SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with s
 _KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: ([^\n]*)")
 
 
+_LARGEST_DIM = 2**48  # larger than any tensor's side; the message is the student's to write (a 400-digit shape
+# overflowed the ratio below, and the grader failed on the notebook)
+
+
 def _dims(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
 
@@ -1498,6 +1517,8 @@ def state_dict_summary(name: str, message: str, known_cause: bool = False) -> st
     if not isinstance(message, str) or "Error(s) in loading state_dict" not in message:
         return None
     wrong = [(p, _dims(want), _dims(got)) for p, want, got in _SIZE_MISMATCH.findall(message)]
+    if any(d > _LARGEST_DIM for _, want, got in wrong for d in (*want, *got)):  # no tensor's: a student's own text
+        return None
     keys = {kind: [k.strip(' ".') for k in names.split(",") if k.strip(' ".')] for kind, names in _KEYS.findall(message)}
     shape = lambda dims: "[" + ", ".join(map(str, dims)) + "]"
     if wrong:
@@ -1594,7 +1615,10 @@ def _crash_failure(exercise: Exercise, case: Case, outcome: tuple) -> Failure:
     """An ("error", type, message) outcome: what raised, on which case, and the mistake that raises the same."""
     name = exercise.graded
     mistake = diagnose_crash(exercise, case, outcome[1], outcome[2])
-    summary = state_dict_summary(name, outcome[2], known_cause=mistake is not None)
+    try:  # a summary of the student's message: never the reason the grader fails on their notebook
+        summary = state_dict_summary(name, outcome[2], known_cause=mistake is not None)
+    except Exception:  # noqa: BLE001 - the plain message below says what was raised
+        summary = None
     head = summary if summary else f"{name} raised {outcome[1]}: {outcome[2]}"
     if outcome[1] == "StoppedEarlier":  # the runner's stand-in for an exercise that ran past its limit before
         head = f"{name}: not run again: {outcome[2]}"

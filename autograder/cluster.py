@@ -236,6 +236,11 @@ class ClusterUnreachable(ValueError):
 
 WAIT_FOR_WORKERS_S = 60.0  # a cluster with no worker that may grade: how long the head waits for one, saying so
 STALLED_S = 15.0  # no notebook finished this long (or this long since it looked): the head looks again at the cluster
+TICK_S = 5.0  # while nothing finishes, the bar says this often which notebooks the workers hold, and for how long
+SHOWN_RUNNING = 4  # the longest-held notebooks the bar names (then "and N more")
+STOPPING_ON_CLUSTER = ("\nstopping (Ctrl-C): no other notebook is handed to a worker; the ones the workers hold now "
+                       "finish first, within their time limits, and are kept (Ctrl-C again not to wait for them: they "
+                       "are graded again by the next run)")
 MAX_HANDED_ON = 3  # a notebook refused by this many workers is the grader's incident, not handed on again
 
 
@@ -380,7 +385,8 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
         waiting, running, graded_by, finished = deque(work), {}, set(), queue.Queue()
         incidents = 0  # notebooks left as the grader's incidents when every worker was lost
         refusals: dict[tuple[str, str], int] = {}  # a notebook handed on by refusing workers: at most a few times
-        looked = time.monotonic()
+        looked = quiet_since = time.monotonic()
+        handed_at: dict = {}  # future -> when it was handed to a worker
 
         def submit(sub, assignment):
             task = Task(sub.student_id, assignment, sub.notebooks[assignment], salt, limits, expected,
@@ -388,11 +394,18 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
             key = f"grade-{sub.student_id}-{assignment}-{uuid.uuid4().hex[:8]}"
             future = client.submit(judge_task, task, key=key, pure=False, workers=members.pin())
             running[future] = (sub, assignment)
+            handed_at[future] = time.monotonic()
             members.labels[key] = f"{sub.student_id} {assignment}"
             future.add_done_callback(finished.put)
 
-        with tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress) as bar:
+        with tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress) as bar, \
+                _stopped_by_ctrl_c() as stop:
             while waiting or running:
+                if stop.asked and not stop.said:  # the first Ctrl-C: what the workers hold finishes, nothing else starts
+                    stop.left = len(waiting)
+                    waiting.clear()
+                    stop.said = True
+                    print(STOPPING_ON_CLUSTER, file=sys.stderr, flush=True)
                 if time.monotonic() - looked > STALLED_S:  # workers that joined meanwhile add their threads
                     members.refresh()
                     looked = time.monotonic()
@@ -400,8 +413,12 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                     submit(*waiting.popleft())
                 members.look()
                 try:
-                    future = finished.get(timeout=STALLED_S)
+                    future = finished.get(timeout=TICK_S)
                 except queue.Empty:
+                    bar.set_postfix_str(_held_now(running, handed_at), refresh=True)  # the elapsed time moves too
+                    if time.monotonic() - quiet_since < STALLED_S:
+                        continue
+                    quiet_since = time.monotonic()
                     _look_again(members, running, submit)
                     if not members.good and not members.wait_for_one(address, progress):  # every worker gone
                         why = (f"the cluster at {address} lost every worker that may grade during the run, and none "
@@ -415,9 +432,11 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                             bar.update()
                         waiting.clear()
                     continue
+                quiet_since = time.monotonic()
                 if future not in running:  # handed out again (_look_again) and cancelled here
                     continue
                 sub, assignment = running.pop(future)
+                handed_at.pop(future, None)
                 judged = _judged(future, sub.student_id, assignment, settings.tries)
                 if judged.refused:  # a worker that joined with another course: the notebook goes elsewhere
                     members.refuse(judged.worker_address, judged.refused)
@@ -427,13 +446,62 @@ def grade_on_cluster(work: list[tuple[StudentSubmission, str]], finish: Finish, 
                         continue
                 graded_by.add(judged.worker)
                 finish(sub, assignment, record(sub, judged))
+                bar.set_postfix_str(_held_now(running, handed_at), refresh=False)
                 bar.update()
+        if stop.left:
+            raise KeyboardInterrupt  # what was graded is kept; the command says so, and the next run grades the rest
         if members.lost:
             after = (f"{incidents} notebook(s) were left as grader incidents, graded by the next run" if incidents else
                      f"the notebooks they held were graded on other workers (one whose workers died {settings.tries} "
                      f"times is its student's crash)")
             _say(f"cluster: {len(members.lost)} worker(s) lost during the run ({', '.join(members.lost)}); {after}")
         return len(members.good) or len(graded_by)
+
+
+def _held_now(running: dict, handed_at: dict) -> str:
+    """The bar's postfix: the notebooks the workers hold, longest-held first, with how long each has been held
+    ('now: s33 01_similarity_attention 65 s, s34 ... 60 s'); '' when none."""
+    import time
+
+    now = time.monotonic()
+    held = sorted(((now - handed_at.get(f, now), f"{sub.student_id} {assignment}") for f, (sub, assignment)
+                   in running.items()), reverse=True)
+    if not held:
+        return ""
+    shown = ", ".join(f"{label} {seconds:.0f} s" for seconds, label in held[:SHOWN_RUNNING])
+    more = f" and {len(held) - SHOWN_RUNNING} more" if len(held) > SHOWN_RUNNING else ""
+    return f"now: {shown}{more}"
+
+
+class _CtrlC:
+    """Whether Ctrl-C was pressed once (`asked`): the loop then hands out nothing more, and says so (`said`)."""
+
+    asked = False
+    said = False
+    left = 0  # the notebooks not handed out because of it
+
+
+@contextmanager
+def _stopped_by_ctrl_c():
+    """A first Ctrl-C (SIGINT) sets `asked` instead of interrupting the head where it stands (in the middle of
+    recording a grade, say); a second one interrupts at once. Only in the main thread, where signals arrive."""
+    import signal
+    import threading
+
+    state = _CtrlC()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def first(signum, frame):
+        state.asked = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the second Ctrl-C raises KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _look_again(members: _Membership, running: dict, submit) -> None:

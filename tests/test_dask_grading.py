@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,16 +90,18 @@ def _executing(dask_worker=None) -> list[str]:
     return [str(key) for key, ts in dask_worker.state.tasks.items() if ts.state == "executing"]
 
 
-def _kill_worker_grading(client, student: str, after: float = 3.0, timeout: float = 180.0) -> str:
-    """SIGKILL the worker process grading `student`'s notebook, `after` seconds into it."""
+def _kill_worker_grading(client, student: str, after: float = 3.0, timeout: float = 180.0,
+                        signal_to_send: int | None = signal.SIGKILL) -> str:
+    """SIGKILL the worker process grading `student`'s notebook, `after` seconds into it (no signal: only wait)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         running = client.run(_executing, on_error="return")
         found = [w for w, keys in running.items() if isinstance(keys, list) and any(f"-{student}-" in k for k in keys)]
         if found:
             time.sleep(after)
-            pid = client.run(os.getpid, workers=found)[found[0]]
-            os.kill(pid, signal.SIGKILL)
+            if signal_to_send is not None:
+                pid = client.run(os.getpid, workers=found)[found[0]]
+                os.kill(pid, signal_to_send)
             return found[0]
         time.sleep(0.2)
     raise AssertionError(f"{student}'s notebook never started on a worker")
@@ -310,6 +313,49 @@ def test_cluster_gives_the_same_grades_as_this_machine(course, local_cluster, tm
     assert (tmp_path / "there" / "feedback" / "ben" / f"{A01}.html").is_file()
     again = grading.grade(root, tmp_path / "there", progress=False, remote=grading_cluster.on_cluster(_on(cluster)))  # resumes: nothing regraded
     assert _table(again) == _table(there)
+
+
+def test_the_bar_names_the_notebooks_the_workers_hold_and_for_how_long(course, local_cluster, tmp_path, monkeypatch,
+                                                                       capsys):
+    """A TA's class of 40: the bar moved only when a notebook finished, so it stood still for a minute at a time
+    while two notebooks used their time limits, naming nobody (the one-machine route names who is graded)."""
+    cluster, _ = local_cluster
+    monkeypatch.setattr(grading_cluster, "TICK_S", 0.5)  # how often the bar is redrawn while nothing finishes
+    root = tmp_path / "class"
+    _class(root, {"sam": _slow(course)})
+    grading.grade(root, _out(tmp_path / "out"), progress=True, remote=grading_cluster.on_cluster(_on(cluster)))
+    err = capsys.readouterr().err
+    assert re.search(rf"now: sam {A01} \d+ s", err), err[-3000:]
+
+
+def test_ctrl_c_on_the_cluster_keeps_what_the_workers_hold_and_hands_out_nothing_more(course, local_cluster,
+                                                                                     tmp_path, capsys):
+    """The README's Ctrl-C (no other notebook is started, the ones running finish and are kept): on the cluster the
+    command left at once and dropped the notebooks the workers held. Now the first Ctrl-C hands out nothing more,
+    waits for those, records them, and stops; the same command grades the rest, nothing twice."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Ctrl-C reaches the main thread only")
+    cluster, client = local_cluster
+    root = tmp_path / "class"
+    others = [f"s{i:02d}" for i in range(12)]
+    _class(root, {"abe": _slow(course), **{s: solved_notebook(course, A01) for s in others}})
+
+    def press_ctrl_c_while_abe_is_graded():
+        _kill_worker_grading(client, "abe", after=1.0, signal_to_send=None)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    pressing = threading.Thread(target=press_ctrl_c_while_abe_is_graded, daemon=True)
+    pressing.start()
+    out = _out(tmp_path / "out")
+    with pytest.raises(KeyboardInterrupt):
+        grading.grade(root, out, progress=True, remote=grading_cluster.on_cluster(_on(cluster)))
+    pressing.join(timeout=60)
+    assert "stopping (Ctrl-C): no other notebook is handed to a worker" in capsys.readouterr().err
+    kept = {path.parent.name for path in (out / "course" / "autograded").glob(f"*/{A01}")}
+    assert "abe" in kept, kept  # the first handed out (names in order), held by a worker when Ctrl-C came: finished and recorded
+    assert len(kept) < len(others) + 1, kept  # the rest were not handed out
+    results = grading.grade(root, out, progress=False, remote=grading_cluster.on_cluster(_on(cluster)))
+    assert {r.student_id: r.score for r in results} == {s: 17 for s in ["abe", *others]}
 
 
 @pytest.mark.slow

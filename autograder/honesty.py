@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable, Iterator
 
-from .checks.core import MODEL_LIBRARIES
+from .checks.core import MODEL_LIBRARIES, Advised
 from .syntax_trees import in_turn
 
 FORBIDDEN, REVIEW = "forbidden", "review"
@@ -1517,7 +1517,7 @@ def _with_spelling(why: str, fact: _Fact) -> str:
     how = fact.how
     plain = how.endswith(fact.path.rsplit(".", 1)[-1]) and "getattr" not in how and "import" not in how
     shown = "" if plain or not how else f" (written `{how}`)"
-    return f"{why}{shown}; {_ADVICE}"
+    return f"{why}{shown}" + ("" if isinstance(why, Advised) else f"; {_ADVICE}")
 
 
 def _canonical(path: str) -> str:

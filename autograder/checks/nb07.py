@@ -15,12 +15,14 @@ import inspect
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from attention_course import efficient as ref
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
 from .core import (
+    Advised,
     Case,
     Exercise,
     Mistake,
@@ -31,10 +33,14 @@ from .core import (
     reference_guard,
     variant,
 )
-from .tensors import FUSED_ATTENTION, as_float32, causal, load_state, random_mask, shape_text, tensor, torch_attention
+from .tensors import as_float32, causal, load_state, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
-NO_BUILTIN = FUSED_ATTENTION
+# the exercises call notebook 02's attention, which the fused kernel's name differs from by `F.` only
+NO_BUILTIN = ((F.scaled_dot_product_attention,
+               Advised("it calls torch.nn.functional.scaled_dot_product_attention, PyTorch's fused attention, which "
+                       "this notebook does not accept; call notebook 02's scaled_dot_product_attention instead (imported "
+                       "at the top of this notebook: the same name, without `F.`)")),)
 FORBIDDEN = HONESTY + torch_attention(*NO_BUILTIN)
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -676,6 +682,11 @@ COST_MISTAKES = (
             "stream): use head_dim when it is given",
             variant(COST_SOURCE, ("    if head_dim is None:\n        if d_model % num_heads != 0:\n            raise ValueError(\"not divisible\")\n        head_dim = d_model // num_heads\n",
                                   "    if d_model % num_heads != 0:\n        raise ValueError(\"not divisible\")\n    head_dim = d_model // num_heads\n"))),
+    Mistake("FLOPs for one sequence (batch_size left out of projection_flops and score_flops)",
+            "every sequence of the batch goes through the same projections and products: multiply both FLOP counts "
+            "by batch_size, as score_bytes and kv_cache_bytes are",
+            variant(COST_SOURCE, ('"projection_flops": 2 * B * T', '"projection_flops": 2 * T'),
+                    ('"score_flops": 2 * (2 * B * num_heads', '"score_flops": 2 * (2 * num_heads'))),
     Mistake("score bytes summed over all layers (only one layer's weights exist at a time)",
             "score_bytes is one layer's [B, H, T, T] weights: the layers run one after another, so the memory is reused",
             variant(COST_SOURCE, ("T * T * bytes_per_value,", "T * T * bytes_per_value * L,"))),
@@ -718,6 +729,10 @@ KV_MISTAKES = (
     Mistake("concatenated along the heads axis (dim=1) instead of the time axis",
             "positions are the second-to-last axis: torch.cat([...], dim=-2) works for [B, H, T, D] and [B, T, r] alike",
             variant(KV_SOURCE, ("dim=-2)", "dim=1)"))),
+    Mistake("concatenated along dim=2 (the time axis of [B, H, T, D] only)",
+            "multi-head latent attention caches [B, T, r], where dim=2 is the features: count the time axis from the "
+            "end, torch.cat([...], dim=-2), which is right for both",
+            variant(KV_SOURCE, ("dim=-2)", "dim=2)"))),
     Mistake("concatenated along the feature axis (dim=-1) instead of the time axis",
             "a new position adds a row, not a column: torch.cat([...], dim=-2)",
             variant(KV_SOURCE, ("dim=-2)", "dim=-1)"))),
@@ -1053,6 +1068,10 @@ MLA_MISTAKES = (
                     ("        q = torch.cat([q_nope, q_rope], dim=-1)\n",
                      "        q = apply_rotary(torch.cat([q_nope, q_rope], dim=-1), positions)\n"
                      "        k = apply_rotary(k, torch.arange(T_k))\n"))),
+    Mistake("the query's rotary part not rotated (only the shared key turned)",
+            "rotate both sides of the score: q_rope = apply_rotary(q_rope, positions) as well as the shared k_rope; "
+            "a score depends on the offset between two positions only when both vectors are turned",
+            variant(MLA_SOURCE, ("        q_rope = apply_rotary(q_rope, positions)\n", ""))),
     Mistake("rotary positions start at layer 0's cache length, whatever the layer (cache.seq_len())",
             "each layer has its own place in the cache: start = cache.seq_len(layer)",
             variant(MLA_SOURCE, ("start = 0 if cache is None else cache.seq_len(layer)",

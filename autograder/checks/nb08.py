@@ -423,6 +423,11 @@ def online_softmax_attention(q, k, v, block_size, mask=None):
     return acc / torch.where(l > 0, l, torch.ones_like(l))
 """
 ONLINE_MISTAKES = (
+    Mistake("neither running sum rescaled when the max changes (the factor exp(m - m_new) forgotten)",
+            "when a block raises the running max from m to m_new, everything summed so far was exp(s - m): multiply "
+            "both l and acc by correction = exp(m - m_new) before adding the new block's p.sum(-1) and p @ v",
+            variant(ONLINE_SOURCE, ("l = l * correction + p.sum", "l = l + p.sum"),
+                    ("acc = acc * correction + p @", "acc = acc + p @"))),
     Mistake("the running sum not rescaled when the max changes",
             "when a block raises the running max from m to m_new, everything summed so far was exp(s - m): multiply "
             "it by exp(m - m_new) before adding the new block, l = l * exp(m - m_new) + sum(exp(s - m_new))",

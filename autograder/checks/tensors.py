@@ -14,7 +14,7 @@ from torch import nn
 from .core import ByName
 
 RANDOM_COLUMN = "random"  # random_mask's keep_column: a column drawn from the generator after the mask
-# the honesty rule of every exercise that writes attention's step itself (notebooks 07 and 08)
+# the honesty rule of an exercise that writes attention's step itself (notebook 08: 07 names its own)
 FUSED_ATTENTION = ((F.scaled_dot_product_attention,
                     "it calls torch.nn.functional.scaled_dot_product_attention, PyTorch's fused attention; this "
                     "exercise asks you to write the attention step yourself"),)

@@ -621,3 +621,59 @@ def test_nbgrader_honest_torch_answers_get_full_marks(course):
                                 "    return softmax(X @ X.T, axis=-1) @ X\n"}))
     assert result.status == "ok", result.status_text
     assert result.score == result.max_score, [(c.grade_id, c.message) for c in result.cells if c.score < c.max_score]
+
+
+# --------------------------------------------------------------------------- the caller's arrays stay as they were
+def cosine_similarity_in_place(E):
+    """An audit's 2 / 2: np.asarray(E, dtype=float) is E itself for a float E, and `E /= ...` normalized the
+    caller's embeddings (a dot_similarity(E) after it gave 1 on the diagonal)."""
+    E = np.asarray(E, dtype=float)
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    return E @ E.T
+
+
+def contextualize_in_place(W, E):
+    """The contextualized embeddings written over the old ones: the right result, and the caller's E replaced."""
+    out = W @ E
+    E[...] = out
+    return E
+
+
+def basic_self_attention_in_place(X):
+    """The same for X: each row replaced by its weighted average, in the caller's array."""
+    X[...] = softmax_f32_logsumexp(X @ X.T, axis=-1) @ X
+    return X
+
+
+def test_a_cosine_similarity_that_normalizes_the_callers_array_fails_and_is_named():
+    with pytest.raises(CheckFailed, match="unchanged after the call") as err:
+        nb01.check("cosine_similarity", cosine_similarity_in_place)
+    assert "known mistake: E divided in place (E /= its norms)" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("graded,impl", [("contextualize", contextualize_in_place),
+                                         ("basic_self_attention", basic_self_attention_in_place)],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_functions_that_overwrite_their_callers_array_fail(graded, impl):
+    with pytest.raises(CheckFailed, match="unchanged after the call"):
+        nb01.check(graded, impl)
+
+
+def cosine_similarity_asarray_out_of_place(E):
+    """np.asarray without a copy, then new arrays only: the caller's E is read, never written."""
+    E = np.asarray(E, dtype=float)
+    U = E / np.linalg.norm(E, axis=1, keepdims=True)
+    return U @ U.T
+
+
+def dot_similarity_asarray(E):
+    E = np.asarray(E)
+    return E @ E.T
+
+
+@pytest.mark.parametrize("graded,impl", [("cosine_similarity", cosine_similarity_asarray_out_of_place),
+                                         ("dot_similarity", dot_similarity_asarray)],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_answers_that_only_read_their_inputs_pass(graded, impl):
+    for exercise in (e for e in nb01.EXERCISES if e.graded == graded):
+        check_exercise(exercise, impl)

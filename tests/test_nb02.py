@@ -478,3 +478,57 @@ def test_a_builtin_inside_a_dependency_costs_its_own_exercise_only(course):
     assert "not accepted" in refused and "scaled_dot_product_attention" in refused, refused
     note = next(c.message for c in result.cells if c.grade_id == "test_SelfAttention")
     assert "course's `scaled_dot_product_attention` instead of yours" in note, note
+
+
+# --------------------------------------------------------------------------- one layer, many calls
+class AdditiveAttentionKeysKept(nn.Module):
+    """An audit's 3 / 3: "the encoder states do not change: project them once", kept on the module, so every call
+    after the first attends over the first call's keys."""
+
+    def __init__(self, query_dim, key_dim, attn_dim):
+        super().__init__()
+        self.q_proj = nn.Linear(query_dim, attn_dim, bias=False)
+        self.k_proj = nn.Linear(key_dim, attn_dim, bias=False)
+        self.score = nn.Linear(attn_dim, 1, bias=False)
+
+    def forward(self, query, key, value=None, mask=None):
+        value = key if value is None else value
+        q = self.q_proj(query).unsqueeze(-2)
+        if getattr(self, "_keys", None) is None:
+            self._keys = self.k_proj(key).unsqueeze(-3)
+        scores = self.score(torch.tanh(q + self._keys)).squeeze(-1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+        return weights @ value, weights
+
+
+def test_additive_attention_that_keeps_the_first_calls_keys_fails_and_is_named():
+    _named("AdditiveAttention", AdditiveAttentionKeysKept,
+           "the keys' projection kept from the first call (the second call attends over the first call's keys)")
+
+
+class AdditiveAttentionKeysHelper(AdditiveAttentionAlt):
+    """Correct: the keys projected by a helper of its own on every call, the last weights kept for a heatmap
+    (stored, never read back)."""
+
+    def project_keys(self, key):
+        self.projected_keys = self.k_proj(key)
+        return self.projected_keys
+
+    def forward(self, query, key, value=None, mask=None):
+        value = key if value is None else value
+        scores = self.score(torch.tanh(self.q_proj(query).unsqueeze(-2) + self.project_keys(key).unsqueeze(-3)))
+        scores = scores.squeeze(-1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+        self.last_weights = weights.detach()
+        return weights @ value, weights
+
+
+def test_additive_attention_that_stores_but_recomputes_its_keys_passes():
+    for exercise in (e for e in nb02.EXERCISES if e.graded == "AdditiveAttention"):
+        check_exercise(exercise, AdditiveAttentionKeysHelper)

@@ -433,3 +433,96 @@ def test_nbgrader_key_dim_ignored_and_other_slips(course):
     assert result.score == 4  # count_parameters is wrong; mha_param_count (2 points) and the torch comparison right
     messages = " ".join(c.message for c in result.cells)
     assert "key_dim ignored" in messages
+
+
+# --------------------------------------------------------------------------- one layer, many calls; the caller's tensors
+class MultiHeadAttentionMemoryKept(MultiHeadAttentionAlt):
+    """An audit's 10 / 10: "the memory is the same at every decoding step: project it once", kept on the module, so
+    every call after the first attends over the first call's memory."""
+
+    def forward(self, query, key=None, value=None, mask=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        if getattr(self, "_kv", None) is None:
+            self._kv = (self.k_proj(key).unflatten(-1, (self.h, self.kd)), self.v_proj(value).unflatten(-1, (self.h, self.vd)))
+        k, v = self._kv
+        q = self.q_proj(query).unflatten(-1, (self.h, self.kd))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q * self.kd ** -0.5, k)
+        if mask is not None:
+            scores = scores.masked_fill(mask.logical_not(), float("-inf"))
+        weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)
+        heads = torch.einsum("bhqk,bkhd->bqhd", F.dropout(weights, self.p, self.training), v)
+        return self.out_proj(heads.flatten(2)), weights
+
+
+class MultiHeadAttentionKeepsItsLastWeights(MultiHeadAttentionAlt):
+    """Correct: the last weights and the last projected keys kept for a heatmap, stored and never read back."""
+
+    def forward(self, query, key=None, value=None, mask=None):
+        self.last_keys = self.k_proj(query if key is None else key).detach()
+        out, self.last_weights = super().forward(query, key, value, mask)
+        return out, self.last_weights
+
+
+def test_multi_head_attention_that_keeps_the_first_memory_fails_and_is_named():
+    with pytest.raises(CheckFailed, match="called twice") as err:
+        nb03.check("MultiHeadAttention_cross", MultiHeadAttentionMemoryKept)
+    assert "known mistake: the memory's keys and values kept from the first call" in str(err.value), str(err.value)
+
+
+def test_multi_head_attention_that_stores_what_it_computes_passes():
+    for exercise in (e for e in nb03.EXERCISES if e.graded == "MultiHeadAttention"):
+        check_exercise(exercise, MultiHeadAttentionKeepsItsLastWeights)
+
+
+def merge_heads_transpose_in_place(x):
+    """An audit's 2 / 2: the right output, and the caller's [B, H, T, Dh] tensor left as [B, T, H, Dh]."""
+    B, H, T, Dh = x.shape
+    return x.transpose_(1, 2).reshape(B, T, H * Dh)
+
+
+def split_heads_resized_in_place(x, num_heads):
+    """The right output, and the caller's [B, T, D] tensor left as [B, T, H, Dh] (resize_ changes x itself)."""
+    B, T, D = x.shape
+    if D % num_heads:
+        raise ValueError(f"{D} features do not split into {num_heads} heads")
+    return x.resize_(B, T, num_heads, D // num_heads).transpose(1, 2)
+
+
+def test_a_merge_heads_that_transposes_its_argument_in_place_fails_and_is_named():
+    with pytest.raises(CheckFailed, match="unchanged after the call") as err:
+        nb03.check("merge_heads", merge_heads_transpose_in_place)
+    assert "known mistake: x transposed in place (x.transpose_(1, 2))" in str(err.value), str(err.value)
+
+
+def test_a_split_heads_that_reshapes_its_argument_in_place_fails():
+    with pytest.raises(CheckFailed, match="unchanged after the call"):
+        nb03.check("split_heads", split_heads_resized_in_place)
+
+
+def count_parameters_per_child(module):
+    return sum(p.numel() for m in module.children() for p in m.parameters())
+
+
+def count_parameters_per_module(module):
+    """A mutation test's answer: each module's own parameters (recurse=False), over module.modules()."""
+    return sum(p.numel() for m in module.modules() for p in m.parameters(recurse=False))
+
+
+def count_parameters_every_name(module):
+    return sum(p.numel() for _, p in module.named_parameters(remove_duplicate=False))
+
+
+@pytest.mark.parametrize("impl,name,case", [
+    (count_parameters_per_child, "added up the parameters layer by layer", "b.weight = a.weight"),
+    (count_parameters_per_module, "added up the parameters layer by layer", "b.weight = a.weight"),
+    (count_parameters_every_name, "counted a shared parameter once per use (named_parameters(remove_duplicate=False))",
+     "one Linear(4, 4) used twice"),
+], ids=["children", "modules", "remove_duplicate=False"])
+def test_double_counted_shared_parameters_are_named_for_what_they_are(impl, name, case):
+    """An audit: both were told "counted the state_dict", which they never touch (the state_dict repeats shared
+    weights too, and the diagnosis names the first catalogued mistake that matches)."""
+    with pytest.raises(CheckFailed, match="count_parameters gave a wrong result") as err:
+        nb03.check("count_parameters", impl)
+    message = str(err.value)
+    assert case in message and f"known mistake: {name}" in message and "state_dict" not in message, message

@@ -369,3 +369,68 @@ def test_patched_torch_earns_no_point_when_graded_for_real(course):
     nb = inject(solved_notebook(course, ASSIGNMENT), {"PositionalEncoding": PATCHED_NOT_RESCALED})
     result = autograde(course, ASSIGNMENT, nb)
     assert failed_cells(result) == {"test_PositionalEncoding_dropout"}, [(c.grade_id, c.message[:200]) for c in result.cells]
+
+
+# --------------------------------------------------------------------------- the gradient reaches x
+class PositionalEncodingNoGrad(PositionalEncodingAnnotated):
+    """An audit's 5 / 5 (12 / 12 for the notebook): "the table is fixed, no gradient needed", so the sum is taken
+    under torch.no_grad(), and the embeddings below never learn."""
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(1):
+            raise ValueError("too long")
+        with torch.no_grad():
+            out = x + self.pe[:, : x.size(1)]
+        return self.dropout(out)
+
+
+class PositionalEncodingDetached(PositionalEncodingAnnotated):
+    """The same with x.detach() (an audit's 12 / 12)."""
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(1):
+            raise ValueError("too long")
+        return self.dropout(x.detach() + self.pe[:, : x.size(1)])
+
+
+@pytest.mark.parametrize("impl", [PositionalEncodingNoGrad, PositionalEncodingDetached], ids=lambda c: c.__name__)
+def test_a_positional_encoding_cut_off_from_the_graph_fails_and_is_named(impl):
+    with pytest.raises(CheckFailed, match="x.grad") as err:
+        nb04.check("PositionalEncoding", impl)
+    assert "known mistake: the output cut off from the graph" in str(err.value), str(err.value)
+
+
+class PositionalEncodingPlainAttribute(nn.Module):
+    """pe a plain tensor attribute (it loses the buffer's case, nothing else), the table built in float64 under
+    torch.no_grad() and cast: the gradient still reaches x."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        with torch.no_grad():
+            self.pe = STUDENT["sinusoidal_positional_encoding"](max_len, d_model).double().float()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PositionalEncodingInferenceTable(PositionalEncodingAnnotated):
+    """The table made under torch.inference_mode() and kept as a buffer, an inference tensor (x + pe still
+    backpropagates to x)."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        nn.Module.__init__(self)
+        self.dropout = nn.Dropout(p=dropout)
+        with torch.inference_mode():
+            table = table_float32_exp_log(max_len, d_model)
+        self.register_buffer("pe", table.unsqueeze(0))
+
+
+@pytest.mark.parametrize("impl", [PositionalEncodingAlt, PositionalEncodingAnnotated, PositionalEncodingPlainAttribute,
+                                  PositionalEncodingInferenceTable], ids=lambda c: c.__name__)
+def test_the_gradient_case_passes_whatever_holds_the_table(impl):
+    exercise = next(e for e in nb04.EXERCISES if e.name == "PositionalEncoding")
+    case = next(c for c in core.cases_of(exercise) if "x.grad" in c.description)
+    assert core.judge(exercise, case, core.run_case(exercise, case, impl)) is None

@@ -158,6 +158,8 @@ def _contextualize_cases(rng):
     S, E = rng.uniform(0, 2, size=(3, 3)), rng.normal(size=(3, 4))
     cases.append(Case(f"W of shape {S.shape} whose rows do not sum to 1 (use W as it is), E of shape {E.shape}",
                       lambda f, W=S, E=E: f(W.copy(), E.copy())))
+    W, E = ref.normalize_rows(rng.uniform(0, 1, size=(4, 4))), rng.normal(size=(4, 3))
+    cases.append(keeps_inputs(f"W of shape {W.shape}, E of shape {E.shape}", lambda f, W, E: f(W, E), W, E))
     return cases
 
 
@@ -193,6 +195,10 @@ def _embedding_cases(rng):
     for n, d in [(5, 3), (4, 8), (6, 6)]:
         E = rng.normal(size=(n, d)) * rng.uniform(0.5, 3.0, size=(n, 1))  # rows of different lengths
         cases.append(Case(f"E of shape {E.shape} with rows of different lengths", lambda f, E=E: f(E.copy())))
+    # a float64 E: np.asarray(E, dtype=float) is then E itself, and `E /= norm` normalized the caller's array
+    # (its next dot_similarity(E) gave 1 on the diagonal, not the squared lengths): an audit's 2 / 2
+    E = rng.normal(size=(4, 5)) * rng.uniform(0.5, 3.0, size=(4, 1))
+    cases.append(keeps_inputs(f"E of shape {E.shape} with rows of different lengths", lambda f, E: f(E), E))
     return cases
 
 
@@ -201,6 +207,8 @@ def _attention_cases(rng):
     for n, d in [(5, 3), (4, 6), (6, 6)]:
         X = rng.normal(size=(n, d))
         cases.append(Case(f"X of shape {X.shape}", lambda f, X=X: f(X.copy())))
+    X = rng.normal(size=(4, 5))
+    cases.append(keeps_inputs(f"X of shape {X.shape}", lambda f, X: f(X), X))
     return cases
 
 
@@ -267,6 +275,12 @@ EXERCISES = [
                 "def cosine_similarity(E):\n    U = E / np.linalg.norm(E, axis=0, keepdims=True)\n    return U @ U.T"),
         Mistake("divided by only one of the two lengths", "cos = e_i·e_j / (|e_i| |e_j|): normalize both sides",
                 "def cosine_similarity(E):\n    n = np.linalg.norm(E, axis=1, keepdims=True)\n    return (E @ E.T) / n"),
+        Mistake("E divided in place (E /= its norms): the caller's embeddings are normalized too",
+                "np.asarray(E, dtype=float) is E itself when E is already float, so E /= ... rewrites the caller's "
+                "array (a dot_similarity(E) after it gives 1 on the diagonal): make a new one, "
+                "U = E / np.linalg.norm(E, axis=1, keepdims=True), and return U @ U.T",
+                "def cosine_similarity(E):\n    E = np.asarray(E, dtype=float)\n"
+                "    E /= np.linalg.norm(E, axis=1, keepdims=True)\n    return E @ E.T"),
     ), forbidden=COSINE_HONESTY, rtol=RTOL, atol=ATOL),
     Exercise("basic_self_attention", ref.basic_self_attention, _attention_cases, mistakes=(
         Mistake("no softmax: (X X^T) X", "turn the scores X @ X.T into weights with softmax along the last axis",

@@ -342,7 +342,32 @@ def _additive_cases(rng):
         # value passed every other case)
         _additive_case(rng, " (the keys are the values; returns context, weights, query.grad, key.grad and the "
                        "parameters' grads)", (2, 3, 6), (2, 4, 5), attn_dim=5, grads=True),
+        _additive_two_calls(rng),
     ]
+
+
+KEYS_KEPT = "the keys' projection kept from the first call (the second call attends over the first call's keys)"
+
+
+def _additive_two_calls(rng, B=2, T_q=3, T_k=5, query_dim=6, key_dim=4, attn_dim=8):
+    """ONE layer called on two different sentences: every other case builds a fresh layer and calls it once, so a
+    layer that projects the keys on its first call and keeps them ("the encoder states do not change: project them
+    once", self._keys) took 3 / 3, and a decoder built on it attends over its first batch's source forever (an
+    audit). Both inputs are kept alive to the end, so that no two of them share an address."""
+    state = _additive_state(rng, query_dim, key_dim, attn_dim)
+    calls = [(tensor(rng, B, T_q, query_dim), tensor(rng, B, T_k, key_dim)) for _ in range(2)]
+
+    def run(cls):
+        layer = _build(cls, dict(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim), state)
+        inputs = [(query.clone(), key.clone()) for query, key in calls]
+        with torch.no_grad():
+            results = [layer(query, key) for query, key in inputs]
+        return tuple(results)
+
+    return Case(f"one AdditiveAttention(query_dim={query_dim}, key_dim={key_dim}, attn_dim={attn_dim}) called twice, "
+                f"on two different sentences: query [{B}, {T_q}, {query_dim}] and key [{B}, {T_k}, {key_dim}] (the keys "
+                "are the values), then another query and key of the same shapes (returns both calls' (context, "
+                "weights): the second call must attend over ITS keys)", run, tells=(KEYS_KEPT,))
 
 
 def _additive_mask_cases(rng):
@@ -500,6 +525,13 @@ ADDITIVE_MISTAKES = (
             "lets a padded key set the max",
             variant(ADDITIVE_SOURCE, (_MASK_SCORES + _SOFTMAX + _MASK_WEIGHTS,
                                       _OWN_SOFTMAX.format(e="torch.exp(scores - scores.amax(dim=-1, keepdim=True))")))),
+    Mistake(KEYS_KEPT,
+            "project the keys in every call, k = self.k_proj(key): the layer is called on a new sentence (a new batch "
+            "of encoder states) each time, and a module keeps its weights, not its last inputs (no self._keys)",
+            variant(ADDITIVE_SOURCE, ("        k = self.k_proj(key).unsqueeze(-3)\n",
+                                      "        if getattr(self, '_keys', None) is None:\n"
+                                      "            self._keys = self.k_proj(key).unsqueeze(-3)\n"
+                                      "        k = self._keys\n"))),
 )
 
 

@@ -104,6 +104,7 @@ def _split_cases(rng):
         cases.append(Case(f"x {list(shape)}, num_heads={H}: {shape[-1]} is not divisible by {H}, "
                           f"so split_heads must raise ValueError (returns whether it did)",
                           lambda f, x=x, H=H: _rejects_head_count(f, x, H)))
+    cases.append(keeps_inputs("x [2, 5, 12], num_heads=3", lambda f, x: f(x, 3), tensor(rng, 2, 5, 12)))
     return cases
 
 
@@ -116,6 +117,8 @@ def _merge_cases(rng):
     x = tensor(rng, B, T, H, Dh)
     cases.append(Case(f"a non-contiguous x [B, H, T, Dh] = {[B, H, T, Dh]} (a transposed view)",
                       lambda f, x=x: f(x.clone().transpose(1, 2))))
+    # x.transpose_(1, 2) gave the right output and turned the caller's [2, 3, 5, 4] into [2, 5, 3, 4] (an audit's 2 / 2)
+    cases.append(keeps_inputs("x [B, H, T, Dh] = [2, 3, 5, 4]", lambda f, x: f(x), tensor(rng, 2, 3, 5, 4)))
     return cases
 
 
@@ -181,6 +184,12 @@ MERGE_MISTAKES = (
             "every head's output goes into the result, side by side",
             "def merge_heads(x):\n"
             "    return x[:, 0]\n"),
+    Mistake("x transposed in place (x.transpose_(1, 2)): the caller's tensor is now [B, T, H, Dh]",
+            "transpose_ (with the underscore) changes the tensor you were given, so whoever passed it in finds its "
+            "axes swapped: x.transpose(1, 2) returns a new view and leaves x alone",
+            "def merge_heads(x):\n"
+            "    B, H, T, Dh = x.shape\n"
+            "    return x.transpose_(1, 2).reshape(B, T, H * Dh)\n"),
 )
 
 
@@ -355,7 +364,35 @@ def _mha_cross_cases(rng):
         _mha_case(rng, dict(d_model=12, num_heads=2, key_dim=4, value_dim=5), T_q=6, T_k=4, call="key_value"),
         _mha_case(rng, dict(d_model=8, num_heads=2), T_q=4, T_k=7, B=3, call="key_value", mask=pad,
                   mask_text=", a [3, 1, 1, 7] padding mask"),
+        _mha_two_memories(rng),
     ]
+
+
+MEMORY_KEPT = ("the memory's keys and values kept from the first call (the second call attends over the first "
+               "call's memory)")
+
+
+def _mha_two_memories(rng, B=2, T_q=3, T_k=6, d_model=12, H=3):
+    """ONE layer called on two different memories: every other case builds a fresh layer and calls it once, so a
+    layer that projects the memory on its first call and keeps it ("the encoder output is the same at every decoding
+    step: project it once", self._kv) took 10 / 10, and a decoder's cross-attention built on it translates every batch
+    after the first against the first batch's source (an audit). The inputs are kept alive to the end, so that no two
+    of them share an address."""
+    args = dict(d_model=d_model, num_heads=H)
+    state = _mha_state(rng, d_model, H, d_model // H, d_model // H, True)
+    calls = [(tensor(rng, B, T_q, d_model), tensor(rng, B, T_k, d_model)) for _ in range(2)]
+
+    def run(cls):
+        layer = load_weights(cls(**args), state)
+        inputs = [(query.clone(), memory.clone()) for query, memory in calls]
+        with torch.no_grad():
+            results = [layer(query, memory) for query, memory in inputs]
+        return tuple(results)
+
+    return Case(f"one MultiHeadAttention({_args_text(args)}) called twice, on two different memories: query "
+                f"[{B}, {T_q}, {d_model}] over key = value [{B}, {T_k}, {d_model}] (mha(query, memory)), then another "
+                "query and memory of the same shapes (returns both calls' (output, weights): the second call must "
+                "attend over ITS memory)", run, tells=(MEMORY_KEPT,))
 
 
 def _mha_gradient_cases(rng):
@@ -602,6 +639,18 @@ MHA_MISTAKES = (
 """, ret="""\
         return self.dropout(self.out_proj(out)), w
 """)),
+    Mistake(MEMORY_KEPT,
+            "project key and value in every call, k = self.k_proj(key), v = self.v_proj(value): the layer sees a new "
+            "memory (a new batch of encoder states) each time, and a module keeps its weights, not its last inputs "
+            "(no self._kv); notebook 07's KV cache is the way to reuse keys, and it is handed in, not kept",
+            _mha(split="""\
+        B, Tq, Tk = query.shape[0], query.shape[1], key.shape[1]
+        q = self.q_proj(query).reshape(B, Tq, self.h, self.dk).transpose(1, 2)
+        if getattr(self, '_kv', None) is None:
+            self._kv = (self.k_proj(key).reshape(B, Tk, self.h, self.dk).transpose(1, 2),
+                        self.v_proj(value).reshape(B, Tk, self.h, self.dv).transpose(1, 2))
+        k, v = self._kv
+""")),
     Mistake("dropout applied in eval mode too",
             "dropout must switch off with .eval(): make one nn.Dropout in __init__ and call it in forward (a module "
             "that .eval() reaches); F.dropout(..., training=True), or an nn.Dropout made inside forward, stays on",
@@ -692,6 +741,19 @@ COUNT_MISTAKES = (
             "every parameter counts: weights *and* biases (and LayerNorm's scale and shift)",
             "def count_parameters(module):\n"
             "    return sum(p.numel() for name, p in module.named_parameters() if not name.endswith('bias'))\n"),
+    # before the state_dict: all three count a weight tied between two layers twice, and the diagnosis names the
+    # first that matches (a double count by children() or remove_duplicate=False was told "counted the state_dict")
+    Mistake("added up the parameters layer by layer (over module.children() or module.modules()): a weight tied "
+            "between two layers counted once per layer",
+            "module.parameters() already walks every submodule, and yields a parameter shared or tied between layers "
+            "once, however many layers hold it: sum(p.numel() for p in module.parameters())",
+            "def count_parameters(module):\n"
+            "    return sum(p.numel() for m in module.children() for p in m.parameters())\n"),
+    Mistake("counted a shared parameter once per use (named_parameters(remove_duplicate=False))",
+            "remove_duplicate=False yields a parameter again under each name it has (a layer used twice, a tied "
+            "weight); the default, module.parameters(), yields each once: sum(p.numel() for p in module.parameters())",
+            "def count_parameters(module):\n"
+            "    return sum(p.numel() for _, p in module.named_parameters(remove_duplicate=False))\n"),
     Mistake("counted the state_dict (buffers and shared parameters too)",
             "module.state_dict() also holds buffers (BatchNorm's running statistics) and repeats shared "
             "weights; count module.parameters()",

@@ -66,7 +66,23 @@ def _module_cases(rng):
 
     cases.append(Case("PositionalEncoding(12, max_len=30): is `pe` a buffer, and are there no trainable "
                       "parameters? ([buffer, no parameters])", buffers_and_parameters, derive=_buffer_flags))
+    x, upstream = tensor(rng, 2, 6, 8), tensor(rng, 2, 6, 8)
+    cases.append(Case("PositionalEncoding(8, max_len=20) in evaluation mode on x of shape [B=2, T=6, 8] that requires "
+                      "grad, backpropagating a random linear function of the output (returns the output and x.grad: "
+                      "the gradient must reach x, or the embeddings below never learn)",
+                      lambda cls, x=x, u=upstream: _gradient_to_x(cls, x, u), tells=(CUT_OFF,)))
     return cases
+
+
+def _gradient_to_x(cls, x, upstream):
+    """Runs in the sandbox: (output, x.grad) after backpropagating sum(output * upstream). An output that does not
+    require grad (computed under torch.no_grad(), or from x.detach()) is not backpropagated: x.grad is then None, and
+    the judge says so, where backward() would raise PyTorch's "element 0 of tensors does not require grad"."""
+    xx = x.clone().requires_grad_()
+    out = cls(8, max_len=20).eval()(xx)
+    if isinstance(out, torch.Tensor) and out.requires_grad:
+        (out * upstream).sum().backward()
+    return out, xx.grad
 
 
 def _max_len_cases(rng):
@@ -272,6 +288,9 @@ def _module(forward_body: str, init: str = _MODULE_INIT, check: str = _CHECK) ->
     return init + "\n    def forward(self, x):" + check + forward_body
 
 
+CUT_OFF = ("the output cut off from the graph (x + pe computed under torch.no_grad(), or from x.detach()): no "
+           "gradient reaches x")
+
 MODULE_MISTAKES = (
     Mistake("PE indexed by the batch axis, x.size(0) (sequence-first code on batch-first input)",
             "x is [B, T, d_model]: the positions are axis 1, so add self.pe[:x.size(1)] (shape [T, d_model])",
@@ -309,6 +328,13 @@ class PositionalEncoding(nn.Module):
     Mistake("the whole table added instead of its first T rows",
             "slice the table to the sequence length: self.pe[:x.size(1)]",
             _module("        return self.dropout(x + self.pe)\n")),
+    Mistake(CUT_OFF,
+            "the table needs no gradient (it is a buffer), but x does: the layers below (the embedding) learn "
+            "through it. Add them as they are, return self.dropout(x + self.pe[:x.size(1)]), with no "
+            "torch.no_grad() and no .detach() around x",
+            _module("        with torch.no_grad():\n"
+                    "            out = x + self.pe[:x.size(1)]\n"
+                    "        return self.dropout(out)\n")),
 )
 
 MAX_LEN_MISTAKES = (

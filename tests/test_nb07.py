@@ -62,7 +62,7 @@ def test_the_issue_s_mistakes_are_catalogued():
 # --------------------------------------------------------------------------- other correct answers pass
 def attention_flops_and_memory_alt(seq_len, d_model, num_heads, num_layers, num_kv_heads=None, head_dim=None,
                                    batch_size=1, bytes_per_value=2):
-    """Per-matrix products added up, in floats."""
+    """Per-matrix products added up, in floats, returned as the ints the exercise asks for."""
     kv = num_kv_heads or num_heads
     if num_heads % kv or (head_dim is None and d_model % num_heads):
         raise ValueError("heads do not divide")
@@ -75,9 +75,20 @@ def attention_flops_and_memory_alt(seq_len, d_model, num_heads, num_layers, num_
     proj = sum(matmul(tokens, d_model, width) for width in (num_heads * dh, kv * dh, kv * dh, num_heads * dh))
     scores = batch_size * num_heads * (matmul(seq_len, dh, seq_len) + matmul(seq_len, seq_len, dh))
     cache = num_layers * (kv * dh + kv * dh) * bytes_per_value
-    return {"projection_flops": proj * num_layers, "score_flops": scores * num_layers,
-            "score_bytes": batch_size * num_heads * seq_len ** 2 * bytes_per_value,
-            "kv_cache_bytes_per_token": cache, "kv_cache_bytes": cache * tokens}
+    counts = {"projection_flops": proj * num_layers, "score_flops": scores * num_layers,
+              "score_bytes": batch_size * num_heads * seq_len ** 2 * bytes_per_value,
+              "kv_cache_bytes_per_token": cache, "kv_cache_bytes": cache * tokens}
+    return {key: round(value) for key, value in counts.items()}
+
+
+def test_a_cost_model_of_floats_is_told_to_return_ints():
+    """Wrong-code audit 12: head_dim = d_model / num_heads made every count a float, with full marks; the exercise
+    asks for five integers (float64 is not exact past 2**53 FLOPs, which a long context at DeepSeek's size reaches)."""
+    def with_true_division(*args, **kwargs):
+        return {key: float(value) for key, value in attention_flops_and_memory_alt(*args, **kwargs).items()}
+
+    with pytest.raises(CheckFailed, match="a float: FLOPs and bytes are counted in whole numbers, so return ints"):
+        nb07.check("attention_flops_and_memory", with_true_division)
 
 
 class KVCacheAlt:

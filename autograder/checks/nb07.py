@@ -26,6 +26,7 @@ from .core import (
     Case,
     Exercise,
     Mistake,
+    Told,
     keeps_inputs,
     make_checker,
     raises_value_error,
@@ -33,7 +34,7 @@ from .core import (
     reference_guard,
     variant,
 )
-from .tensors import as_float32, causal, load_state, random_mask, shape_text, tensor, torch_attention
+from .tensors import as_float32, backpropagate, causal, load_state, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
 # the exercises call notebook 02's attention, which the fused kernel's name differs from by `F.` only
@@ -116,6 +117,10 @@ def _key(name: str):
             raise TypeError(f"expected a dict, got {type(d).__name__}")
         if name not in d:
             raise KeyError(f"the dict has no key {name!r} (its keys: {sorted(map(str, d))})")
+        if isinstance(d[name], (float, np.floating)):  # the exercise asks for five integers (a wrong-code audit)
+            return Told(f"{name!r} is {d[name]!r}, a float: FLOPs and bytes are counted in whole numbers, so return "
+                        f"ints. Likely cause: d_model / num_heads (a float, even where it divides evenly) where "
+                        f"d_model // num_heads keeps it an int")
         return d[name]
     return pick
 
@@ -279,6 +284,10 @@ def _cached_attention_cases(rng):
              "itself and the positions before it", lambda f: _cached_step(f, *prefill, {}, 0)),
         Case("a cache holding 3 positions and 2 new ones: new position i (absolute 3 + i) may attend to 0 .. 3 + i",
              lambda f: _cached_step(f, *two, short, 0)),
+        # layer 0 longer than layer 1: a past length read from layer 0 shifts the prefill's mask (wrong-code audit 12)
+        Case("layer=1 of a cache whose layer 0 holds 6 positions and layer 1 holds 4: 2 new positions at once, new "
+             "position i (absolute 4 + i) may attend to 0 .. 4 + i of layer 1: (output, layer 1's keys and values)",
+             lambda f: _cached_step(f, *two, other, 1), tells=(PAST_FROM_LAYER_0,)),
         keeps_inputs("a cache holding 3 positions and 2 new ones, q_t, k_t, v_t as above (the caller keeps them)",
                      lambda f, q, k, v: f(q, k, v, _prefilled(short, like=_their_kvcache(f)), 0), *two),
         *_cached_extreme_cases(x, B, H, D, Dv),
@@ -401,6 +410,25 @@ def _gqa_run(cls, cfg, state, x, mask):
     return tuple(out) if isinstance(out, (tuple, list)) else out
 
 
+NO_GRADIENT = "forward run under torch.no_grad() (or on detached inputs): no gradient reaches the input or the weights"
+
+
+def _gradients(module, x, mask) -> tuple:
+    """(output, weights, x.grad, each parameter's grad in name order) after backpropagating a fixed random function of
+    the output and the weights through `module` in evaluation mode; an output cut off from the graph is not
+    backpropagated, and its grads come back None (a wrong-code audit: @torch.no_grad() on forward kept full marks,
+    and notebook 07's own training then never moved the attention)."""
+    module.eval()
+    xx = x.clone().requires_grad_()
+    result = module(xx, mask=mask.clone())
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        return result
+    out, weights = result
+    if isinstance(out, torch.Tensor) and isinstance(weights, torch.Tensor):
+        backpropagate(out, weights)
+    return (out, weights, xx.grad, *(p.grad for _, p in sorted(module.named_parameters())))
+
+
 def _gqa_cases(rng):
     cases = []
     for (d, H, H_kv), (B, T), kind in [((16, 4, 2), (2, 5), "causal"), ((24, 6, 3), (2, 6), "random"),
@@ -448,6 +476,13 @@ def _gqa_cases(rng):
             return load_state(cls(16, 4, 2), s)(x, mask=mask)
     cases.append(keeps_inputs("GroupedQueryAttention(16, 4, 2) on x [2, 5, 16] with a [5, 5] causal mask", call,
                               tensor(rng, 2, 5, 16), causal(5)))
+    state = random_state(ref.GroupedQueryAttention(16, 4, 2), rng)  # a forward under torch.no_grad() trains nothing
+    x = tensor(rng, 2, 5, 16)
+    cases.append(Case("GroupedQueryAttention(16, 4, 2) in evaluation mode, x [2, 5, 16] that requires grad, a causal "
+                      "mask, backpropagating a fixed random function of the output and weights: (output, weights, "
+                      "x.grad, every parameter's grad; the gradient must reach the input and every projection, or "
+                      "nothing learns)", lambda cls, s=state, x=x: _gradients(load_state(cls(16, 4, 2), s), x, causal(5)),
+                      tells=(NO_GRADIENT,)))
     return cases
 
 
@@ -574,6 +609,13 @@ def _mla_cases(rng):
             return _with_correct_rotary(cls, lambda: _mla_make(cls, cfg, state)(x, mask=mask))
     cases.append(keeps_inputs(f"{_mla_text(cfg)} on x [2, 5, {cfg[0]}] with a [5, 5] causal mask", call,
                               tensor(rng, 2, 5, cfg[0]), causal(5)))
+    cfg, state = MLA_CONFIGS[0], _mla_state(MLA_CONFIGS[0], rng)  # a forward under torch.no_grad() trains nothing
+    x = tensor(rng, 2, 5, cfg[0])
+    cases.append(Case(f"{_mla_text(cfg)} in evaluation mode, x [2, 5, {cfg[0]}] that requires grad, a causal mask, "
+                      "backpropagating a fixed random function of the output and weights: (output, weights, x.grad, "
+                      "every parameter's grad; the gradient must reach the input and every projection, or nothing "
+                      "learns)", lambda cls, s=state, x=x: _with_correct_rotary(cls, lambda: _gradients(
+                          _mla_make(cls, cfg, s), x, causal(5))), tells=(NO_GRADIENT,)))
     return cases
 
 
@@ -765,7 +807,19 @@ def cached_attention(q_t, k_t, v_t, cache, layer=0):
     mask = torch.ones(T_new, T_total, dtype=torch.bool).tril(T_total - T_new)
     return scaled_dot_product_attention(q_t, keys, values, mask)[0]
 """
+PAST_FROM_LAYER_0 = "the past length read from layer 0 (cache.seq_len() without the layer)"
 CACHED_MISTAKES = (
+    Mistake(PAST_FROM_LAYER_0,
+            "each layer has its own cache: T_past = cache.seq_len(layer), or read it off the keys this layer's append "
+            "returns (T_total - T_new)",
+            """
+def cached_attention(q_t, k_t, v_t, cache, layer=0):
+    T_past = cache.seq_len()
+    keys, values = cache.append(layer, k_t, v_t)
+    T_new, T_total = q_t.shape[-2], keys.shape[-2]
+    mask = torch.ones(T_new, T_total, dtype=torch.bool).tril(T_past)
+    return scaled_dot_product_attention(q_t, keys, values, mask)[0]
+"""),
     Mistake("the causal mask of a prefill ignores what is cached (tril() over [T_new, T_total] from column 0)",
             "new query i sits at position T_past + i: it may see keys 0 .. T_past + i, so shift the diagonal, "
             "torch.ones(T_new, T_total, dtype=torch.bool).tril(T_total - T_new)",
@@ -948,6 +1002,11 @@ _REPEAT = """        k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
 """
 GQA_MISTAKES = (
+    Mistake(NO_GRADIENT,
+            "a layer that trains needs its graph: remove @torch.no_grad() (and any .detach()) from forward; "
+            "generation code may wrap its own calls in torch.no_grad(), the layer must not",
+            variant(GQA_SOURCE, ("    def forward(self, x, mask=None, cache=None, layer=0):",
+                                 "    @torch.no_grad()\n    def forward(self, x, mask=None, cache=None, layer=0):"))),
     Mistake("softmax without the max subtracted",
             "exp() of a score above about 88 overflows to inf (and inf / inf is nan): subtract each row's largest "
             "allowed score before exp(), as notebook 01's softmax does, or call notebook 02's "
@@ -1026,6 +1085,11 @@ _MLA_APPEND = """        if cache is not None:
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, T_k, self.rope_dim)], dim=-1)
 """
 MLA_MISTAKES = (
+    Mistake(NO_GRADIENT,
+            "a layer that trains needs its graph: remove @torch.no_grad() (and any .detach()) from forward; "
+            "generation code may wrap its own calls in torch.no_grad(), the layer must not",
+            variant(MLA_SOURCE, ("    def forward(self, x, mask=None, cache=None, layer=0):",
+                                 "    @torch.no_grad()\n    def forward(self, x, mask=None, cache=None, layer=0):"))),
     Mistake("softmax without the max subtracted",
             "exp() of a score above about 88 overflows to inf (and inf / inf is nan): subtract each row's largest "
             "allowed score before exp(), as notebook 01's softmax does, or use torch.softmax",

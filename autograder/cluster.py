@@ -33,11 +33,11 @@ from .course import hash_python_sources, library_dir, notebook_path
 from .grade import (
     GRADER_TRIES,
     INCIDENT_ADVICE,
-    NOT_SUBMITTED,
     Course,
     NotebookResult,
     RemoteGrader,
     checks_salted,
+    not_graded_here,
     record_judged,
     tried_again,
 )
@@ -560,9 +560,7 @@ def on_cluster(cluster: ClusterSettings) -> RemoteGrader:
                 if assignment in sub.notebooks:
                     work.append((sub, assignment))
                 else:
-                    finish(sub, assignment, NotebookResult(sub.student_id, assignment, 0.0,
-                                                           course.max_score(assignment), Status.MISSING,
-                                                           detail=NOT_SUBMITTED))
+                    finish(sub, assignment, not_graded_here(course, sub, assignment))
 
         def record(sub: StudentSubmission, judged) -> NotebookResult:
             """Into the head's gradebook; an exception of the grader's own is tried once more, then an

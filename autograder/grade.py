@@ -83,6 +83,7 @@ from .sandbox import (
 from .settings import GradingSettings, Limits
 from .submissions import (
     TIMESTAMP_FILE,
+    TOO_LARGE,
     StudentSubmission,
     collect_all,
     match_assignment,
@@ -600,16 +601,25 @@ def grade_one(course: Course, sub: StudentSubmission, limits: Limits | None = No
     `status`, never raised."""
     results = []
     for assignment in course.assignments if assignments is None else assignments:
-        if assignment not in sub.notebooks and sub.unread:  # perhaps handed in: the grader could not read it
-            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                          Status.INCIDENT, detail=_unread_detail(sub)))
-            continue
         if assignment not in sub.notebooks:
-            results.append(NotebookResult(sub.student_id, assignment, 0.0, course.max_score(assignment),
-                                          Status.MISSING, detail=NOT_SUBMITTED))
+            results.append(not_graded_here(course, sub, assignment))
             continue
         results.append(_grade_or_report(course, sub, assignment, limits))
     return results
+
+
+def not_graded_here(course: Course, sub: StudentSubmission, assignment: str) -> NotebookResult:
+    """The row of a notebook the intake holds no file of: perhaps handed in where the grader could not read (the
+    grader's incident), a file of its name too large to read (unreadable: a fairness audit's correct notebook with a
+    20 MiB picture was 'missing, nothing handed in', a 0 with no feedback), else missing."""
+    top = course.max_score(assignment)
+    if sub.unread:
+        return NotebookResult(sub.student_id, assignment, 0.0, top, Status.INCIDENT, detail=_unread_detail(sub))
+    too_large = next((f"{key}: {why}" for key, why in sub.problems.items()
+                      if assignment in key and why.startswith(TOO_LARGE)), "")
+    if too_large:
+        return NotebookResult(sub.student_id, assignment, 0.0, top, Status.UNREADABLE, detail=too_large)
+    return NotebookResult(sub.student_id, assignment, 0.0, top, Status.MISSING, detail=NOT_SUBMITTED)
 
 
 def _utc_text(when: datetime | None) -> str:

@@ -200,8 +200,11 @@ def _source_chars(cell) -> int:
     return 0
 
 
+TOO_LARGE = "the file is "  # how the reason for a notebook too large to read starts
+
+
 def _too_large(size: int) -> str:
-    return (f"the file is {_mib(size)} (limit {_mib(MAX_NOTEBOOK_BYTES)}): clear the cell outputs "
+    return (f"{TOO_LARGE}{_mib(size)} (limit {_mib(MAX_NOTEBOOK_BYTES)}): clear the cell outputs "
             "(Kernel > Restart & Clear Output), save and submit again")
 
 

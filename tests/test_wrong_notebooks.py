@@ -158,6 +158,11 @@ def graded(course, tmp_path_factory):
         (root / "class" / name).mkdir(parents=True)
         nbformat.write(nb, root / "class" / name / f"{A01}.ipynb")
     (root / "class" / "empty.zip").write_bytes(b"PK\x05\x06" + b"\0" * 18)  # a valid zip of nothing
+    big = nbformat.from_dict(json.loads(nbformat.writes(solved)))  # right answers, and a 21 MiB output kept
+    next(c for c in big.cells if c.cell_type == "code").outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="x" * (21 * 2**20))]
+    (root / "class" / "big").mkdir()
+    nbformat.write(big, root / "class" / "big" / f"{A01}.ipynb")
     with warnings.catch_warnings(record=True) as caught:  # what the instructor's console would print
         warnings.simplefilter("always")
         results = grade(root / "class", root / "out", progress=False, workers=2, assignments=[A01])
@@ -256,6 +261,16 @@ def test_a_copied_answer_cell_and_another_kernel_are_said_and_cost_nothing(grade
     assert vscode.notes == []
     rows = {row["student_id"]: row for row in csv.DictReader((out / "grades.csv").open())}
     assert "cell `softmax` appears 2 times" in rows["copied"]["notes"] and "set to R" in rows["kernel"]["notes"]
+
+
+@pytest.mark.slow
+def test_a_notebook_too_large_to_read_is_unreadable_and_says_why_not_missing(graded):
+    """Fairness audit 4: a correct notebook with a 21 MiB output was 'missing: no notebook for this assignment was
+    submitted', 'nothing handed in' in the report and 0 in the exports; the reason was in the notes only."""
+    results, _ = graded
+    r = results["big"]
+    assert r.status is Status.UNREADABLE, (r.status, r.detail)
+    assert r.detail.startswith(f"{A01}.ipynb: the file is 21.") and "clear the cell outputs" in r.detail, r.detail
 
 
 # --------------------------------------------------------------------------- the student's check

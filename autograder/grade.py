@@ -407,6 +407,21 @@ def _by_hand(grade) -> str:
     return f"{BY_HAND} in formgrader: {grade.name} {', '.join(parts)}"
 
 
+# The module that stands for an answer module in the sandbox: importing it is harmless (an unused import above a
+# student's class cost the whole exercise, where the same line below it cost nothing: a fairness audit); reading any
+# of its names is refused. Dunder names are left to Python's own lookups (hasattr, inspect), which expect
+# AttributeError.
+ANSWER_KEY_STUB = '''_WHY = ("attention_course.{module} holds the answers of this notebook or a later one: it is not available "
+        "while your own code is graded")
+
+
+def __getattr__(name):
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(name)
+    raise ImportError(f"{{name}} from {{_WHY}}")
+'''
+
+
 def sandbox_world(course: Course, assignment: str, job: Path) -> World:
     """What the student's code may see (see `world_for`), for a notebook of the grading course."""
     return world_for(course.root / "source" / assignment / f"{assignment}.ipynb", job, course.kit,
@@ -456,8 +471,7 @@ def world_for(source: Path, job: Path, kit: str, hidden: list[str], folder: Cour
     stubs = []
     for module in modules_from(source, *([folder.solutions] if folder else [])):
         stub = job / f"unavailable_{module.replace('.', '_')}.py"
-        stub.write_text(f'raise ImportError("attention_course.{module} holds the answers of this notebook or a later '
-                        f'one: it is not available while your own code is graded")\n')
+        stub.write_text(ANSWER_KEY_STUB.format(module=module))
         stubs.append((str(stub), str(library / f"{module.replace('.', '/')}.py")))
     readonly = [str(folder.data)] if folder and folder.data.is_dir() else []
     root = folder.root if folder else None

@@ -154,6 +154,8 @@ _PRIVATE = ("it calls {path}, a private entry point into PyTorch's C++ kernels: 
             "their public names, so the grader cannot accept it; " + _ADVICE)
 _REFERENCE = ("it uses the course's reference implementation ({ref}), which is the answer key; remove that "
               "import and write the exercise yourself")
+_REFERENCE_UNUSED = ("it imports the course's reference implementation ({ref}), the answer key, though the graded code "
+                     "does not use it (its names are not available while your code is graded); remove that import")
 _GRADER = ("it imports the grader's own code ({path}); a submission may not use the grader: remove it and "
            "write the code yourself")
 _MODEL_LIBRARY = ("it uses {path}, from Hugging Face's transformers: a library of ready-made models whose "
@@ -1555,7 +1557,7 @@ def _anywhere_hits(rules: list[Rules], fact: _Fact, refs: dict[str, tuple[str, s
             if used:
                 yield FORBIDDEN, used, _REFERENCE.format(ref=ref)
             else:
-                yield REVIEW, None, _REFERENCE.format(ref=ref) + _REVIEW_NOTE
+                yield REVIEW, None, _REFERENCE_UNUSED.format(ref=ref) + _REVIEW_NOTE
         if path in _SWITCHES:
             yield FORBIDDEN, tuple(r.graded for r in rules if r.banned), _SWITCH_OFF.format(path=path)
             return

@@ -353,3 +353,22 @@ def test_a_complex_answer_is_not_taken_for_its_real_part():
         nb01.check("softmax", softmax)
     assert difference(np.array([1.0, 2.0]), np.array([1.0, 2.0])) is None
     assert difference(np.array([1 + 1j]), np.array([1 + 1j])) is None  # complex where complex is expected
+
+
+def test_an_unused_import_of_the_answer_key_costs_nothing_and_using_it_is_refused(course, check):
+    """Fairness audit 4: an unused `from attention_course import multihead` at the top of an answer cell stopped the
+    cell in the sandbox (the stand-in module raised on import), 0 of the exercise's points, while the same line at
+    the cell's end cost nothing and the instructor's note said it 'takes no points by itself'. Importing the stand-in
+    is now harmless; reading a name from it still fails."""
+    solved = solved_notebook(course, A03)
+    answer = next(c.source for c in solved.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "MultiHeadAttention")
+    unused = inject(solved, {"MultiHeadAttention": "from attention_course import multihead as course_mh  # to compare "
+                                                   "with later\n" + answer})
+    result, report = check(A03, unused)
+    assert result.score == result.max_score, report
+    used = inject(solved_notebook(course, A01), {"softmax": "import attention_course.similarity as course\n\n"
+                                      "def softmax(x, axis=-1):\n    return course.softmax(x, axis)\n"})
+    result, report = check(A01, used)
+    softmax_cells = [c for c in result.cells if c.grade_id.startswith("test_softmax")]
+    assert softmax_cells and all(c.score == 0 for c in softmax_cells), report
+    assert "answer key" in report or "holds the answers of this notebook" in report, report

@@ -316,8 +316,8 @@ def _own_answer_ids(student_nb: dict) -> list[str]:
 
 def submission_notes(student_nb: dict, source_nb) -> list[str]:
     """What the instructor's table says of a submission's form, handled without costing a point: an answer or test
-    cell that appears more than once (a copy made in the editor; every copy runs, in order, so the last definition
-    is the one graded), and a kernel other than Python (the notebook is run with the course's)."""
+    cell that appears more than once (a copy made in the editor; every copy runs, in order), and a kernel of another
+    language than Python (the notebook is run with the course's)."""
     known = {c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells if "nbgrader" in c.metadata}
     counts: dict[str, int] = {}
     for cell in student_nb.get("cells", []) if isinstance(student_nb, dict) else []:
@@ -326,12 +326,12 @@ def submission_notes(student_nb: dict, source_nb) -> list[str]:
         gid = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
         if isinstance(gid, str) and gid in known:
             counts[gid] = counts.get(gid, 0) + 1
-    notes = [f"{AS_HANDED_IN}: cell `{gid}` appears {n} times (copied in the editor): every copy ran, in order, so "
-             f"the last one's code is what was graded" for gid, n in counts.items() if n > 1]
+    notes = [f"{AS_HANDED_IN}: cell `{gid}` appears {n} times (copied in the editor): every copy ran, in order, and "
+             f"each test used the definition above it" for gid, n in counts.items() if n > 1]
     meta = student_nb.get("metadata") if isinstance(student_nb, dict) else None
     kernel = meta.get("kernelspec") if isinstance(meta, dict) else None
-    if isinstance(kernel, dict):
-        language = str(kernel.get("language") or kernel.get("name") or "")
+    if isinstance(kernel, dict):  # said by its language only: a Python kernel's name is any name (VS Code's venvs)
+        language = str(kernel.get("language") or "")
         if language and "python" not in language.lower():
             shown = re.sub(r"[^\w .()-]", "?", str(kernel.get("display_name") or kernel.get("name") or language))[:60]
             notes.append(f"{AS_HANDED_IN}: its kernel was set to {shown}; it was run with the course's Python kernel")

@@ -209,7 +209,17 @@ class MultiHeadLatentAttentionAlt(nn.Module):
         return self.out_proj(merge_heads(out)), w
 
 
+class GroupedQueryAttentionDetachedWeights(GroupedQueryAttentionAlt):
+    """Weights returned detached (they are for looking at): trains as the reference does (a review of the gradient
+    case, which pushed a gradient through the weights too)."""
+
+    def forward(self, x, mask=None, cache=None, layer=0):
+        out, weights = super().forward(x, mask=mask, cache=cache, layer=layer)
+        return out, weights.detach()
+
+
 @pytest.mark.parametrize("graded,impl", [
+    ("GroupedQueryAttention", GroupedQueryAttentionDetachedWeights),
     ("attention_flops_and_memory", attention_flops_and_memory_alt), ("KVCache", KVCacheAlt),
     ("cached_attention", cached_attention_alt), ("apply_rotary", apply_rotary_alt),
     ("GroupedQueryAttention", GroupedQueryAttentionAlt), ("MultiHeadLatentAttention", MultiHeadLatentAttentionAlt),

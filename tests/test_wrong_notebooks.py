@@ -152,7 +152,7 @@ def graded(course, tmp_path_factory):
         "pasted": _unmarked(solved),
         "copied": _copied_cell(solved, "softmax", "def softmax(x, axis=-1):\n    return x"),
         "kernel": _with_kernel(solved, {"name": "ir", "display_name": "R", "language": "R"}),
-        "vscode": _with_kernel(solved, {"name": "attn-venv", "display_name": ".venv (3.11)", "language": "python"}),
+        "vscode": _with_kernel(solved, {"name": "attn-venv", "display_name": ".venv (3.11)"}),  # no language: Python
     }
     for name, nb in students.items():
         (root / "class" / name).mkdir(parents=True)
@@ -249,13 +249,13 @@ def test_an_empty_zip_is_named_in_the_notes(graded):
 @pytest.mark.slow
 def test_a_copied_answer_cell_and_another_kernel_are_said_and_cost_nothing(graded):
     """The spec's "duplicated cells ... a changed kernelspec: handled, graded fairly, reported": both were graded
-    fairly and said nowhere (a spec audit). A copy of an answer cell above the real one runs first, and the last
-    definition is the one graded; a Python kernel of another name (VS Code's) is no change worth a note."""
+    fairly and said nowhere (a spec audit). Every copy runs, in order; a kernel of another name and no language (VS
+    Code's venv) is no change worth a note."""
     results, out = graded
     copied, kernel, vscode = results["copied"], results["kernel"], results["vscode"]
     assert copied.score == kernel.score == vscode.score == copied.max_score
     assert copied.notes == ["as handed in: cell `softmax` appears 2 times (copied in the editor): every copy ran, in "
-                            "order, so the last one's code is what was graded"], copied.notes
+                            "order, and each test used the definition above it"], copied.notes
     assert kernel.notes == ["as handed in: its kernel was set to R; it was run with the course's Python kernel"], \
         kernel.notes
     assert vscode.notes == []

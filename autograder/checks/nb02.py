@@ -22,6 +22,7 @@ from .tensors import (
     Builtin,
     as_float32,
     backpropagate,
+    calls_of_one_layer,
     causal,
     load_weights,
     random_mask,
@@ -353,16 +354,12 @@ def _additive_two_calls(rng, B=2, T_q=3, T_k=5, query_dim=6, key_dim=4, attn_dim
     """ONE layer called on two different sentences: every other case builds a fresh layer and calls it once, so a
     layer that projects the keys on its first call and keeps them ("the encoder states do not change: project them
     once", self._keys) took 3 / 3, and a decoder built on it attends over its first batch's source forever (an
-    audit). Both inputs are kept alive to the end, so that no two of them share an address."""
+    audit)."""
     state = _additive_state(rng, query_dim, key_dim, attn_dim)
     calls = [(tensor(rng, B, T_q, query_dim), tensor(rng, B, T_k, key_dim)) for _ in range(2)]
 
     def run(cls):
-        layer = _build(cls, dict(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim), state)
-        inputs = [(query.clone(), key.clone()) for query, key in calls]
-        with torch.no_grad():
-            results = [layer(query, key) for query, key in inputs]
-        return tuple(results)
+        return calls_of_one_layer(_build(cls, dict(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim), state), calls)
 
     return Case(f"one AdditiveAttention(query_dim={query_dim}, key_dim={key_dim}, attn_dim={attn_dim}) called twice, "
                 f"on two different sentences: query [{B}, {T_q}, {query_dim}] and key [{B}, {T_k}, {key_dim}] (the keys "

@@ -17,7 +17,17 @@ from attention_course import multihead as ref
 
 from .core import Case, Exercise, Mistake, Told, keeps_inputs, make_checker, numbers, raises, reference_guard
 from .nb02 import ATTEND_SOURCE, UNSTABLE, WIDE_ATOL
-from .tensors import Builtin, backpropagate, causal, load_weights, random_mask, tensor, torch_attention, two_outputs
+from .tensors import (
+    Builtin,
+    backpropagate,
+    calls_of_one_layer,
+    causal,
+    load_weights,
+    random_mask,
+    tensor,
+    torch_attention,
+    two_outputs,
+)
 
 # Cases are pickled by value into the grading sandbox, where neither the other checks modules
 # nor this notebook's reference module can be imported: what a case holds comes from this module
@@ -376,18 +386,13 @@ def _mha_two_memories(rng, B=2, T_q=3, T_k=6, d_model=12, H=3):
     """ONE layer called on two different memories: every other case builds a fresh layer and calls it once, so a
     layer that projects the memory on its first call and keeps it ("the encoder output is the same at every decoding
     step: project it once", self._kv) took 10 / 10, and a decoder's cross-attention built on it translates every batch
-    after the first against the first batch's source (an audit). The inputs are kept alive to the end, so that no two
-    of them share an address."""
+    after the first against the first batch's source (an audit)."""
     args = dict(d_model=d_model, num_heads=H)
     state = _mha_state(rng, d_model, H, d_model // H, d_model // H, True)
     calls = [(tensor(rng, B, T_q, d_model), tensor(rng, B, T_k, d_model)) for _ in range(2)]
 
     def run(cls):
-        layer = load_weights(cls(**args), state)
-        inputs = [(query.clone(), memory.clone()) for query, memory in calls]
-        with torch.no_grad():
-            results = [layer(query, memory) for query, memory in inputs]
-        return tuple(results)
+        return calls_of_one_layer(load_weights(cls(**args), state), calls)
 
     return Case(f"one MultiHeadAttention({_args_text(args)}) called twice, on two different memories: query "
                 f"[{B}, {T_q}, {d_model}] over key = value [{B}, {T_k}, {d_model}] (mha(query, memory)), then another "

@@ -34,7 +34,7 @@ from .core import (
     reference_guard,
     variant,
 )
-from .tensors import as_float32, backpropagate, causal, load_state, random_mask, shape_text, tensor, torch_attention
+from .tensors import as_float32, causal, load_state, random_mask, shape_text, tensor, torch_attention
 
 HONESTY = tuple(reference_guard(ref))
 # the exercises call notebook 02's attention, which the fused kernel's name differs from by `F.` only
@@ -415,18 +415,26 @@ NO_GRADIENT = "forward run under torch.no_grad() (or on detached inputs): no gra
 
 def _gradients(module, x, mask) -> tuple:
     """(output, weights, x.grad, each parameter's grad in name order) after backpropagating a fixed random function of
-    the output and the weights through `module` in evaluation mode; an output cut off from the graph is not
-    backpropagated, and its grads come back None (a wrong-code audit: @torch.no_grad() on forward kept full marks,
-    and notebook 07's own training then never moved the attention)."""
+    the output (the weights may come back detached: they are for looking at) through `module` in evaluation mode; an
+    output cut off from the graph is not backpropagated, and its grads come back None (a wrong-code audit:
+    @torch.no_grad() on forward kept full marks, and notebook 07's own training then never moved the attention)."""
     module.eval()
     xx = x.clone().requires_grad_()
     result = module(xx, mask=mask.clone())
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         return result
     out, weights = result
-    if isinstance(out, torch.Tensor) and isinstance(weights, torch.Tensor):
-        backpropagate(out, weights)
+    if isinstance(out, torch.Tensor) and out.requires_grad:
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
     return (out, weights, xx.grad, *(p.grad for _, p in sorted(module.named_parameters())))
+
+
+def _no_gradient(source: str) -> Mistake:
+    """The layer's forward under @torch.no_grad(), in the catalogue of the layer written by `source`."""
+    return Mistake(NO_GRADIENT, "a layer that trains needs its graph: remove @torch.no_grad() (and any .detach()) from "
+                                "forward; generation code may wrap its own calls in torch.no_grad(), the layer must not",
+                   variant(source, ("    def forward(self, x, mask=None, cache=None, layer=0):",
+                                    "    @torch.no_grad()\n    def forward(self, x, mask=None, cache=None, layer=0):")))
 
 
 def _gqa_cases(rng):
@@ -479,7 +487,7 @@ def _gqa_cases(rng):
     state = random_state(ref.GroupedQueryAttention(16, 4, 2), rng)  # a forward under torch.no_grad() trains nothing
     x = tensor(rng, 2, 5, 16)
     cases.append(Case("GroupedQueryAttention(16, 4, 2) in evaluation mode, x [2, 5, 16] that requires grad, a causal "
-                      "mask, backpropagating a fixed random function of the output and weights: (output, weights, "
+                      "mask, backpropagating a fixed random function of the output: (output, weights, "
                       "x.grad, every parameter's grad; the gradient must reach the input and every projection, or "
                       "nothing learns)", lambda cls, s=state, x=x: _gradients(load_state(cls(16, 4, 2), s), x, causal(5)),
                       tells=(NO_GRADIENT,)))
@@ -612,7 +620,7 @@ def _mla_cases(rng):
     cfg, state = MLA_CONFIGS[0], _mla_state(MLA_CONFIGS[0], rng)  # a forward under torch.no_grad() trains nothing
     x = tensor(rng, 2, 5, cfg[0])
     cases.append(Case(f"{_mla_text(cfg)} in evaluation mode, x [2, 5, {cfg[0]}] that requires grad, a causal mask, "
-                      "backpropagating a fixed random function of the output and weights: (output, weights, x.grad, "
+                      "backpropagating a fixed random function of the output: (output, weights, x.grad, "
                       "every parameter's grad; the gradient must reach the input and every projection, or nothing "
                       "learns)", lambda cls, s=state, x=x: _with_correct_rotary(cls, lambda: _gradients(
                           _mla_make(cls, cfg, s), x, causal(5))), tells=(NO_GRADIENT,)))
@@ -1002,11 +1010,7 @@ _REPEAT = """        k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
 """
 GQA_MISTAKES = (
-    Mistake(NO_GRADIENT,
-            "a layer that trains needs its graph: remove @torch.no_grad() (and any .detach()) from forward; "
-            "generation code may wrap its own calls in torch.no_grad(), the layer must not",
-            variant(GQA_SOURCE, ("    def forward(self, x, mask=None, cache=None, layer=0):",
-                                 "    @torch.no_grad()\n    def forward(self, x, mask=None, cache=None, layer=0):"))),
+    _no_gradient(GQA_SOURCE),
     Mistake("softmax without the max subtracted",
             "exp() of a score above about 88 overflows to inf (and inf / inf is nan): subtract each row's largest "
             "allowed score before exp(), as notebook 01's softmax does, or call notebook 02's "
@@ -1085,11 +1089,7 @@ _MLA_APPEND = """        if cache is not None:
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, T_k, self.rope_dim)], dim=-1)
 """
 MLA_MISTAKES = (
-    Mistake(NO_GRADIENT,
-            "a layer that trains needs its graph: remove @torch.no_grad() (and any .detach()) from forward; "
-            "generation code may wrap its own calls in torch.no_grad(), the layer must not",
-            variant(MLA_SOURCE, ("    def forward(self, x, mask=None, cache=None, layer=0):",
-                                 "    @torch.no_grad()\n    def forward(self, x, mask=None, cache=None, layer=0):"))),
+    _no_gradient(MLA_SOURCE),
     Mistake("softmax without the max subtracted",
             "exp() of a score above about 88 overflows to inf (and inf / inf is nan): subtract each row's largest "
             "allowed score before exp(), as notebook 01's softmax does, or use torch.softmax",

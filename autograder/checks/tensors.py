@@ -96,6 +96,15 @@ def backpropagate(out, weights) -> None:
         loss.backward()
 
 
+def calls_of_one_layer(layer: nn.Module, calls) -> tuple:
+    """`layer` called on each tuple of `calls` in turn (copies of the tensors, without gradients): the results of all.
+    A layer that keeps something of its first call (keys projected once) answers the second one wrongly. The copies
+    are kept alive to the end, so that no two inputs share an address."""
+    inputs = [tuple(t.clone() for t in call) for call in calls]
+    with torch.no_grad():
+        return tuple(layer(*args) for args in inputs)
+
+
 def require_names(module: nn.Module, names) -> dict:
     """The module's state dict, once its parameters are named as the notebook asks (`names`; extra buffers
     are fine); else an AttributeError that lists the missing and the unexpected names."""

@@ -1204,9 +1204,10 @@ def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dic
     """`_run_once`, tried again (START_ATTEMPTS in all, a short pause between) while the sandbox
     does not reach student code: it could not start (namespaces, a process ceiling, a missing
     program) or its self-check refused. Raises SandboxUnavailable when every try failed. A `restart`
-    (the student's code ran, and crashed or exited) whose start-up outlives the notebook's time is returned
-    as it is: that time was the student's (a red team's notebook left just before its limit, so that the
-    restart was stopped while starting and the notebook became the grader's incident, never a grade)."""
+    (the student's code ran, and crashed or exited) whose start-up outlives the notebook's time, or that the
+    channel stopped (what the student's runs sent is over its budget), is returned as it is: the student's
+    (a red team's notebook left just before its limit, another filled the channel to one byte short, so that
+    the restart was stopped while starting and the notebook became the grader's incident, never a grade)."""
     why = ""
     for attempt in range(START_ATTEMPTS):
         if restart and time.monotonic() - started > limits.notebook_seconds:
@@ -1220,8 +1221,8 @@ def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dic
             print(f"grader: {lost}; the run is done again in a fresh sandbox", file=sys.stderr)
             received, code, errors, stopped = _run_once(mode, world, limits, job, inputs, groups, started, budget,
                                                         progress)
-        if received.ready or (restart and time.monotonic() - started > limits.notebook_seconds):
-            return received, code, errors, stopped
+        if received.ready or (restart and (received.problem or time.monotonic() - started > limits.notebook_seconds)):
+            return received, code, errors, stopped  # a restart the channel stopped, or out of time: the student's
         last = errors.strip().splitlines()[-1][:300] if errors.strip() else ""
         why = received.refused or last or (f"the sandbox exited with code {code} before running any cell"
                                            if code is not None else "the sandbox did not start in time")
@@ -1229,6 +1230,7 @@ def _started_run(mode: str, world: World, limits: Limits, job: Path, inputs: dic
 
 
 MAX_INCIDENTS = 20
+RESTART_RESERVE = 2**20  # a notebook whose runs left less of their results budget than this is not restarted
 
 
 def _add(result: JobResult, incident: Incident) -> None:
@@ -1272,7 +1274,7 @@ def run_notebook_job(job: Path, inputs: dict, world: World, limits: Limits | Non
             if received.done:
                 result.finished = True
                 break
-            if received.problem or budget <= 0:
+            if received.problem or budget <= RESTART_RESERVE:  # a restart could not even say it is ready (red team 16)
                 result.incidents.append(Incident(received.running if received.running is not None else -1,
                                                  "channel", received.problem or "the notebook sent too many results"))
                 break

@@ -372,3 +372,39 @@ def test_an_unused_import_of_the_answer_key_costs_nothing_and_using_it_is_refuse
     softmax_cells = [c for c in result.cells if c.grade_id.startswith("test_softmax")]
     assert softmax_cells and all(c.score == 0 for c in softmax_cells), report
     assert "answer key" in report or "holds the answers of this notebook" in report, report
+
+
+FILL_THE_CHANNEL = '''import os, struct
+pipes = []
+for name in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink(f"/proc/self/fd/{name}")
+        flags = int(open(f"/proc/self/fdinfo/{name}").read().split("flags:")[1].split()[0], 8)
+    except (OSError, IndexError, ValueError):
+        continue
+    if target.startswith("pipe:") and flags & 3 == 1:
+        pipes.append(int(name))
+H = 9                                          # a frame's header
+left = 256 * 2**20 - 1 - 2 * H                 # the runner sent I and S (this cell) so far; leave 1 byte
+while left > 0:
+    p = min(64 * 2**20, left - H)
+    data = memoryview(struct.pack(">cII", b"I", 0, p) + bytes(p))  # a second ready frame: counted, then ignored
+    while data:
+        data = data[os.write(pipes[0], data):]
+    left -= H + p
+os._exit(1)
+'''
+
+
+@pytest.mark.slow
+def test_a_channel_filled_to_one_byte_short_is_the_students_not_the_graders_incident(course, check):
+    """Red team 16: a cell wrote ready frames to the results channel until one byte of its 256 MiB was left, then
+    exited; the restart's own ready frame did not fit, three tries 'could not start', and the notebook was the
+    grader's incident (no grade, no 0), every run. It is the student's now: what the channel took is its own."""
+    from autograder.outcomes import Status
+
+    nb = solved_notebook(course, A01)
+    nb.cells.insert(1, nbformat.v4.new_code_cell(FILL_THE_CHANNEL))
+    result, report = check(A01, nb, Limits(cell_seconds=120, notebook_seconds=600))  # time to write 256 MiB
+    assert result.status is not Status.INCIDENT, report
+    assert "sent too many results" in report, report

@@ -392,3 +392,29 @@ def test_a_restart_still_starting_when_the_notebooks_time_runs_out_is_the_studen
     kinds = [(i.cell, i.kind) for i in result.incidents]
     assert kinds == [(2, "exit"), (-1, "timeout")], result.incidents
     assert "ran past its 2 s limit" in result.incidents[-1].detail
+
+
+@pytest.mark.parametrize("first_total,restart", [(channel.MAX_TOTAL_BYTES - 1, None),
+                                                 (1000, Received(problem="more than the notebook may send"))])
+def test_a_results_budget_filled_to_the_brim_is_the_students_not_a_sandbox_that_could_not_start(
+        monkeypatch, tmp_path, first_total, restart):
+    """Red team 16: a cell sent ready frames until the channel held one byte less than its limit, then exited; the
+    restart's own ready frame no longer fitted, the restart read as a sandbox that could not start, and after three
+    tries the notebook was the grader's incident (no grade, no 0), every run. A nearly spent budget is not
+    restarted, and a restart the channel stopped is the student's: 'channel'."""
+    from autograder.settings import Limits
+
+    runs = []
+
+    def fake_run_once(mode, world, limits, job, inputs, groups, started, budget, progress=None, warm=None):
+        runs.append(budget)
+        if len(runs) == 1:
+            return Received(running=1, ready=True, total=first_total), 1, "", ""
+        return restart, None, "", ""
+
+    monkeypatch.setattr(sandbox, "_run_once", fake_run_once)
+    monkeypatch.setattr(sandbox, "_cgroups", lambda limits: [])
+    inputs = {"cells": [{"kind": "code"} for _ in range(3)], "skip": []}
+    result = sandbox.run_notebook_job(tmp_path, inputs, world=None, limits=Limits())
+    assert len(runs) == (1 if restart is None else 2), runs
+    assert [i.kind for i in result.incidents][-1] == "channel", result.incidents

@@ -481,15 +481,9 @@ def test_a_builtin_inside_a_dependency_costs_its_own_exercise_only(course):
 
 
 # --------------------------------------------------------------------------- one layer, many calls
-class AdditiveAttentionKeysKept(nn.Module):
+class AdditiveAttentionKeysKept(AdditiveMaxOverMasked):
     """An audit's 3 / 3: "the encoder states do not change: project them once", kept on the module, so every call
-    after the first attends over the first call's keys."""
-
-    def __init__(self, query_dim, key_dim, attn_dim):
-        super().__init__()
-        self.q_proj = nn.Linear(query_dim, attn_dim, bias=False)
-        self.k_proj = nn.Linear(key_dim, attn_dim, bias=False)
-        self.score = nn.Linear(attn_dim, 1, bias=False)
+    after the first attends over the first call's keys (the reference's projections, as AdditiveMaxOverMasked's)."""
 
     def forward(self, query, key, value=None, mask=None):
         value = key if value is None else value

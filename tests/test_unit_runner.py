@@ -370,18 +370,18 @@ def test_a_restart_still_starting_when_the_notebooks_time_runs_out_is_the_studen
     """Red team 15: a notebook that exits just before its time limit has its restart stopped while it starts (the
     limit passes); that was read as a sandbox that could not start, tried twice more with the time spent, and the
     notebook became the grader's incident: no grade, no 0, and every re-run another try. The time was the student's."""
-    import time
-
     from autograder.settings import Limits
 
     runs = []
+    clock = types.SimpleNamespace(now=0.0)  # the sandbox's clock, moved by the runs alone: no machine's speed in it
+    monkeypatch.setattr(sandbox, "time", types.SimpleNamespace(monotonic=lambda: clock.now, sleep=lambda s: None))
 
     def fake_run_once(mode, world, limits, job, inputs, groups, started, budget, progress=None, warm=None):
         runs.append(sorted(inputs["skip"]))
         if len(runs) == 1:  # the student's code ran, and left in cell 2 well before the limit
-            time.sleep(0.5)
+            clock.now += 0.5
             return Received(running=2, ready=True), 1, "", ""
-        time.sleep(2.0)  # the restart, stopped while it starts: the notebook's limit passed meanwhile
+        clock.now += 2.0  # the restart, stopped while it starts: the notebook's limit passed meanwhile
         return Received(), None, "", ""
 
     monkeypatch.setattr(sandbox, "_run_once", fake_run_once)
